@@ -1,0 +1,55 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Each creates the virtual environment it needs on first use.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+
+.PHONY: help venv demo simulate test unit lint typecheck format bench clean
+
+help:
+	@echo "make demo       run the built-in demonstration (sets everything up)"
+	@echo "make test       lint, type-check and run the whole test suite"
+	@echo "make unit       only the fast unit tests"
+	@echo "make lint       ruff"
+	@echo "make typecheck  mypy"
+	@echo "make format     ruff format + autofix"
+	@echo "make bench      run the benchmarks"
+	@echo "make clean      remove the virtual environment and build output"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/muster simulate --builtin all --compare gang,none --out out/demo
+
+test: lint typecheck
+	$(BIN)/python -m pytest
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,128 @@
+"""All workloads of one cluster in memory: `decide` plus the admission pass.
+
+The simulator, the property tests and the local views use this; the Lambdas do
+the same with DynamoDB in place of the dictionary. It performs no I/O: effects are
+returned for the caller to carry out, except `RunAdmission`, which it answers by
+running the admission pass itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from muster.core.admission import AdmissionPlan, plan_admission
+from muster.core.decide import decide
+from muster.core.model import (
+    ACTIVE_PHASES,
+    AdmissionGranted,
+    Effect,
+    Event,
+    NodeObserved,
+    Outcome,
+    Phase,
+    RunAdmission,
+    Workload,
+)
+from muster.core.settings import Settings
+
+
+@dataclass(slots=True)
+class StepResult:
+    effects: list[Effect] = field(default_factory=list)
+    outcomes: list[tuple[str, Outcome, str]] = field(default_factory=list)
+    plans: list[AdmissionPlan] = field(default_factory=list)
+
+    def extend(self, other: StepResult) -> None:
+        self.effects.extend(other.effects)
+        self.outcomes.extend(other.outcomes)
+        self.plans.extend(other.plans)
+
+
+def _no_jitter() -> float:
+    return 0.0
+
+
+class Cluster:
+    """Workloads by key, with the indexes an admission pass needs."""
+
+    def __init__(self, settings: Settings, draw: Callable[[], float] = _no_jitter) -> None:
+        self.settings = settings
+        self.workloads: dict[str, Workload] = {}
+        self._draw = draw
+        self._pending: set[str] = set()
+        self._active: set[str] = set()
+
+    def __iter__(self) -> Iterator[Workload]:
+        return iter(self.workloads.values())
+
+    def get(self, key: str) -> Workload | None:
+        return self.workloads.get(key)
+
+    def apply(self, event: Event, now: float) -> StepResult:
+        """Apply one event; a node event goes to every active workload with pods on it."""
+        result = StepResult()
+        if isinstance(event, NodeObserved) and not event.workload:
+            for key in sorted(self._active):
+                w = self.workloads[key]
+                if any(p.node == event.node and not p.retired for p in w.pods.values()):
+                    result.extend(self._apply_one(NodeObserved(event.node, event.ready, event.health, key), now))
+            return result
+        return self._apply_one(event, now)
+
+    def admission_pass(self, now: float) -> StepResult:
+        """Admit whatever may be admitted now (also after a settings change)."""
+        result = StepResult()
+        for _ in range(len(self._pending) + 1):
+            plan = plan_admission(
+                (self.workloads[k] for k in self._pending),
+                (self.workloads[k] for k in self._active),
+                self.settings,
+                now,
+            )
+            result.plans.append(plan)
+            if not plan.admit:
+                break
+            again = False
+            for key in plan.admit:
+                w = self.workloads[key]
+                step = self._decide(w, AdmissionGranted(key, w.attempt + 1), now)
+                again = again or step[1]
+                result.extend(step[0])
+            if not again:
+                break
+        return result
+
+    def _apply_one(self, event: Event, now: float) -> StepResult:
+        result, wants_admission = self._decide(self.workloads.get(event.workload), event, now)
+        if wants_admission:
+            result.extend(self.admission_pass(now))
+        return result
+
+    def _decide(self, w: Workload | None, event: Event, now: float) -> tuple[StepResult, bool]:
+        decision = decide(w, event, self.settings, now, draw=self._draw())
+        result = StepResult(outcomes=[(event.workload, decision.outcome, decision.note)])
+        if decision.workload is not None and decision.outcome is Outcome.APPLIED:
+            self._store(decision.workload)
+        wants = False
+        for effect in decision.effects:
+            if isinstance(effect, RunAdmission):
+                wants = True
+            else:
+                result.effects.append(effect)
+        return result, wants
+
+    def _store(self, w: Workload) -> None:
+        self.workloads[w.key] = w
+        self._pending.discard(w.key)
+        self._active.discard(w.key)
+        if w.phase is Phase.PENDING:
+            self._pending.add(w.key)
+        elif w.phase in ACTIVE_PHASES:
+            self._active.add(w.key)
+
+    def by_phase(self) -> dict[Phase, list[str]]:
+        out: dict[Phase, list[str]] = {p: [] for p in Phase}
+        for w in self.workloads.values():
+            out[w.phase].append(w.key)
+        return out

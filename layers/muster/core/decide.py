@@ -1,0 +1,490 @@
+"""The decision core: one workload's next state and the effects that carry it out.
+
+`decide` is pure: no I/O, no clock (`now` is an argument), no global randomness
+(`draw`, a number in [0, 1), scales the backoff jitter). The Lambdas, the
+simulator and the local mode all call it, so its rules exist exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from muster.core.model import (
+    ACTIVE_PHASES,
+    AdmissionGranted,
+    Admit,
+    DeadlineReached,
+    Decision,
+    Effect,
+    Event,
+    Evict,
+    Kind,
+    LogEvent,
+    NodeObserved,
+    Outcome,
+    Phase,
+    Pod,
+    PodObserved,
+    Publish,
+    Reactivate,
+    Reason,
+    Requeue,
+    RequeueDue,
+    RunAdmission,
+    StartTimer,
+    StopTimer,
+    Timer,
+    TimerKind,
+    Workload,
+    WorkloadFinished,
+    WorkloadObserved,
+)
+from muster.core.settings import QueueSettings, Settings
+
+# HyperPod health-monitoring marks a node with these when it must be replaced or
+# rebooted; its pods will not come back, so waiting out the recovery timeout only
+# wastes the rest of the gang's GPUs.
+NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+NODE_REPLACEMENT_HEALTH = frozenset({"UnschedulablePendingReplacement", "UnschedulablePendingReboot"})
+
+
+def backoff_delay(count: int, qs: QueueSettings, draw: float = 0.0) -> float:
+    """Delay of requeue `count` (from 1): min(base * 2^(count-1), max) * (1 + jitter * draw).
+
+    The jitter is applied after the cap so that workloads at the cap still spread.
+    """
+    exponent = max(count - 1, 0)
+    delay = min(qs.backoff_base_seconds * (2.0 ** min(exponent, 64)), qs.backoff_max_seconds)
+    return delay * (1.0 + qs.backoff_jitter * draw)
+
+
+def decide(
+    workload: Workload | None,
+    event: Event,
+    settings: Settings,
+    now: float,
+    *,
+    draw: float = 0.0,
+) -> Decision:
+    """Apply `event` to `workload` (None if unknown) at time `now`."""
+    if workload is not None and workload.key != event.workload:
+        return Decision(
+            workload, outcome=Outcome.IGNORED, note=f"event for {event.workload!r} sent to {workload.key!r}"
+        )
+    if isinstance(event, WorkloadObserved):
+        return _observe_workload(workload, event, settings)
+    if workload is None:
+        return Decision(None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}")
+    qs = settings.for_queue(workload.queue)
+    match event:
+        case PodObserved():
+            return _observe_pod(workload, event, settings, qs, now)
+        case NodeObserved():
+            return _observe_node(workload, event, qs, now)
+        case DeadlineReached():
+            return _deadline(workload, event, qs, now, draw)
+        case RequeueDue():
+            return _requeue_due(workload, event, now)
+        case AdmissionGranted():
+            return _admit(workload, event, qs, now)
+        case WorkloadFinished():
+            return _finish(workload, event, now)
+        case Reactivate():
+            return _reactivate(workload, now)
+    raise TypeError(f"not an event: {event!r}")  # pragma: no cover - exhaustive match
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
+    if e.gang_size < 1:
+        return Decision(w, outcome=Outcome.IGNORED, note=f"gang size {e.gang_size} is below 1")
+    if w is None:
+        new = Workload(
+            key=e.workload,
+            queue=e.queue,
+            gang_size=e.gang_size,
+            gpus=e.gpus,
+            priority=e.priority,
+            kind=e.kind,
+            created_at=e.created_at,
+            timeout_override=e.timeout_override,
+            spec_seq=e.seq,
+            queued_at=e.created_at,
+        )
+        detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
+        return Decision(
+            new,
+            (Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),
+        )
+    if e.seq <= w.spec_seq:
+        outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
+        return Decision(w, outcome=outcome)
+    updated = replace(w, priority=e.priority, queue=e.queue, spec_seq=e.seq)
+    if w.phase not in ACTIVE_PHASES:
+        # What it asks for only changes while it holds nothing on the cluster.
+        updated = replace(
+            updated, gang_size=e.gang_size, gpus=e.gpus, timeout_override=e.timeout_override
+        )
+    effects: tuple[Effect, ...] = ()
+    if updated.phase is Phase.PENDING and (
+        updated.priority != w.priority or updated.queue != w.queue or updated.gpus != w.gpus
+    ):
+        effects = (RunAdmission("workload changed"),)
+    return Decision(updated, effects)
+
+
+def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
+    if w.phase is Phase.FINISHED:
+        return Decision(w, outcome=Outcome.DUPLICATE)
+    effects: list[Effect] = []
+    if w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    held = w.phase in ACTIVE_PHASES
+    done = replace(w, phase=Phase.FINISHED, reason=e.reason.value, timer=None, requeue_at=None)
+    effects.append(
+        Publish(LogEvent.FINISHED, w.key, {"reason": e.reason.value, "attempt": w.attempt})
+    )
+    if held:
+        effects.append(RunAdmission("finished"))
+    return Decision(done, tuple(effects))
+
+
+def _reactivate(w: Workload, now: float) -> Decision:
+    if w.phase is not Phase.DEACTIVATED:
+        return Decision(w, outcome=Outcome.IGNORED, note=f"{w.key} is {w.phase}, not Deactivated")
+    revived = replace(
+        w,
+        phase=Phase.PENDING,
+        reason=Reason.REACTIVATED.value,
+        requeue_count=0,
+        requeue_at=None,
+        first_evicted_at=None,
+    )
+    return Decision(
+        revived,
+        (Publish(LogEvent.REACTIVATED, w.key, {"reason": "Reactivated"}), RunAdmission("reactivated")),
+    )
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> Decision:
+    if e.attempt <= w.attempt:
+        outcome = Outcome.DUPLICATE if w.phase in ACTIVE_PHASES else Outcome.STALE
+        return Decision(w, outcome=outcome)
+    if not admissible(w, now) or e.attempt != w.attempt + 1:
+        return Decision(w, outcome=Outcome.STALE, note=f"{w.key} is not admissible ({w.phase})")
+    timeout = qs.startup_timeout(w.timeout_override)
+    timer = Timer(TimerKind.STARTUP, e.attempt, 1, now + timeout)
+    admitted = replace(
+        w,
+        phase=Phase.ADMITTED,
+        attempt=e.attempt,
+        admitted_at=now,
+        ready_at=None,
+        requeue_at=None,
+        timer=timer,
+        recovery_episodes=0,
+        reason=None,
+        message=None,
+        dry_run_evicted=False,
+    )
+    effects: list[Effect] = [
+        Admit(w.key, e.attempt, w.kind),
+        StartTimer(w.key, timer),
+        Publish(
+            LogEvent.ADMITTED,
+            w.key,
+            {"attempt": e.attempt, "deadline": timer.deadline, "timeoutSeconds": timeout},
+        ),
+    ]
+    if admitted.whole:
+        # A pod group can be whole the moment its gate is lifted (e.g. pods already running).
+        return _became_ready(admitted, effects, now)
+    return Decision(admitted, tuple(effects))
+
+
+def admissible(w: Workload, now: float) -> bool:
+    """May the admission pass pick this workload now?"""
+    if w.phase is not Phase.PENDING:
+        return False
+    if w.requeue_at is not None and w.requeue_at > now:
+        return False
+    # A pod group is held by scheduling gates on pods that exist; after an eviction
+    # deleted them it waits for its controller to create replacements.
+    return not (w.kind is Kind.POD_GROUP and w.live_pods < w.gang_size)
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def _observe_pod(
+    w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
+) -> Decision:
+    known = w.pods.get(e.pod)
+    if known is not None:
+        same_incarnation = not e.uid or not known.uid or e.uid == known.uid
+        if same_incarnation and e.seq <= known.seq:
+            outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
+            return Decision(w, outcome=outcome)
+        if same_incarnation and known.retired and not e.deleted:
+            # The pod belongs to an evicted attempt; only its deletion matters now.
+            return Decision(w, outcome=Outcome.IGNORED, note=f"pod {e.pod} of an evicted attempt")
+    pods = dict(w.pods)
+    if e.deleted:
+        if known is None:
+            return Decision(w, outcome=Outcome.IGNORED, note=f"deletion of unknown pod {e.pod}")
+        del pods[e.pod]
+    else:
+        pods[e.pod] = Pod(
+            name=e.pod,
+            seq=e.seq,
+            uid=e.uid,
+            phase=e.phase,
+            ready=e.ready,
+            node=e.node,
+            reason=e.reason,
+            message=e.message,
+        )
+    updated = replace(w, pods=pods)
+    return _readiness(w, updated, qs, now)
+
+
+def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
+    """Transitions that follow from the gang becoming whole or losing a pod."""
+    effects: list[Effect] = []
+    if w.phase is Phase.ADMITTED and w.whole:
+        return _became_ready(w, effects, now)
+    if w.phase is Phase.RECOVERING and w.whole:
+        return _became_ready(w, effects, now)
+    if w.phase is Phase.RUNNING and not w.whole:
+        return _lost_readiness(w, qs, now)
+    if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and before.live_pods != w.live_pods:
+        return Decision(w, (RunAdmission("replacement pods"),))
+    return Decision(w)
+
+
+def _became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
+    recovered = w.phase is Phase.RECOVERING
+    if w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    reason = Reason.RECOVERED if recovered else Reason.STARTED
+    detail: dict[str, Any] = {"attempt": w.attempt, "reason": reason.value}
+    if not recovered and w.admitted_at is not None:
+        detail["secondsSinceAdmission"] = now - w.admitted_at
+    ready = replace(
+        w,
+        phase=Phase.RUNNING,
+        timer=None,
+        ready_at=now if not recovered else w.ready_at,
+        first_evicted_at=None,
+        ever_ready=True,
+        reason=reason.value,
+        message=None,
+    )
+    effects.append(Publish(LogEvent.PODS_READY, w.key, detail))
+    effects.append(RunAdmission("pods ready"))
+    return Decision(ready, tuple(effects))
+
+
+def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
+    timeout = qs.effective_recovery_timeout
+    episode = w.recovery_episodes + 1
+    timer = Timer(TimerKind.RECOVERY, w.attempt, episode, now + timeout) if timeout > 0 else None
+    missing = [p.name for p in w.not_ready_pods()]
+    recovering = replace(
+        w,
+        phase=Phase.RECOVERING,
+        timer=timer,
+        recovery_episodes=episode,
+        reason=Reason.WAIT_FOR_RECOVERY.value,
+        message=f"{w.ready_pods}/{w.gang_size} pods ready",
+    )
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+        "notReady": missing[:20],
+        "deadline": timer.deadline if timer else None,
+    }
+    effects: list[Effect] = [Publish(LogEvent.WAIT_FOR_RECOVERY, w.key, detail)]
+    if timer is not None:
+        effects.insert(0, StartTimer(w.key, timer))
+    return Decision(recovering, tuple(effects))
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def _observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
+    on_node = [p for p in w.pods.values() if p.node == e.node and not p.retired]
+    if not on_node or w.phase not in ACTIVE_PHASES:
+        return Decision(w, outcome=Outcome.IGNORED)
+    if e.health in NODE_REPLACEMENT_HEALTH and qs.node_replacement_eviction:
+        return _evict_for_node(w, e, qs, now)
+    if not e.ready:
+        # The node's pods can no longer be Ready, whatever the kubelet last reported.
+        pods = dict(w.pods)
+        for p in on_node:
+            pods[p.name] = replace(p, ready=False, reason="NodeNotReady", message=f"node {e.node} is not Ready")
+        return _readiness(w, replace(w, pods=pods), qs, now)
+    return Decision(w, outcome=Outcome.IGNORED)
+
+
+def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
+    """The node is being replaced: evict now and requeue at once, without counting it.
+
+    The eviction is not the workload's fault, so it neither waits out a backoff nor
+    moves towards its requeuing limit.
+    """
+    detail = {
+        "attempt": w.attempt,
+        "reason": Reason.NODE_FAILURES.value,
+        "node": e.node,
+        "health": e.health,
+        "notReady": [p.name for p in w.not_ready_pods()][:20],
+    }
+    if qs.dry_run:
+        if w.dry_run_evicted:
+            return Decision(w, outcome=Outcome.IGNORED)
+        return Decision(
+            replace(w, dry_run_evicted=True),
+            (Publish(LogEvent.EVICTED, w.key, {**detail, "dryRun": True}),),
+        )
+    effects: list[Effect] = []
+    if w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    effects.append(Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods()))
+    evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
+    evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
+    effects.append(Publish(LogEvent.EVICTED, w.key, detail))
+    effects.append(
+        Publish(LogEvent.REQUEUED, w.key, {"count": w.requeue_count, "requeueAt": now, "delaySeconds": 0})
+    )
+    effects.append(RunAdmission("evicted"))
+    return Decision(evicted, tuple(effects))
+
+
+# --------------------------------------------------------------------------- deadlines
+
+
+def _deadline(w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float) -> Decision:
+    timer = w.timer
+    if timer is None or (timer.attempt, timer.kind, timer.episode) != (e.attempt, e.kind, e.episode):
+        return Decision(w, outcome=Outcome.STALE, note="timer no longer armed")
+    cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
+    not_ready = w.not_ready_pods()
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "reason": Reason.PODS_READY_TIMEOUT.value,
+        "cause": cause.value,
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+        "notReady": [_pod_detail(p) for p in not_ready[:20]],
+    }
+    limited = _limit_reached(w, qs, now)
+    count = w.requeue_count + 1
+    delay = backoff_delay(count, qs, draw)
+    if qs.dry_run:
+        detail.update({"dryRun": True, "wouldDeactivate": limited})
+        if not limited:
+            detail["wouldRequeueAfterSeconds"] = delay
+        return Decision(
+            replace(w, timer=None, dry_run_evicted=True),
+            (Publish(LogEvent.EVICTED, w.key, detail),),
+        )
+    effects: list[Effect] = [Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready)]
+    evicted = _withdrawn(w, now, qs, reason=Reason.PODS_READY_TIMEOUT, cause=cause)
+    effects.append(Publish(LogEvent.EVICTED, w.key, detail))
+    if limited:
+        deactivated = replace(
+            evicted,
+            phase=Phase.DEACTIVATED,
+            reason=Reason.REQUEUING_LIMIT_EXCEEDED.value,
+            requeue_count=0,
+            requeue_at=None,
+            first_evicted_at=None,
+        )
+        effects.append(
+            Publish(
+                LogEvent.DEACTIVATED,
+                w.key,
+                {"reason": Reason.REQUEUING_LIMIT_EXCEEDED.value, "count": w.requeue_count},
+            )
+        )
+        effects.append(RunAdmission("evicted"))
+        return Decision(deactivated, tuple(effects))
+    requeued = replace(
+        evicted,
+        phase=Phase.REQUEUED,
+        requeue_count=count,
+        requeue_at=now + delay,
+        first_evicted_at=w.first_evicted_at if w.first_evicted_at is not None else now,
+    )
+    effects.append(Requeue(w.key, count, delay, now + delay))
+    effects.append(
+        Publish(
+            LogEvent.REQUEUED,
+            w.key,
+            {"count": count, "requeueAt": now + delay, "delaySeconds": delay},
+        )
+    )
+    effects.append(RunAdmission("evicted"))
+    return Decision(requeued, tuple(effects))
+
+
+def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:
+    """Kueue's rule: deactivate when count + 1 > backoffLimitCount; or the time limit."""
+    if qs.backoff_limit_count is not None and w.requeue_count + 1 > qs.backoff_limit_count:
+        return True
+    return (
+        qs.backoff_limit_timeout is not None
+        and w.first_evicted_at is not None
+        and now - w.first_evicted_at >= qs.backoff_limit_timeout
+    )
+
+
+def _withdrawn(
+    w: Workload, now: float, qs: QueueSettings, *, reason: Reason, cause: Reason | None
+) -> Workload:
+    """The common part of every eviction: pods retired, timer gone, stats counted."""
+    label = f"{reason.value}/{cause.value}" if cause else reason.value
+    evictions = dict(w.evictions)
+    evictions[label] = evictions.get(label, 0) + 1
+    pods = {name: replace(p, retired=True, ready=False) for name, p in w.pods.items()}
+    queued_at = now if qs.timestamp.value == "Eviction" else w.created_at
+    return replace(
+        w,
+        timer=None,
+        pods=pods,
+        evictions=evictions,
+        queued_at=queued_at,
+        reason=reason.value,
+        message=cause.value if cause else None,
+    )
+
+
+def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
+    if w.phase is not Phase.REQUEUED or e.count != w.requeue_count:
+        return Decision(w, outcome=Outcome.STALE, note="not waiting for this requeue")
+    assert w.requeue_at is not None
+    if w.requeue_at > now:
+        # Early: SQS caps a delay at 15 minutes, so long backoffs arrive in legs.
+        remaining = w.requeue_at - now
+        return Decision(w, (Requeue(w.key, w.requeue_count, remaining, w.requeue_at),))
+    pending = replace(w, phase=Phase.PENDING, requeue_at=None, reason=Reason.BACKOFF_FINISHED.value)
+    return Decision(
+        pending,
+        (
+            Publish(LogEvent.BACKOFF_FINISHED, w.key, {"count": w.requeue_count}),
+            RunAdmission("backoff finished"),
+        ),
+    )
+
+
+def _pod_detail(p: Pod) -> dict[str, Any]:
+    return {"pod": p.name, "phase": p.phase, "node": p.node, "reason": p.reason, "message": p.message}

@@ -1,0 +1,366 @@
+"""The vocabulary of the decision core: workload states, events in, effects out.
+
+Names follow Kueue's `waitForPodsReady` (conditions, reasons, causes) so that an
+administrator who knows Kueue reads Muster's logs and history without a glossary.
+Everything here is immutable; the core returns new values instead of mutating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    """Where a workload is in its lifecycle; every workload is in exactly one."""
+
+    PENDING = "Pending"  # queued, admissible once its backoff (if any) has passed
+    ADMITTED = "Admitted"  # admitted, waiting for all pods Ready (WaitForStart)
+    RUNNING = "Running"  # PodsReady
+    RECOVERING = "Recovering"  # was PodsReady, lost a pod (WaitForRecovery)
+    REQUEUED = "Requeued"  # evicted, waiting out its backoff
+    DEACTIVATED = "Deactivated"  # requeuing limit exceeded; `muster reactivate` revives it
+    FINISHED = "Finished"  # succeeded, failed or deleted
+
+
+ACTIVE_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING, Phase.RECOVERING})
+"""Phases that hold quota on the cluster."""
+
+NOT_READY_PHASES = frozenset({Phase.ADMITTED, Phase.RECOVERING})
+"""Admitted but not PodsReady: these block admission under `blockAdmission`."""
+
+TERMINAL_PHASES = frozenset({Phase.FINISHED})
+
+
+class Kind(StrEnum):
+    """Workload kinds Muster can hold and release."""
+
+    JOB = "Job"
+    JOBSET = "JobSet"
+    PYTORCHJOB = "PyTorchJob"
+    POD_GROUP = "PodGroup"
+
+
+class Reason(StrEnum):
+    """Reasons and causes, with Kueue's spelling."""
+
+    PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    WAIT_FOR_START = "WaitForStart"
+    WAIT_FOR_RECOVERY = "WaitForRecovery"
+    NODE_FAILURES = "NodeFailures"
+    STARTED = "Started"
+    RECOVERED = "Recovered"
+    BACKOFF_FINISHED = "BackoffFinished"
+    REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+    REACTIVATED = "Reactivated"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    DELETED = "Deleted"
+
+
+class TimerKind(StrEnum):
+    STARTUP = "startup"  # from admission until all pods Ready
+    RECOVERY = "recovery"  # from losing a Ready pod until whole again
+
+
+class LogEvent(StrEnum):
+    """Event-log names: history entries, bus detail-types (`Workload <name>`), metrics."""
+
+    SUBMITTED = "Submitted"
+    ADMITTED = "Admitted"
+    PODS_READY = "PodsReady"
+    WAIT_FOR_RECOVERY = "WaitForRecovery"
+    EVICTED = "Evicted"
+    REQUEUED = "Requeued"
+    BACKOFF_FINISHED = "BackoffFinished"
+    DEACTIVATED = "Deactivated"
+    REACTIVATED = "Reactivated"
+    FINISHED = "Finished"
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """The last known status of one pod of a gang."""
+
+    name: str
+    seq: int
+    uid: str = ""
+    phase: str = "Pending"  # Kubernetes pod phase
+    ready: bool = False
+    node: str | None = None
+    reason: str | None = None  # why it is not ready (e.g. Unschedulable, ImagePullBackOff)
+    message: str | None = None
+    retired: bool = False  # belonged to an evicted attempt; ignored until replaced
+
+    @property
+    def counts_ready(self) -> bool:
+        """Kueue counts a pod as ready when it is Ready or has already Succeeded."""
+        return not self.retired and (self.ready or self.phase == "Succeeded")
+
+    @property
+    def live(self) -> bool:
+        return not self.retired and self.phase not in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """An armed deadline; (workload, attempt, kind, episode) names it uniquely."""
+
+    kind: TimerKind
+    attempt: int
+    episode: int
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One gang: what it asks for, where it is, and what has happened to it."""
+
+    key: str  # "namespace/name"; the simulator uses bare names
+    queue: str
+    gang_size: int  # pods that must be Ready together
+    gpus: int = 0  # GPUs the whole gang requests (for quotas)
+    priority: int = 0
+    kind: Kind = Kind.JOB
+    created_at: float = 0.0
+    timeout_override: float | None = None  # the workload's own timeout (annotation)
+    spec_seq: int = 0
+
+    phase: Phase = Phase.PENDING
+    attempt: int = 0  # admissions so far; the current attempt while admitted
+    requeue_count: int = 0
+    requeue_at: float | None = None
+    queued_at: float = 0.0  # the ordering timestamp under `Eviction`
+    admitted_at: float | None = None
+    ready_at: float | None = None
+    first_evicted_at: float | None = None  # start of the current failing cycle
+    timer: Timer | None = None
+    recovery_episodes: int = 0  # within the current attempt
+    reason: str | None = None
+    message: str | None = None
+    dry_run_evicted: bool = False  # a dry-run eviction was reported for this attempt
+    ever_ready: bool = False
+    evictions: Mapping[str, int] = field(default_factory=dict)  # "reason/cause" -> count
+    pods: Mapping[str, Pod] = field(default_factory=dict)
+
+    @property
+    def ready_pods(self) -> int:
+        return sum(1 for p in self.pods.values() if p.counts_ready)
+
+    @property
+    def whole(self) -> bool:
+        """All-or-nothing: the gang counts as PodsReady."""
+        return self.ready_pods >= self.gang_size
+
+    @property
+    def live_pods(self) -> int:
+        return sum(1 for p in self.pods.values() if p.live)
+
+    def not_ready_pods(self) -> tuple[Pod, ...]:
+        return tuple(
+            sorted(
+                (p for p in self.pods.values() if not p.retired and not p.counts_ready),
+                key=lambda p: p.name,
+            )
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """A compact, JSON-safe view for logs, the CLI and the status API."""
+        return {
+            "workload": self.key,
+            "queue": self.queue,
+            "phase": self.phase.value,
+            "attempt": self.attempt,
+            "requeueCount": self.requeue_count,
+            "requeueAt": self.requeue_at,
+            "readyPods": self.ready_pods,
+            "gangSize": self.gang_size,
+            "gpus": self.gpus,
+            "priority": self.priority,
+            "reason": self.reason,
+            "deadline": self.timer.deadline if self.timer else None,
+        }
+
+
+# --------------------------------------------------------------------------- events in
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadObserved:
+    """A workload was submitted or changed (an upsert; the first one submits)."""
+
+    workload: str
+    queue: str
+    gang_size: int
+    gpus: int = 0
+    priority: int = 0
+    kind: Kind = Kind.JOB
+    created_at: float = 0.0
+    timeout_override: float | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFinished:
+    """The workload completed (succeeded or failed) or was deleted."""
+
+    workload: str
+    reason: Reason = Reason.SUCCEEDED  # SUCCEEDED, FAILED or DELETED
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodObserved:
+    workload: str
+    pod: str
+    seq: int
+    uid: str = ""
+    phase: str = "Pending"
+    ready: bool = False
+    node: str | None = None
+    deleted: bool = False
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObserved:
+    """A node's condition, fed to each workload with pods on it."""
+
+    node: str
+    ready: bool = True
+    health: str | None = None  # HyperPod `sagemaker.amazonaws.com/node-health-status`
+    workload: str = ""  # filled in by the shell when routing to a workload
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineReached:
+    workload: str
+    attempt: int
+    kind: TimerKind
+    episode: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueDue:
+    """The backoff of requeue `count` has (probably) elapsed."""
+
+    workload: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionGranted:
+    """The admission pass chose this workload for attempt `attempt`."""
+
+    workload: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reactivate:
+    workload: str
+
+
+Event = (
+    WorkloadObserved
+    | WorkloadFinished
+    | PodObserved
+    | NodeObserved
+    | DeadlineReached
+    | RequeueDue
+    | AdmissionGranted
+    | Reactivate
+)
+
+
+# --------------------------------------------------------------------------- effects out
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Release the workload on the cluster (unsuspend, or remove the scheduling gate)."""
+
+    workload: str
+    attempt: int
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Withdraw the whole workload (suspend, or delete a pod group's pods)."""
+
+    workload: str
+    attempt: int
+    kind: Kind
+    reason: Reason
+    cause: Reason | None
+    not_ready: tuple[Pod, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    workload: str
+    timer: Timer
+
+
+@dataclass(frozen=True, slots=True)
+class StopTimer:
+    workload: str
+    timer: Timer
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Deliver `RequeueDue(workload, count)` after `delay` seconds (at `requeue_at`)."""
+
+    workload: str
+    count: int
+    delay: float
+    requeue_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """An event-log entry: history, bus event and metric."""
+
+    event: LogEvent
+    workload: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAdmission:
+    """Something changed that may let a queued workload in: run an admission pass."""
+
+    reason: str
+
+
+Effect = Admit | Evict | StartTimer | StopTimer | Requeue | Publish | RunAdmission
+
+
+class Outcome(StrEnum):
+    """What became of an event; everything but APPLIED is counted and logged."""
+
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"  # seen already (at-least-once delivery)
+    STALE = "stale"  # older than what is known, or for an earlier attempt
+    UNKNOWN_WORKLOAD = "unknown-workload"
+    IGNORED = "ignored"  # valid but irrelevant in the current phase
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    workload: Workload | None
+    effects: tuple[Effect, ...] = ()
+    outcome: Outcome = Outcome.APPLIED
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.outcome is Outcome.APPLIED

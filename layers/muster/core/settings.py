@@ -1,0 +1,311 @@
+"""Settings: Kueue's `waitForPodsReady` names and defaults, plus Muster's additions.
+
+A settings document is a mapping (from YAML, JSON, cdk.json context or the
+settings record in DynamoDB). Global values apply to every queue; `queues.<name>`
+overrides them for one queue. Parsing is strict: an unknown key, a malformed
+duration or a negative limit is a `SettingsError` naming the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from muster.core.durations import DurationError, format_duration, parse_duration
+
+
+class SettingsError(ValueError):
+    """A settings document that cannot be used; the message names the field."""
+
+
+class Timestamp(StrEnum):
+    """Which time orders a requeued workload in its queue."""
+
+    EVICTION = "Eviction"
+    CREATION = "Creation"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Everything that may differ per queue, fully resolved (no unset inheritance)."""
+
+    timeout: float = 300.0
+    recovery_timeout: float | None = None  # None: same as timeout; 0: recovery eviction off
+    timestamp: Timestamp = Timestamp.EVICTION
+    backoff_limit_count: int | None = None
+    backoff_limit_timeout: float | None = None
+    backoff_base_seconds: float = 60.0
+    backoff_max_seconds: float = 3600.0
+    backoff_jitter: float = 0.0
+    max_timeout: float | None = None  # cap of a workload's own timeout; None: timeout itself
+    gpu_quota: int | None = None
+    dry_run: bool = False
+    node_replacement_eviction: bool = True
+
+    @property
+    def effective_recovery_timeout(self) -> float:
+        return self.timeout if self.recovery_timeout is None else self.recovery_timeout
+
+    def startup_timeout(self, requested: float | None) -> float:
+        """A workload's own timeout, capped by the administrator's maximum."""
+        if requested is None:
+            return self.timeout
+        cap = self.timeout if self.max_timeout is None else self.max_timeout
+        return min(requested, cap)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Cluster-wide settings with per-queue overrides."""
+
+    defaults: QueueSettings = field(default_factory=QueueSettings)
+    block_admission: bool = False
+    gpu_quota: int | None = None  # the whole cluster's
+    queues: Mapping[str, QueueSettings] = field(default_factory=dict)
+    raw_queues: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def for_queue(self, queue: str) -> QueueSettings:
+        return self.queues.get(queue, self.defaults)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings document (only what differs from the defaults is omitted nowhere)."""
+        doc: dict[str, Any] = {"blockAdmission": self.block_admission}
+        if self.gpu_quota is not None:
+            doc["gpuQuota"] = self.gpu_quota
+        doc.update(_queue_doc(self.defaults))
+        if self.raw_queues:
+            doc["queues"] = {name: dict(raw) for name, raw in self.raw_queues.items()}
+        return doc
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+DEFAULT_SETTINGS = Settings()
+
+_STRATEGY_KEYS = {
+    "timestamp",
+    "backoffLimitCount",
+    "backoffLimitTimeout",
+    "backoffBaseSeconds",
+    "backoffMaxSeconds",
+    "backoffJitter",
+}
+_QUEUE_KEYS = {
+    "timeout",
+    "recoveryTimeout",
+    "requeuingStrategy",
+    "maxTimeout",
+    "gpuQuota",
+    "dryRun",
+    "nodeReplacementEviction",
+}
+_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "queues"}
+
+
+def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
+    """Settings from a mapping; raises `SettingsError` naming the offending field."""
+    if doc is None:
+        return DEFAULT_SETTINGS
+    if not isinstance(doc, Mapping):
+        raise SettingsError(f"settings must be a mapping, got {type(doc).__name__}")
+    _check_keys(doc, _GLOBAL_KEYS, "")
+    defaults = _parse_queue(doc, QueueSettings(), "")
+    block = _bool(doc, "blockAdmission", False, "")
+    queues: dict[str, QueueSettings] = {}
+    raw_queues: dict[str, Mapping[str, Any]] = {}
+    raw = doc.get("queues") or {}
+    if not isinstance(raw, Mapping):
+        raise SettingsError("queues: must be a mapping of queue name to settings")
+    for name, overrides in raw.items():
+        path = f"queues.{name}."
+        if not isinstance(name, str) or not name:
+            raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
+        if not isinstance(overrides, Mapping):
+            raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
+        if "blockAdmission" in overrides:
+            raise SettingsError(
+                f"{path}blockAdmission: blockAdmission is cluster-wide and cannot be set per queue"
+            )
+        _check_keys(overrides, _QUEUE_KEYS, path)
+        queues[name] = _parse_queue(overrides, defaults, path)
+        raw_queues[name] = dict(overrides)
+    return Settings(
+        defaults=defaults,
+        block_admission=block,
+        gpu_quota=_optional_int(doc, "gpuQuota", "", minimum=0),
+        queues=queues,
+        raw_queues=raw_queues,
+    )
+
+
+def load_settings_text(text: str, source: str = "settings") -> Settings:
+    """Settings from YAML or JSON text (JSON is YAML); errors name the source."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{source}: not valid YAML or JSON: {exc}") from exc
+    try:
+        return parse_settings(doc or {})
+    except SettingsError as exc:
+        raise SettingsError(f"{source}: {exc}") from exc
+
+
+def merge_settings(base: Settings, changes: Mapping[str, Any]) -> Settings:
+    """Apply a partial settings document on top of `base` (for `muster settings set`)."""
+    doc = base.to_dict()
+    _deep_merge(doc, changes)
+    return parse_settings(doc)
+
+
+def _deep_merge(target: dict[str, Any], changes: Mapping[str, Any]) -> None:
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _deep_merge(target[key], value)
+        elif value is None:
+            target.pop(key, None)
+        else:
+            target[key] = value if not isinstance(value, Mapping) else dict(value)
+
+
+def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> QueueSettings:
+    strategy = doc.get("requeuingStrategy", {}) or {}
+    if not isinstance(strategy, Mapping):
+        raise SettingsError(f"{path}requeuingStrategy: must be a mapping")
+    spath = f"{path}requeuingStrategy."
+    _check_keys(strategy, _STRATEGY_KEYS, spath)
+    timeout = _duration(doc, "timeout", base.timeout, path)
+    if timeout <= 0:
+        raise SettingsError(f"{path}timeout: must be greater than 0s")
+    recovery = base.recovery_timeout
+    if "recoveryTimeout" in doc:
+        recovery = None if doc["recoveryTimeout"] is None else _duration(doc, "recoveryTimeout", 0, path)
+    max_timeout = base.max_timeout
+    if "maxTimeout" in doc:
+        max_timeout = None if doc["maxTimeout"] is None else _duration(doc, "maxTimeout", 0, path)
+    stamp = strategy.get("timestamp", base.timestamp.value)
+    try:
+        timestamp = Timestamp(stamp)
+    except ValueError:
+        raise SettingsError(
+            f"{spath}timestamp: must be 'Eviction' or 'Creation', got {stamp!r}"
+        ) from None
+    limit_timeout = base.backoff_limit_timeout
+    if "backoffLimitTimeout" in strategy:
+        raw = strategy["backoffLimitTimeout"]
+        limit_timeout = None if raw is None else _duration(strategy, "backoffLimitTimeout", 0, spath)
+        if limit_timeout is not None and limit_timeout <= 0:
+            raise SettingsError(f"{spath}backoffLimitTimeout: must be greater than 0s")
+    limit_count = base.backoff_limit_count
+    if "backoffLimitCount" in strategy:
+        limit_count = _optional_int(strategy, "backoffLimitCount", spath, minimum=0)
+    base_seconds = _number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
+    max_seconds = _number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
+    if max_seconds < base_seconds:
+        raise SettingsError(
+            f"{spath}backoffMaxSeconds: {max_seconds:g} is below backoffBaseSeconds {base_seconds:g}"
+        )
+    jitter = _number(strategy, "backoffJitter", base.backoff_jitter, spath)
+    if jitter > 1:
+        raise SettingsError(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
+    gpu_quota = base.gpu_quota
+    if "gpuQuota" in doc and path:
+        gpu_quota = _optional_int(doc, "gpuQuota", path, minimum=0)
+    return QueueSettings(
+        timeout=timeout,
+        recovery_timeout=recovery,
+        timestamp=timestamp,
+        backoff_limit_count=limit_count,
+        backoff_limit_timeout=limit_timeout,
+        backoff_base_seconds=base_seconds,
+        backoff_max_seconds=max_seconds,
+        backoff_jitter=jitter,
+        max_timeout=max_timeout,
+        gpu_quota=gpu_quota if path else None,
+        dry_run=_bool(doc, "dryRun", base.dry_run, path),
+        node_replacement_eviction=_bool(
+            doc, "nodeReplacementEviction", base.node_replacement_eviction, path
+        ),
+    )
+
+
+def _check_keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    for key in doc:
+        if key not in allowed:
+            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+            known = ", ".join(sorted(allowed))
+            raise SettingsError(f"{path}{key}: unknown setting{suggestion} (known: {known})")
+
+
+def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
+    if key not in doc:
+        return default
+    try:
+        return parse_duration(doc[key])
+    except DurationError as exc:
+        raise SettingsError(f"{path}{key}: {exc}") from None
+
+
+def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
+    if key not in doc:
+        return default
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SettingsError(f"{path}{key}: expected a number, got {value!r}")
+    if value < 0:
+        raise SettingsError(f"{path}{key}: must not be negative, got {value!r}")
+    return float(value)
+
+
+def _optional_int(doc: Mapping[str, Any], key: str, path: str, minimum: int) -> int | None:
+    value = doc.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingsError(f"{path}{key}: expected a whole number, got {value!r}")
+    if value < minimum:
+        raise SettingsError(f"{path}{key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
+    value = doc.get(key, default)
+    if not isinstance(value, bool):
+        raise SettingsError(f"{path}{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _queue_doc(q: QueueSettings) -> dict[str, Any]:
+    strategy: dict[str, Any] = {
+        "timestamp": q.timestamp.value,
+        "backoffBaseSeconds": q.backoff_base_seconds,
+        "backoffMaxSeconds": q.backoff_max_seconds,
+        "backoffJitter": q.backoff_jitter,
+    }
+    if q.backoff_limit_count is not None:
+        strategy["backoffLimitCount"] = q.backoff_limit_count
+    if q.backoff_limit_timeout is not None:
+        strategy["backoffLimitTimeout"] = format_duration(q.backoff_limit_timeout)
+    doc: dict[str, Any] = {
+        "timeout": format_duration(q.timeout),
+        "requeuingStrategy": strategy,
+        "dryRun": q.dry_run,
+        "nodeReplacementEviction": q.node_replacement_eviction,
+    }
+    if q.recovery_timeout is not None:
+        doc["recoveryTimeout"] = format_duration(q.recovery_timeout)
+    if q.max_timeout is not None:
+        doc["maxTimeout"] = format_duration(q.max_timeout)
+    return doc
+
+
+def with_defaults(settings: Settings, **changes: Any) -> Settings:
+    """A copy with some default queue settings changed (tests and the simulator)."""
+    return replace(settings, defaults=replace(settings.defaults, **changes))

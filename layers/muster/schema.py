@@ -1,0 +1,272 @@
+"""The agent's events on the bus: building them (agent) and validating them (ingest).
+
+One module for both sides so that the producer and the consumer cannot drift apart.
+`docs/events.md` documents the same schema for people; a test checks that the two
+agree. A malformed event raises `InvalidEvent`, whose message names the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.core.durations import DurationError, parse_duration
+from muster.core.model import (
+    Event,
+    Kind,
+    NodeObserved,
+    PodObserved,
+    Reason,
+    WorkloadFinished,
+    WorkloadObserved,
+)
+
+SCHEMA_VERSION = 1
+AGENT_SOURCE = "muster.agent"
+CONTROLPLANE_SOURCE = "muster.controlplane"
+
+WORKLOAD_OBSERVED = "Workload Observed"
+POD_OBSERVED = "Pod Observed"
+NODE_OBSERVED = "Node Observed"
+AGENT_DETAIL_TYPES = (WORKLOAD_OBSERVED, POD_OBSERVED, NODE_OBSERVED)
+
+WORKLOAD_STATUSES = ("Active", "Succeeded", "Failed", "Deleted")
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+# Kubernetes labels and annotations that make a workload Muster's.
+QUEUE_LABEL = "muster.io/queue"
+MIN_AVAILABLE_ANNOTATION = "muster.io/min-available"
+TIMEOUT_ANNOTATION = "muster.io/timeout"
+PRIORITY_ANNOTATION = "muster.io/priority"
+SCHEDULING_GATE = "muster.io/admission"
+
+
+class InvalidEvent(ValueError):
+    """An event that does not follow the schema; retrying it cannot help."""
+
+
+# --------------------------------------------------------------------------- building
+
+
+def workload_detail(
+    *,
+    cluster: str,
+    workload: str,
+    kind: Kind | str,
+    queue: str,
+    gang_size: int,
+    seq: int,
+    gpus: int = 0,
+    priority: int = 0,
+    created_at: datetime | None = None,
+    timeout: str | None = None,
+    status: str = "Active",
+    observed_at: datetime | None = None,
+) -> dict[str, Any]:
+    detail: dict[str, Any] = {
+        "schemaVersion": SCHEMA_VERSION,
+        "cluster": cluster,
+        "observedAt": _iso(observed_at),
+        "seq": seq,
+        "workload": workload,
+        "kind": str(Kind(kind)),
+        "queue": queue,
+        "gangSize": gang_size,
+        "gpus": gpus,
+        "priority": priority,
+        "createdAt": _iso(created_at),
+        "status": status,
+    }
+    if timeout is not None:
+        detail["timeout"] = timeout
+    return detail
+
+
+def pod_detail(
+    *,
+    cluster: str,
+    workload: str,
+    pod: str,
+    seq: int,
+    uid: str = "",
+    phase: str = "Pending",
+    ready: bool = False,
+    node: str | None = None,
+    deleted: bool = False,
+    reason: str | None = None,
+    message: str | None = None,
+    observed_at: datetime | None = None,
+) -> dict[str, Any]:
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "cluster": cluster,
+        "observedAt": _iso(observed_at),
+        "seq": seq,
+        "workload": workload,
+        "pod": pod,
+        "uid": uid,
+        "phase": phase,
+        "ready": ready,
+        "node": node,
+        "deleted": deleted,
+        "reason": reason,
+        "message": message[:512] if message else message,
+    }
+
+
+def node_detail(
+    *,
+    cluster: str,
+    node: str,
+    seq: int,
+    ready: bool = True,
+    health: str | None = None,
+    observed_at: datetime | None = None,
+) -> dict[str, Any]:
+    return {
+        "schemaVersion": SCHEMA_VERSION,
+        "cluster": cluster,
+        "observedAt": _iso(observed_at),
+        "seq": seq,
+        "node": node,
+        "ready": ready,
+        "health": health,
+    }
+
+
+def _iso(when: datetime | None) -> str:
+    return (when or datetime.now(UTC)).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------- validating
+
+
+def parse_agent_event(envelope: Mapping[str, Any]) -> tuple[str, Event]:
+    """(cluster, core event) from an EventBridge event of the agent's."""
+    if not isinstance(envelope, Mapping):
+        raise InvalidEvent(f"event must be a JSON object, got {type(envelope).__name__}")
+    source = envelope.get("source")
+    if source != AGENT_SOURCE:
+        raise InvalidEvent(f"source: expected {AGENT_SOURCE!r}, got {source!r}")
+    detail_type = envelope.get("detail-type")
+    detail = envelope.get("detail")
+    if not isinstance(detail, Mapping):
+        raise InvalidEvent("detail: must be a JSON object")
+    return parse_agent_detail(detail_type, detail)
+
+
+def parse_agent_detail(detail_type: object, detail: Mapping[str, Any]) -> tuple[str, Event]:
+    version = detail.get("schemaVersion")
+    if version != SCHEMA_VERSION:
+        raise InvalidEvent(f"schemaVersion: expected {SCHEMA_VERSION}, got {version!r}")
+    cluster = _str(detail, "cluster")
+    seq = _int(detail, "seq", minimum=0)
+    if detail_type == WORKLOAD_OBSERVED:
+        return cluster, _workload_event(detail, seq)
+    if detail_type == POD_OBSERVED:
+        phase = _str(detail, "phase")
+        if phase not in POD_PHASES:
+            raise InvalidEvent(f"phase: expected one of {', '.join(POD_PHASES)}, got {phase!r}")
+        return cluster, PodObserved(
+            workload=_workload_key(detail),
+            pod=_str(detail, "pod"),
+            seq=seq,
+            uid=_str(detail, "uid", required=False) or "",
+            phase=phase,
+            ready=_bool(detail, "ready"),
+            node=_str(detail, "node", required=False),
+            deleted=_bool(detail, "deleted", default=False),
+            reason=_str(detail, "reason", required=False),
+            message=_str(detail, "message", required=False),
+        )
+    if detail_type == NODE_OBSERVED:
+        return cluster, NodeObserved(
+            node=_str(detail, "node"),
+            ready=_bool(detail, "ready"),
+            health=_str(detail, "health", required=False),
+        )
+    raise InvalidEvent(
+        f"detail-type: expected one of {', '.join(AGENT_DETAIL_TYPES)}, got {detail_type!r}"
+    )
+
+
+def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
+    key = _workload_key(detail)
+    status = _str(detail, "status")
+    if status not in WORKLOAD_STATUSES:
+        raise InvalidEvent(f"status: expected one of {', '.join(WORKLOAD_STATUSES)}, got {status!r}")
+    if status != "Active":
+        return WorkloadFinished(key, Reason(status if status != "Deleted" else "Deleted"), seq)
+    kind_text = _str(detail, "kind")
+    try:
+        kind = Kind(kind_text)
+    except ValueError:
+        kinds = ", ".join(k.value for k in Kind)
+        raise InvalidEvent(f"kind: expected one of {kinds}, got {kind_text!r}") from None
+    timeout = detail.get("timeout")
+    override = None
+    if timeout is not None:
+        try:
+            override = parse_duration(timeout)
+        except DurationError as exc:
+            raise InvalidEvent(f"timeout: {exc}") from None
+    return WorkloadObserved(
+        workload=key,
+        queue=_str(detail, "queue"),
+        gang_size=_int(detail, "gangSize", minimum=1),
+        gpus=_int(detail, "gpus", minimum=0, default=0),
+        priority=_int(detail, "priority", minimum=None, default=0),
+        kind=kind,
+        created_at=parse_time(_str(detail, "createdAt"), "createdAt"),
+        timeout_override=override,
+        seq=seq,
+    )
+
+
+def parse_time(text: str, field: str = "time") -> float:
+    """Epoch seconds from an RFC 3339 timestamp."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidEvent(f"{field}: not an RFC 3339 timestamp: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _workload_key(detail: Mapping[str, Any]) -> str:
+    key = _str(detail, "workload")
+    namespace, _, name = key.partition("/")
+    if not namespace or not name or "/" in name:
+        raise InvalidEvent(f"workload: expected 'namespace/name', got {key!r}")
+    return key
+
+
+def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
+    value = detail.get(key)
+    if value is None:
+        if required:
+            raise InvalidEvent(f"{key}: required")
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise InvalidEvent(f"{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _int(detail: Mapping[str, Any], key: str, *, minimum: int | None, default: int | None = None) -> int:
+    value = detail.get(key, default)
+    if value is None:
+        raise InvalidEvent(f"{key}: required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidEvent(f"{key}: expected a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InvalidEvent(f"{key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(detail: Mapping[str, Any], key: str, *, default: bool | None = None) -> bool:
+    value = detail.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidEvent(f"{key}: expected true or false, got {value!r}")
+    return value
