@@ -1,10 +1,15 @@
-"""The `muster` command line."""
+"""The `muster` command line: one subcommand module per concern."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+
+# Each module has `register(subparsers)`, which adds its subcommands and sets
+# `handler` (a function of the parsed arguments returning an exit code).
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,7 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="muster",
         description="Gang scheduling for distributed training on Amazon EKS.",
     )
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
     return parser
 
 
@@ -22,8 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = args.handler
-    return int(handler(args) or 0)
+    return int(args.handler(args) or 0)
 
 
 if __name__ == "__main__":

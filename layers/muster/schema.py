@@ -195,9 +195,11 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
     key = _workload_key(detail)
     status = _str(detail, "status")
     if status not in WORKLOAD_STATUSES:
-        raise InvalidEvent(f"status: expected one of {', '.join(WORKLOAD_STATUSES)}, got {status!r}")
+        raise InvalidEvent(
+            f"status: expected one of {', '.join(WORKLOAD_STATUSES)}, got {status!r}"
+        )
     if status != "Active":
-        return WorkloadFinished(key, Reason(status if status != "Deleted" else "Deleted"), seq)
+        return WorkloadFinished(key, Reason(status), seq)
     kind_text = _str(detail, "kind")
     try:
         kind = Kind(kind_text)
@@ -254,7 +256,9 @@ def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
     return value
 
 
-def _int(detail: Mapping[str, Any], key: str, *, minimum: int | None, default: int | None = None) -> int:
+def _int(
+    detail: Mapping[str, Any], key: str, *, minimum: int | None, default: int | None = None
+) -> int:
     value = detail.get(key, default)
     if value is None:
         raise InvalidEvent(f"{key}: required")

@@ -66,7 +66,11 @@ class Cluster:
             for key in sorted(self._active):
                 w = self.workloads[key]
                 if any(p.node == event.node and not p.retired for p in w.pods.values()):
-                    result.extend(self._apply_one(NodeObserved(event.node, event.ready, event.health, key), now))
+                    result.extend(
+                        self._apply_one(
+                            NodeObserved(event.node, event.ready, event.health, key), now
+                        )
+                    )
             return result
         return self._apply_one(event, now)
 

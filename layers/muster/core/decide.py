@@ -40,13 +40,15 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
-from muster.core.settings import QueueSettings, Settings
+from muster.core.settings import QueueSettings, Settings, Timestamp
 
 # HyperPod health-monitoring marks a node with these when it must be replaced or
 # rebooted; its pods will not come back, so waiting out the recovery timeout only
 # wastes the rest of the gang's GPUs.
 NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
-NODE_REPLACEMENT_HEALTH = frozenset({"UnschedulablePendingReplacement", "UnschedulablePendingReboot"})
+NODE_REPLACEMENT_HEALTH = frozenset(
+    {"UnschedulablePendingReplacement", "UnschedulablePendingReboot"}
+)
 
 
 def backoff_delay(count: int, qs: QueueSettings, draw: float = 0.0) -> float:
@@ -70,12 +72,16 @@ def decide(
     """Apply `event` to `workload` (None if unknown) at time `now`."""
     if workload is not None and workload.key != event.workload:
         return Decision(
-            workload, outcome=Outcome.IGNORED, note=f"event for {event.workload!r} sent to {workload.key!r}"
+            workload,
+            outcome=Outcome.IGNORED,
+            note=f"event for {event.workload!r} sent to {workload.key!r}",
         )
     if isinstance(event, WorkloadObserved):
         return _observe_workload(workload, event, settings)
     if workload is None:
-        return Decision(None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}")
+        return Decision(
+            None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}"
+        )
     qs = settings.for_queue(workload.queue)
     match event:
         case PodObserved():
@@ -165,7 +171,10 @@ def _reactivate(w: Workload, now: float) -> Decision:
     )
     return Decision(
         revived,
-        (Publish(LogEvent.REACTIVATED, w.key, {"reason": "Reactivated"}), RunAdmission("reactivated")),
+        (
+            Publish(LogEvent.REACTIVATED, w.key, {"reason": "Reactivated"}),
+            RunAdmission("reactivated"),
+        ),
     )
 
 
@@ -330,7 +339,9 @@ def _observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -
         # The node's pods can no longer be Ready, whatever the kubelet last reported.
         pods = dict(w.pods)
         for p in on_node:
-            pods[p.name] = replace(p, ready=False, reason="NodeNotReady", message=f"node {e.node} is not Ready")
+            pods[p.name] = replace(
+                p, ready=False, reason="NodeNotReady", message=f"node {e.node} is not Ready"
+            )
         return _readiness(w, replace(w, pods=pods), qs, now)
     return Decision(w, outcome=Outcome.IGNORED)
 
@@ -363,7 +374,11 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     effects.append(
-        Publish(LogEvent.REQUEUED, w.key, {"count": w.requeue_count, "requeueAt": now, "delaySeconds": 0})
+        Publish(
+            LogEvent.REQUEUED,
+            w.key,
+            {"count": w.requeue_count, "requeueAt": now, "delaySeconds": 0},
+        )
     )
     effects.append(RunAdmission("evicted"))
     return Decision(evicted, tuple(effects))
@@ -372,9 +387,15 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
 # --------------------------------------------------------------------------- deadlines
 
 
-def _deadline(w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float) -> Decision:
+def _deadline(
+    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+) -> Decision:
     timer = w.timer
-    if timer is None or (timer.attempt, timer.kind, timer.episode) != (e.attempt, e.kind, e.episode):
+    if timer is None or (timer.attempt, timer.kind, timer.episode) != (
+        e.attempt,
+        e.kind,
+        e.episode,
+    ):
         return Decision(w, outcome=Outcome.STALE, note="timer no longer armed")
     cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
     not_ready = w.not_ready_pods()
@@ -397,7 +418,9 @@ def _deadline(w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, dr
             replace(w, timer=None, dry_run_evicted=True),
             (Publish(LogEvent.EVICTED, w.key, detail),),
         )
-    effects: list[Effect] = [Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready)]
+    effects: list[Effect] = [
+        Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready)
+    ]
     evicted = _withdrawn(w, now, qs, reason=Reason.PODS_READY_TIMEOUT, cause=cause)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     if limited:
@@ -456,7 +479,7 @@ def _withdrawn(
     evictions = dict(w.evictions)
     evictions[label] = evictions.get(label, 0) + 1
     pods = {name: replace(p, retired=True, ready=False) for name, p in w.pods.items()}
-    queued_at = now if qs.timestamp.value == "Eviction" else w.created_at
+    queued_at = now if qs.timestamp is Timestamp.EVICTION else w.created_at
     return replace(
         w,
         timer=None,
@@ -487,4 +510,10 @@ def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
 
 
 def _pod_detail(p: Pod) -> dict[str, Any]:
-    return {"pod": p.name, "phase": p.phase, "node": p.node, "reason": p.reason, "message": p.message}
+    return {
+        "pod": p.name,
+        "phase": p.phase,
+        "node": p.node,
+        "reason": p.reason,
+        "message": p.message,
+    }

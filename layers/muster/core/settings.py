@@ -185,7 +185,9 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         raise SettingsError(f"{path}timeout: must be greater than 0s")
     recovery = base.recovery_timeout
     if "recoveryTimeout" in doc:
-        recovery = None if doc["recoveryTimeout"] is None else _duration(doc, "recoveryTimeout", 0, path)
+        recovery = (
+            None if doc["recoveryTimeout"] is None else _duration(doc, "recoveryTimeout", 0, path)
+        )
     max_timeout = base.max_timeout
     if "maxTimeout" in doc:
         max_timeout = None if doc["maxTimeout"] is None else _duration(doc, "maxTimeout", 0, path)
@@ -199,7 +201,9 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     limit_timeout = base.backoff_limit_timeout
     if "backoffLimitTimeout" in strategy:
         raw = strategy["backoffLimitTimeout"]
-        limit_timeout = None if raw is None else _duration(strategy, "backoffLimitTimeout", 0, spath)
+        limit_timeout = (
+            None if raw is None else _duration(strategy, "backoffLimitTimeout", 0, spath)
+        )
         if limit_timeout is not None and limit_timeout <= 0:
             raise SettingsError(f"{spath}backoffLimitTimeout: must be greater than 0s")
     limit_count = base.backoff_limit_count
