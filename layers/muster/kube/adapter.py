@@ -1,0 +1,341 @@
+"""`ClusterActions` for Kubernetes: admit, evict and record on an EKS cluster.
+
+Jobs, JobSets and PyTorchJobs are held and withdrawn by their `suspend` flag (their
+controllers create and remove the pods); a plain pod group is held by Muster's
+scheduling gate on each pod and withdrawn by deleting its pods.
+
+Error handling, so that nothing is left half-done without the core knowing:
+- 404 on the workload: `WorkloadGone` (the core marks it Finished).
+- 409 conflict: read the object again and retry the change on the fresh copy.
+- 429, 5xx, timeouts, connection errors: bounded backoff, then `ClusterUnavailable`,
+  which the caller leaves to its queue's retry (every action is idempotent).
+- Other 4xx (403 Forbidden, 422 Invalid): `ClusterActionError`, which retrying
+  cannot mend (fix RBAC or the workload).
+
+Admit and evict write a fencing mark (`muster.io/admitted-attempt`,
+`muster.io/evicted-attempt`) in the same patch as the suspend flag, so a late,
+redelivered admit cannot release a workload that a newer eviction withdrew, and a
+late eviction cannot withdraw a newer attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import urllib3
+
+from muster.core.model import Admit, Evict, Kind
+from muster.kube.conventions import (
+    ADMITTED_ATTEMPT_ANNOTATION,
+    ANNOTATION_PREFIX,
+    EVICTED_ATTEMPT_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_RESOURCE,
+    RESOURCES,
+    SCHEDULING_GATE,
+    split_key,
+)
+from muster.kube.http import ApiException, KubeApi
+from muster.ports import WorkloadGone
+
+log = logging.getLogger("muster.kube")
+
+T = TypeVar("T")
+
+TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+
+
+class ClusterActionError(Exception):
+    """The API server refused the change for a reason a retry cannot mend."""
+
+
+class ClusterUnavailable(Exception):
+    """The API server did not answer usefully after bounded retries; retry later."""
+
+
+class _Conflict(Exception):
+    pass
+
+
+class KubernetesCluster:
+    """`muster.ports.ClusterActions` over the Kubernetes API."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        attempts: int = 4,
+        base_delay: float = 0.2,
+        max_delay: float = 2.0,
+        conflict_attempts: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.api = api
+        self.attempts = attempts
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.conflict_attempts = conflict_attempts
+        self.sleep = sleep
+
+    # ------------------------------------------------------------------ the port
+
+    def admit(self, effect: Admit) -> None:
+        if effect.kind is Kind.POD_GROUP:
+            self._ungate_pod_group(effect.workload, effect.attempt)
+        else:
+            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=False)
+
+    def evict(self, effect: Evict) -> None:
+        if effect.kind is Kind.POD_GROUP:
+            self._delete_pod_group(effect.workload, effect.attempt)
+        else:
+            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=True)
+
+    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
+        """Write `view` as `muster.io/<key>` annotations; an empty value removes one."""
+        annotations: dict[str, str | None] = {
+            (key if "/" in key else ANNOTATION_PREFIX + key): (value or None)
+            for key, value in view.items()
+        }
+        body = {"metadata": {"annotations": annotations}}
+        namespace, name = split_key(workload)
+        if kind is Kind.POD_GROUP:
+            for pod in self._pod_group(workload):
+                path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
+                self._ignore_gone(lambda p=path: self._call(workload, lambda: self.api.merge_patch(p, body)))
+            return
+        path = RESOURCES[kind].item(namespace, name)
+        self._call(workload, lambda: self.api.merge_patch(path, body))
+
+    # ------------------------------------------------------------------ suspend kinds
+
+    def _set_suspended(self, workload: str, kind: Kind, attempt: int, *, suspend: bool) -> None:
+        resource = RESOURCES[kind]
+        namespace, name = split_key(workload)
+        path = resource.item(namespace, name)
+        mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
+        for _ in range(self.conflict_attempts):
+            obj = self._call(workload, lambda: self.api.get(path))
+            annotations = obj.get("metadata", {}).get("annotations") or {}
+            if _fenced(annotations, attempt, suspend=suspend):
+                log.warning(
+                    "skipping stale %s of %s attempt %d (admitted %s, evicted %s)",
+                    "eviction" if suspend else "admission",
+                    workload,
+                    attempt,
+                    annotations.get(ADMITTED_ATTEMPT_ANNOTATION),
+                    annotations.get(EVICTED_ATTEMPT_ANNOTATION),
+                )
+                return
+            current = _dig(obj.get("spec") or {}, resource.suspend_path)
+            if bool(current) is suspend and annotations.get(mark) == str(attempt):
+                return  # already done (a redelivered effect)
+            metadata: dict[str, Any] = {"annotations": {mark: str(attempt)}}
+            version = obj.get("metadata", {}).get("resourceVersion")
+            if version:
+                metadata["resourceVersion"] = version  # optimistic concurrency: 409 if changed
+            body = {"metadata": metadata, "spec": _nest(resource.suspend_path, suspend)}
+            try:
+                self._call(workload, lambda: self.api.merge_patch(path, body), conflict=True)
+                log.info("%s %s attempt %d", "suspended" if suspend else "released", workload, attempt)
+                return
+            except _Conflict:
+                log.info("conflict on %s; retrying on a fresh read", workload)
+        raise ClusterUnavailable(f"{workload}: still conflicting after {self.conflict_attempts} reads")
+
+    # ------------------------------------------------------------------ pod groups
+
+    def _pod_group(self, workload: str) -> list[dict[str, Any]]:
+        namespace, name = split_key(workload)
+        listing = self._call(
+            workload,
+            lambda: self.api.list(
+                POD_RESOURCE.collection(namespace), label_selector=f"{POD_GROUP_LABEL}={name}"
+            ),
+        )
+        pods = [
+            p
+            for p in listing.get("items") or []
+            # A defence for API servers (and test doubles) that ignore the selector.
+            if (p.get("metadata", {}).get("labels") or {}).get(POD_GROUP_LABEL) == name
+        ]
+        return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+    def _ungate_pod_group(self, workload: str, attempt: int) -> None:
+        namespace, _ = split_key(workload)
+        pods = [p for p in self._pod_group(workload) if not p["metadata"].get("deletionTimestamp")]
+        if not pods:
+            raise WorkloadGone(workload)
+        for pod in pods:
+            path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
+            self._ignore_gone(lambda p=path, o=pod: self._ungate_pod(workload, p, o, attempt))
+
+    def _ungate_pod(self, workload: str, path: str, pod: dict[str, Any], attempt: int) -> None:
+        for _ in range(self.conflict_attempts):
+            gates = (pod.get("spec") or {}).get("schedulingGates") or []
+            if not any(g.get("name") == SCHEDULING_GATE for g in gates):
+                return  # released already
+            metadata: dict[str, Any] = {"annotations": {ADMITTED_ATTEMPT_ANNOTATION: str(attempt)}}
+            version = pod["metadata"].get("resourceVersion")
+            if version:
+                metadata["resourceVersion"] = version
+            # Scheduling gates can only be removed; keep any other controller's gates.
+            remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
+            body = {"metadata": metadata, "spec": {"schedulingGates": remaining}}
+            try:
+                self._call(workload, lambda: self.api.merge_patch(path, body), conflict=True)
+                return
+            except _Conflict:
+                pod = self._call(workload, lambda: self.api.get(path))
+        raise ClusterUnavailable(f"{path}: still conflicting after {self.conflict_attempts} reads")
+
+    def _delete_pod_group(self, workload: str, attempt: int) -> None:
+        namespace, _ = split_key(workload)
+        for pod in self._pod_group(workload):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
+            self._ignore_gone(lambda p=path: self._call(workload, lambda: self.api.delete(p)))
+        log.info("deleted the pods of %s attempt %d", workload, attempt)
+
+    # ------------------------------------------------------------------ errors
+
+    def _ignore_gone(self, action: Callable[[], object]) -> None:
+        """One pod of a group vanishing is not the group vanishing."""
+        try:
+            action()
+        except WorkloadGone:
+            pass
+
+    def _call(self, workload: str, action: Callable[[], T], *, conflict: bool = False) -> T:
+        delay = self.base_delay
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return action()
+            except ApiException as exc:
+                status = exc.status or 0
+                if status == 404:
+                    raise WorkloadGone(workload) from exc
+                if status == 409 and conflict:
+                    raise _Conflict() from exc
+                if status not in TRANSIENT_STATUSES:
+                    raise ClusterActionError(
+                        f"{workload}: the API server refused ({status} {exc.reason}): "
+                        f"{_message(exc)}"
+                    ) from exc
+                error: Exception = exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                error = exc
+            if attempt == self.attempts:
+                raise ClusterUnavailable(
+                    f"{workload}: API server unavailable after {self.attempts} tries: {error}"
+                ) from error
+            log.warning("transient error on %s (try %d): %s", workload, attempt, error)
+            self.sleep(delay)
+            delay = min(delay * 2, self.max_delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _fenced(annotations: Mapping[str, str], attempt: int, *, suspend: bool) -> bool:
+    if suspend:
+        return _int(annotations.get(ADMITTED_ATTEMPT_ANNOTATION)) > attempt
+    return _int(annotations.get(EVICTED_ATTEMPT_ANNOTATION)) >= attempt
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text) if text is not None else 0
+    except ValueError:
+        return 0
+
+
+def _dig(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)  # type: ignore[assignment]
+    return obj
+
+
+def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    body: Any = value
+    for key in reversed(path):
+        body = {key: body}
+    return body  # type: ignore[no-any-return]
+
+
+def _message(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message", exc.body))
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.body)
+
+
+# --------------------------------------------------------------------------- factories
+
+_CACHE: dict[tuple[str, str], KubernetesCluster] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def for_cluster(
+    name: str,
+    *,
+    region: str | None = None,
+    session: Any = None,
+    eks_client: Any = None,
+    clock: Callable[[], float] = time.time,
+) -> KubernetesCluster:
+    """The adapter for EKS cluster `name`, authenticated with the standard AWS chain.
+
+    Cached per (cluster, region) for the life of the process, so a warm Lambda
+    reuses its connection pool and token.
+    """
+    import boto3
+    from kubernetes import client as k8s
+
+    from muster.kube.auth import TokenCache, describe_cluster, eks_token
+
+    session = session or boto3.Session(region_name=region)
+    region = region or session.region_name
+    if not region:
+        raise ValueError("region: no AWS region configured (set AWS_REGION)")
+    key = (name, region)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        endpoint = describe_cluster(eks_client or session.client("eks", region_name=region), name)
+        tokens = TokenCache(lambda: eks_token(session, name, region), clock=clock)
+        config = k8s.Configuration(host=endpoint.endpoint)
+        config.ssl_ca_cert = endpoint.ca_file
+        config.api_key_prefix["BearerToken"] = "Bearer"
+
+        def refresh(cfg: k8s.Configuration) -> None:
+            cfg.api_key["BearerToken"] = tokens.token()
+
+        config.refresh_api_key_hook = refresh
+        adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)))
+        _CACHE[key] = adapter
+        return adapter
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> KubernetesCluster:
+    """The adapter the Lambdas use: cluster from `MUSTER_CLUSTER_NAME`.
+
+    `MUSTER_KUBE_HOST` (optional) points straight at an API server instead of asking
+    EKS (local runs and tests); `MUSTER_KUBE_TOKEN` is then its bearer token.
+    """
+    env = os.environ if environ is None else environ
+    host = env.get("MUSTER_KUBE_HOST")
+    if host:
+        return KubernetesCluster(KubeApi.for_host(host, token=env.get("MUSTER_KUBE_TOKEN")))
+    name = env.get("MUSTER_CLUSTER_NAME")
+    if not name:
+        raise ValueError("MUSTER_CLUSTER_NAME: required (the EKS cluster's name)")
+    return for_cluster(name, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))

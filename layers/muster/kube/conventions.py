@@ -1,0 +1,116 @@
+"""Muster's Kubernetes vocabulary: labels, annotations and where each kind lives.
+
+The queue label, the min-available/timeout/priority annotations and the scheduling
+gate are defined in `muster.schema` (the agent and the control plane share them);
+this module adds what only the cluster side needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from muster.core.model import Kind
+from muster.schema import (
+    MIN_AVAILABLE_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_LABEL,
+    SCHEDULING_GATE,
+    TIMEOUT_ANNOTATION,
+)
+
+# A plain pod group is the set of pods in one namespace that carry this label with
+# the same value; the value is the workload's name ("namespace/<value>").
+POD_GROUP_LABEL = "muster.io/pod-group"
+
+# Muster's view of a workload, written by the control plane for `kubectl` users.
+ANNOTATION_PREFIX = "muster.io/"
+STATE_ANNOTATION = "muster.io/state"
+ATTEMPT_ANNOTATION = "muster.io/attempt"
+REASON_ANNOTATION = "muster.io/reason"
+# Fencing marks: a late admit must not undo a newer eviction, nor the reverse.
+ADMITTED_ATTEMPT_ANNOTATION = "muster.io/admitted-attempt"
+EVICTED_ATTEMPT_ANNOTATION = "muster.io/evicted-attempt"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Labels the workload controllers put on the pods they create.
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+
+__all__ = [
+    "ADMITTED_ATTEMPT_ANNOTATION",
+    "ANNOTATION_PREFIX",
+    "ATTEMPT_ANNOTATION",
+    "EVICTED_ATTEMPT_ANNOTATION",
+    "GPU_RESOURCE",
+    "JOBSET_NAME_LABEL",
+    "JOB_NAME_LABELS",
+    "KUBEFLOW_JOB_NAME_LABEL",
+    "MIN_AVAILABLE_ANNOTATION",
+    "NODE_RESOURCE",
+    "POD_GROUP_LABEL",
+    "POD_RESOURCE",
+    "PRIORITY_ANNOTATION",
+    "QUEUE_LABEL",
+    "REASON_ANNOTATION",
+    "RESOURCES",
+    "SCHEDULING_GATE",
+    "STATE_ANNOTATION",
+    "TIMEOUT_ANNOTATION",
+    "Resource",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A Kubernetes resource type and how to reach it over the API."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    # Path of the suspend flag inside `spec`, for kinds held by suspension.
+    suspend_path: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def base(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection(self, namespace: str | None = None) -> str:
+        if namespace and self.namespaced:
+            return f"{self.base()}/namespaces/{namespace}/{self.plural}"
+        return f"{self.base()}/{self.plural}"
+
+    def item(self, namespace: str | None, name: str) -> str:
+        return f"{self.collection(namespace)}/{name}"
+
+
+JOB_RESOURCE = Resource("batch", "v1", "jobs", "Job", suspend_path=("suspend",))
+JOBSET_RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", suspend_path=("suspend",))
+PYTORCHJOB_RESOURCE = Resource(
+    "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", suspend_path=("runPolicy", "suspend")
+)
+POD_RESOURCE = Resource("", "v1", "pods", "Pod")
+NODE_RESOURCE = Resource("", "v1", "nodes", "Node", namespaced=False)
+LEASE_RESOURCE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+
+# The workload object of each kind held by suspension (pod groups have none).
+RESOURCES: dict[Kind, Resource] = {
+    Kind.JOB: JOB_RESOURCE,
+    Kind.JOBSET: JOBSET_RESOURCE,
+    Kind.PYTORCHJOB: PYTORCHJOB_RESOURCE,
+}
+
+
+def split_key(workload: str) -> tuple[str, str]:
+    """("namespace", "name") from a workload key; a clear error for anything else."""
+    namespace, _, name = workload.partition("/")
+    if not namespace or not name or "/" in name:
+        raise ValueError(f"workload: expected 'namespace/name', got {workload!r}")
+    return namespace, name

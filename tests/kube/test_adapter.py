@@ -1,0 +1,332 @@
+"""The Kubernetes adapter against an API server over real HTTP (kmock's emulator).
+
+The emulator has no resourceVersion, ignores label selectors and stores a patch
+even when a test reaction answers it with an error; the tests therefore assert
+the exact requests sent and script concurrent writers inside reactions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from muster.core.model import Admit, Evict, Kind, Reason
+from muster.kube.adapter import ClusterActionError, ClusterUnavailable, KubernetesCluster
+from muster.kube.http import KubeApi
+from muster.ports import WorkloadGone
+
+kmock = pytest.importorskip("kmock")
+
+JOBS = "batch/v1/jobs"
+JOBSETS = "jobset.x-k8s.io/v1alpha2/jobsets"
+PYTORCHJOBS = "kubeflow.org/v1/pytorchjobs"
+PODS = "v1/pods"
+
+
+@pytest.fixture()
+def k8s(apiserver: Any) -> Any:
+    h = apiserver.handler
+    h.resources[JOBS] = {"kind": "Job", "namespaced": True}
+    h.resources[JOBSETS] = {"kind": "JobSet", "namespaced": True}
+    h.resources[PYTORCHJOBS] = {"kind": "PyTorchJob", "namespaced": True}
+    h.resources[PODS] = {"kind": "Pod", "namespaced": True}
+    return h
+
+
+@pytest.fixture()
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture()
+def cluster(apiserver: Any, sleeps: list[float]) -> KubernetesCluster:
+    return KubernetesCluster(KubeApi.for_host(apiserver.url, token="t0ken"), sleep=sleeps.append)
+
+
+def requests(h: Any) -> list[tuple[str, str, Any]]:
+    return [(str(r.method).split(".")[-1].upper(), r.url.path, r.data) for r in h]
+
+
+def job(name: str = "train", suspend: bool = True, **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", **metadata},
+        "spec": {"suspend": suspend, "parallelism": 4},
+    }
+
+
+def pod(name: str, group: str = "grp", gates: list[str] | None = None) -> dict[str, Any]:
+    gate_list = ["muster.io/admission"] if gates is None else gates
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {"muster.io/pod-group": group, "muster.io/queue": "q"},
+        },
+        "spec": {"schedulingGates": [{"name": g} for g in gate_list], "containers": []},
+    }
+
+
+def admit(kind: Kind, attempt: int = 1, key: str = "ml/train") -> Admit:
+    return Admit(key, attempt, kind)
+
+
+def evict(kind: Kind, attempt: int = 1, key: str = "ml/train") -> Evict:
+    return Evict(key, attempt, kind, Reason.PODS_READY_TIMEOUT, Reason.WAIT_FOR_START)
+
+
+# --------------------------------------------------------------------------- suspend kinds
+
+
+def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(k8s: Any, cluster: KubernetesCluster) -> None:
+    # GIVEN a suspended Job
+    k8s.objects[JOBS, "ml", "train"] = job()
+    # WHEN it is admitted for attempt 1
+    cluster.admit(admit(Kind.JOB))
+    # THEN one GET and one merge patch with the suspend flag and the attempt went out
+    assert requests(k8s) == [
+        ("GET", "/apis/batch/v1/namespaces/ml/jobs/train", None),
+        (
+            "PATCH",
+            "/apis/batch/v1/namespaces/ml/jobs/train",
+            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"suspend": False}},
+        ),
+    ]
+    assert k8s[0].headers["Authorization"] == "Bearer t0ken"
+    assert k8s[1].headers["Content-Type"] == "application/merge-patch+json"
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is False
+
+
+def test_admit_sends_the_resource_version_as_a_precondition(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(resourceVersion="812")
+    cluster.admit(admit(Kind.JOB))
+    assert k8s[1].data["metadata"]["resourceVersion"] == "812"
+
+
+def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[JOBSETS, "ml", "js"] = {"metadata": {"name": "js", "namespace": "ml"}, "spec": {"suspend": True}}
+    k8s.objects[PYTORCHJOBS, "ml", "pt"] = {
+        "metadata": {"name": "pt", "namespace": "ml"},
+        "spec": {"runPolicy": {"suspend": True}},
+    }
+    cluster.admit(admit(Kind.JOBSET, key="ml/js"))
+    cluster.evict(evict(Kind.PYTORCHJOB, attempt=2, key="ml/pt"))
+    patches = [(p, d) for m, p, d in requests(k8s) if m == "PATCH"]
+    assert patches == [
+        (
+            "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js",
+            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"suspend": False}},
+        ),
+        (
+            "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/pt",
+            {
+                "metadata": {"annotations": {"muster.io/evicted-attempt": "2"}},
+                "spec": {"runPolicy": {"suspend": True}},
+            },
+        ),
+    ]
+
+
+def test_evict_suspends_the_job(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "3"})
+    cluster.evict(evict(Kind.JOB, attempt=3))
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+    assert k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/evicted-attempt"] == "3"
+
+
+def test_a_redelivered_admit_changes_nothing(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "2"})
+    cluster.admit(admit(Kind.JOB, attempt=2))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
+def test_a_late_admit_does_not_undo_a_newer_eviction(k8s: Any, cluster: KubernetesCluster) -> None:
+    # GIVEN attempt 2 was already evicted
+    k8s.objects[JOBS, "ml", "train"] = job(
+        annotations={"muster.io/admitted-attempt": "2", "muster.io/evicted-attempt": "2"}
+    )
+    # WHEN the admit of attempt 2 is delivered again late
+    cluster.admit(admit(Kind.JOB, attempt=2))
+    # THEN the Job stays suspended
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+
+
+def test_a_late_eviction_does_not_withdraw_a_newer_attempt(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "4"})
+    cluster.evict(evict(Kind.JOB, attempt=3))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
+def test_a_deleted_workload_is_reported_gone(k8s: Any, cluster: KubernetesCluster) -> None:
+    with pytest.raises(WorkloadGone) as gone:
+        cluster.admit(admit(Kind.JOB, key="ml/vanished"))
+    assert gone.value.workload == "ml/vanished"
+
+
+def test_a_conflict_is_retried_on_a_fresh_read(k8s: Any, cluster: KubernetesCluster) -> None:
+    # GIVEN another writer changes the Job between our read and our patch
+    k8s.objects[JOBS, "ml", "train"] = job(resourceVersion="1")
+
+    def concurrent_writer(request: Any) -> None:
+        if request.data["metadata"].get("resourceVersion") == "1":
+            k8s.objects[JOBS, "ml", "train"] = job(resourceVersion="2", labels={"team": "a"})
+            raise kmock.KubernetesError(status=409, reason="Conflict", message="object was modified")
+
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << concurrent_writer
+    # WHEN it is admitted
+    cluster.admit(admit(Kind.JOB))
+    # THEN the second patch carries the fresh resourceVersion, and the other writer's change survives
+    assert [(m, (d or {}).get("metadata", {}).get("resourceVersion")) for m, _, d in requests(k8s)] == [
+        ("GET", None),
+        ("PATCH", "1"),
+        ("GET", None),
+        ("PATCH", "2"),
+    ]
+    stored = k8s.objects[JOBS, "ml", "train"]
+    assert stored["spec"]["suspend"] is False
+    assert stored["metadata"]["labels"] == {"team": "a"}
+
+
+def test_server_errors_are_retried_with_backoff_then_succeed(
+    k8s: Any, cluster: KubernetesCluster, sleeps: list[float]
+) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job()
+    failures = [503, 500]
+
+    def flaky(request: Any) -> None:
+        if failures:
+            raise kmock.KubernetesError(status=failures.pop(0), reason="ServerError", message="etcd")
+
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << flaky
+    cluster.admit(admit(Kind.JOB))
+    assert [m for m, _, _ in requests(k8s)] == ["GET", "PATCH", "PATCH", "PATCH"]
+    assert sleeps == [0.2, 0.4]
+
+
+def test_persistent_server_errors_are_left_to_the_queue(
+    k8s: Any, cluster: KubernetesCluster, sleeps: list[float]
+) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job()
+    k8s["get /apis/batch/v1/namespaces/ml/jobs/train"] << 503
+    with pytest.raises(ClusterUnavailable, match="ml/train"):
+        cluster.admit(admit(Kind.JOB))
+    assert len(k8s) == 4  # bounded
+    assert sleeps == [0.2, 0.4, 0.8]
+
+
+def test_forbidden_is_not_retried_and_says_why(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job()
+
+    def forbidden(request: Any) -> None:
+        raise kmock.KubernetesError(status=403, reason="Forbidden", message='jobs.batch "train" is forbidden')
+
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << forbidden
+    with pytest.raises(ClusterActionError, match="403.*forbidden"):
+        cluster.admit(admit(Kind.JOB))
+    assert len(k8s) == 2
+
+
+def test_connection_refused_is_transient(sleeps: list[float]) -> None:
+    cluster = KubernetesCluster(KubeApi.for_host("http://127.0.0.1:9", request_timeout=1), sleep=sleeps.append)
+    with pytest.raises(ClusterUnavailable):
+        cluster.evict(evict(Kind.JOB))
+    assert len(sleeps) == 3
+
+
+# --------------------------------------------------------------------------- pod groups
+
+
+def test_admit_pod_group_removes_only_musters_gate(k8s: Any, cluster: KubernetesCluster) -> None:
+    # GIVEN a two-pod group, one pod also gated by another controller, and an unrelated pod
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1", gates=["example.com/quota", "muster.io/admission"])
+    k8s.objects[PODS, "ml", "other"] = pod("other", group="other")
+    # WHEN the group is admitted
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    # THEN the list used the group label, and each of its pods lost only Muster's gate
+    reqs = requests(k8s)
+    assert reqs[0][:2] == ("GET", "/api/v1/namespaces/ml/pods")
+    assert dict(k8s[0].params) == {"labelSelector": "muster.io/pod-group=grp"}
+    assert reqs[1:] == [
+        (
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/grp-0",
+            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"schedulingGates": []}},
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ml/pods/grp-1",
+            {
+                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
+                "spec": {"schedulingGates": [{"name": "example.com/quota"}]},
+            },
+        ),
+    ]
+    assert k8s.objects[PODS, "ml", "other"]["spec"]["schedulingGates"] == [{"name": "muster.io/admission"}]
+
+
+def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0", gates=[])
+    k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1")
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    assert [(m, p) for m, p, _ in requests(k8s)][1:] == [("PATCH", "/api/v1/namespaces/ml/pods/grp-1")]
+
+
+def test_admit_pod_group_without_pods_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
+    with pytest.raises(WorkloadGone):
+        cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+
+
+def test_evict_pod_group_deletes_its_pods_and_tolerates_one_already_gone(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0", gates=[])
+    k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1", gates=[])
+    k8s["delete /api/v1/namespaces/ml/pods/grp-0"] << 404
+    cluster.evict(evict(Kind.POD_GROUP, key="ml/grp"))
+    assert [(m, p) for m, p, _ in requests(k8s)][1:] == [
+        ("DELETE", "/api/v1/namespaces/ml/pods/grp-0"),
+        ("DELETE", "/api/v1/namespaces/ml/pods/grp-1"),
+    ]
+    assert (PODS, "ml", "grp-1") not in k8s.objects
+
+
+# --------------------------------------------------------------------------- record
+
+
+def test_record_writes_musters_view_as_annotations(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job()
+    cluster.record("ml/train", Kind.JOB, {"state": "Requeued", "attempt": "2", "reason": ""})
+    assert requests(k8s) == [
+        (
+            "PATCH",
+            "/apis/batch/v1/namespaces/ml/jobs/train",
+            {"metadata": {"annotations": {"muster.io/state": "Requeued", "muster.io/attempt": "2", "muster.io/reason": None}}},
+        )
+    ]
+    assert k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/state"] == "Requeued"
+
+
+def test_record_on_a_deleted_workload_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
+    with pytest.raises(WorkloadGone):
+        cluster.record("ml/train", Kind.PYTORCHJOB, {"state": "Admitted"})
+
+
+def test_record_on_a_pod_group_annotates_each_pod(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1")
+    cluster.record("ml/grp", Kind.POD_GROUP, {"state": "Pending"})
+    for name in ("grp-0", "grp-1"):
+        assert k8s.objects[PODS, "ml", name]["metadata"]["annotations"] == {"muster.io/state": "Pending"}
+
+
+def test_a_malformed_key_names_the_field(cluster: KubernetesCluster) -> None:
+    with pytest.raises(ValueError, match="workload: expected 'namespace/name'"):
+        cluster.admit(admit(Kind.JOB, key="no-namespace"))
