@@ -320,6 +320,7 @@ def for_cluster(
             cfg.api_key["BearerToken"] = tokens.token()
 
         config.refresh_api_key_hook = refresh
+        refresh(config)  # the client only asks for a key it already has
         adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)))
         _CACHE[key] = adapter
         return adapter
