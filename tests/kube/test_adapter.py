@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from muster.core.model import Admit, Evict, Kind, Reason
 from muster.kube.adapter import ClusterActionError, ClusterUnavailable, KubernetesCluster
 from muster.kube.http import KubeApi
@@ -82,7 +81,9 @@ def evict(kind: Kind, attempt: int = 1, key: str = "ml/train") -> Evict:
 # --------------------------------------------------------------------------- suspend kinds
 
 
-def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(k8s: Any, cluster: KubernetesCluster) -> None:
+def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
     # GIVEN a suspended Job
     k8s.objects[JOBS, "ml", "train"] = job()
     # WHEN it is admitted for attempt 1
@@ -93,7 +94,10 @@ def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(k8s: Any, cluster: 
         (
             "PATCH",
             "/apis/batch/v1/namespaces/ml/jobs/train",
-            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"suspend": False}},
+            {
+                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
+                "spec": {"suspend": False},
+            },
         ),
     ]
     assert k8s[0].headers["Authorization"] == "Bearer t0ken"
@@ -101,7 +105,9 @@ def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(k8s: Any, cluster: 
     assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is False
 
 
-def test_admit_sends_the_resource_version_as_a_precondition(k8s: Any, cluster: KubernetesCluster) -> None:
+def test_admit_sends_the_resource_version_as_a_precondition(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
     k8s.objects[JOBS, "ml", "train"] = job(resourceVersion="812")
     cluster.admit(admit(Kind.JOB))
     assert k8s[1].data["metadata"]["resourceVersion"] == "812"
@@ -110,7 +116,10 @@ def test_admit_sends_the_resource_version_as_a_precondition(k8s: Any, cluster: K
 def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
     k8s: Any, cluster: KubernetesCluster
 ) -> None:
-    k8s.objects[JOBSETS, "ml", "js"] = {"metadata": {"name": "js", "namespace": "ml"}, "spec": {"suspend": True}}
+    k8s.objects[JOBSETS, "ml", "js"] = {
+        "metadata": {"name": "js", "namespace": "ml"},
+        "spec": {"suspend": True},
+    }
     k8s.objects[PYTORCHJOBS, "ml", "pt"] = {
         "metadata": {"name": "pt", "namespace": "ml"},
         "spec": {"runPolicy": {"suspend": True}},
@@ -121,7 +130,10 @@ def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
     assert patches == [
         (
             "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js",
-            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"suspend": False}},
+            {
+                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
+                "spec": {"suspend": False},
+            },
         ),
         (
             "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/pt",
@@ -134,14 +146,21 @@ def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
 
 
 def test_evict_suspends_the_job(k8s: Any, cluster: KubernetesCluster) -> None:
-    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "3"})
+    k8s.objects[JOBS, "ml", "train"] = job(
+        suspend=False, annotations={"muster.io/admitted-attempt": "3"}
+    )
     cluster.evict(evict(Kind.JOB, attempt=3))
     assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
-    assert k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/evicted-attempt"] == "3"
+    assert (
+        k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/evicted-attempt"]
+        == "3"
+    )
 
 
 def test_a_redelivered_admit_changes_nothing(k8s: Any, cluster: KubernetesCluster) -> None:
-    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "2"})
+    k8s.objects[JOBS, "ml", "train"] = job(
+        suspend=False, annotations={"muster.io/admitted-attempt": "2"}
+    )
     cluster.admit(admit(Kind.JOB, attempt=2))
     assert [m for m, _, _ in requests(k8s)] == ["GET"]
 
@@ -158,8 +177,12 @@ def test_a_late_admit_does_not_undo_a_newer_eviction(k8s: Any, cluster: Kubernet
     assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
 
 
-def test_a_late_eviction_does_not_withdraw_a_newer_attempt(k8s: Any, cluster: KubernetesCluster) -> None:
-    k8s.objects[JOBS, "ml", "train"] = job(suspend=False, annotations={"muster.io/admitted-attempt": "4"})
+def test_a_late_eviction_does_not_withdraw_a_newer_attempt(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(
+        suspend=False, annotations={"muster.io/admitted-attempt": "4"}
+    )
     cluster.evict(evict(Kind.JOB, attempt=3))
     assert [m for m, _, _ in requests(k8s)] == ["GET"]
 
@@ -177,13 +200,17 @@ def test_a_conflict_is_retried_on_a_fresh_read(k8s: Any, cluster: KubernetesClus
     def concurrent_writer(request: Any) -> None:
         if request.data["metadata"].get("resourceVersion") == "1":
             k8s.objects[JOBS, "ml", "train"] = job(resourceVersion="2", labels={"team": "a"})
-            raise kmock.KubernetesError(status=409, reason="Conflict", message="object was modified")
+            raise kmock.KubernetesError(
+                status=409, reason="Conflict", message="object was modified"
+            )
 
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << concurrent_writer
     # WHEN it is admitted
     cluster.admit(admit(Kind.JOB))
     # THEN the second patch carries the fresh resourceVersion, and the other writer's change survives
-    assert [(m, (d or {}).get("metadata", {}).get("resourceVersion")) for m, _, d in requests(k8s)] == [
+    assert [
+        (m, (d or {}).get("metadata", {}).get("resourceVersion")) for m, _, d in requests(k8s)
+    ] == [
         ("GET", None),
         ("PATCH", "1"),
         ("GET", None),
@@ -202,7 +229,9 @@ def test_server_errors_are_retried_with_backoff_then_succeed(
 
     def flaky(request: Any) -> None:
         if failures:
-            raise kmock.KubernetesError(status=failures.pop(0), reason="ServerError", message="etcd")
+            raise kmock.KubernetesError(
+                status=failures.pop(0), reason="ServerError", message="etcd"
+            )
 
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << flaky
     cluster.admit(admit(Kind.JOB))
@@ -225,7 +254,9 @@ def test_forbidden_is_not_retried_and_says_why(k8s: Any, cluster: KubernetesClus
     k8s.objects[JOBS, "ml", "train"] = job()
 
     def forbidden(request: Any) -> None:
-        raise kmock.KubernetesError(status=403, reason="Forbidden", message='jobs.batch "train" is forbidden')
+        raise kmock.KubernetesError(
+            status=403, reason="Forbidden", message='jobs.batch "train" is forbidden'
+        )
 
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << forbidden
     with pytest.raises(ClusterActionError, match="403.*forbidden"):
@@ -234,7 +265,9 @@ def test_forbidden_is_not_retried_and_says_why(k8s: Any, cluster: KubernetesClus
 
 
 def test_connection_refused_is_transient(sleeps: list[float]) -> None:
-    cluster = KubernetesCluster(KubeApi.for_host("http://127.0.0.1:9", request_timeout=1), sleep=sleeps.append)
+    cluster = KubernetesCluster(
+        KubeApi.for_host("http://127.0.0.1:9", request_timeout=1), sleep=sleeps.append
+    )
     with pytest.raises(ClusterUnavailable):
         cluster.evict(evict(Kind.JOB))
     assert len(sleeps) == 3
@@ -246,7 +279,9 @@ def test_connection_refused_is_transient(sleeps: list[float]) -> None:
 def test_admit_pod_group_removes_only_musters_gate(k8s: Any, cluster: KubernetesCluster) -> None:
     # GIVEN a two-pod group, one pod also gated by another controller, and an unrelated pod
     k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
-    k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1", gates=["example.com/quota", "muster.io/admission"])
+    k8s.objects[PODS, "ml", "grp-1"] = pod(
+        "grp-1", gates=["example.com/quota", "muster.io/admission"]
+    )
     k8s.objects[PODS, "ml", "other"] = pod("other", group="other")
     # WHEN the group is admitted
     cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
@@ -258,7 +293,10 @@ def test_admit_pod_group_removes_only_musters_gate(k8s: Any, cluster: Kubernetes
         (
             "PATCH",
             "/api/v1/namespaces/ml/pods/grp-0",
-            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}, "spec": {"schedulingGates": []}},
+            {
+                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
+                "spec": {"schedulingGates": []},
+            },
         ),
         (
             "PATCH",
@@ -269,14 +307,18 @@ def test_admit_pod_group_removes_only_musters_gate(k8s: Any, cluster: Kubernetes
             },
         ),
     ]
-    assert k8s.objects[PODS, "ml", "other"]["spec"]["schedulingGates"] == [{"name": "muster.io/admission"}]
+    assert k8s.objects[PODS, "ml", "other"]["spec"]["schedulingGates"] == [
+        {"name": "muster.io/admission"}
+    ]
 
 
 def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: KubernetesCluster) -> None:
     k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0", gates=[])
     k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1")
     cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
-    assert [(m, p) for m, p, _ in requests(k8s)][1:] == [("PATCH", "/api/v1/namespaces/ml/pods/grp-1")]
+    assert [(m, p) for m, p, _ in requests(k8s)][1:] == [
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-1")
+    ]
 
 
 def test_admit_pod_group_without_pods_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
@@ -308,10 +350,20 @@ def test_record_writes_musters_view_as_annotations(k8s: Any, cluster: Kubernetes
         (
             "PATCH",
             "/apis/batch/v1/namespaces/ml/jobs/train",
-            {"metadata": {"annotations": {"muster.io/state": "Requeued", "muster.io/attempt": "2", "muster.io/reason": None}}},
+            {
+                "metadata": {
+                    "annotations": {
+                        "muster.io/state": "Requeued",
+                        "muster.io/attempt": "2",
+                        "muster.io/reason": None,
+                    }
+                }
+            },
         )
     ]
-    assert k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/state"] == "Requeued"
+    assert (
+        k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"]["muster.io/state"] == "Requeued"
+    )
 
 
 def test_record_on_a_deleted_workload_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
@@ -324,7 +376,9 @@ def test_record_on_a_pod_group_annotates_each_pod(k8s: Any, cluster: KubernetesC
     k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1")
     cluster.record("ml/grp", Kind.POD_GROUP, {"state": "Pending"})
     for name in ("grp-0", "grp-1"):
-        assert k8s.objects[PODS, "ml", name]["metadata"]["annotations"] == {"muster.io/state": "Pending"}
+        assert k8s.objects[PODS, "ml", name]["metadata"]["annotations"] == {
+            "muster.io/state": "Pending"
+        }
 
 
 def test_a_malformed_key_names_the_field(cluster: KubernetesCluster) -> None:

@@ -18,7 +18,6 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import pytest
 from moto import mock_aws
-
 from muster.kube import adapter
 from muster.kube.auth import TOKEN_PREFIX, TokenCache, describe_cluster, eks_token
 
@@ -52,7 +51,9 @@ def test_token_is_a_presigned_get_caller_identity_url_for_the_cluster(aws: boto3
     assert query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
     assert query["X-Amz-Expires"] == "60"
     assert set(query["X-Amz-SignedHeaders"].split(";")) == {"host", "x-k8s-aws-id"}
-    assert re.fullmatch(rf"AKIAEXAMPLE/\d{{8}}/{REGION}/sts/aws4_request", query["X-Amz-Credential"])
+    assert re.fullmatch(
+        rf"AKIAEXAMPLE/\d{{8}}/{REGION}/sts/aws4_request", query["X-Amz-Credential"]
+    )
     assert re.fullmatch(r"\d{8}T\d{6}Z", query["X-Amz-Date"])
     assert re.fullmatch(r"[0-9a-f]{64}", query["X-Amz-Signature"])
     assert query["X-Amz-Security-Token"] == "session-token"
@@ -95,7 +96,9 @@ def test_endpoint_and_ca_come_from_describe_cluster(aws: boto3.Session) -> None:
 
 def test_for_cluster_authenticates_with_a_fresh_bearer_token(aws: boto3.Session) -> None:
     eks = aws.client("eks")
-    role = aws.client("iam").create_role(RoleName="eks", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    role = aws.client("iam").create_role(RoleName="eks", AssumeRolePolicyDocument="{}")["Role"][
+        "Arn"
+    ]
     eks.create_cluster(name="auth-test", roleArn=role, resourcesVpcConfig={})
     actions = adapter.for_cluster("auth-test", region=REGION, session=aws)
     config = actions.api.api_client.configuration

@@ -107,7 +107,9 @@ class KubernetesCluster:
         if kind is Kind.POD_GROUP:
             for pod in self._pod_group(workload):
                 path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
-                self._ignore_gone(lambda p=path: self._call(workload, lambda: self.api.merge_patch(p, body)))
+                self._ignore_gone(
+                    lambda p=path: self._call(workload, lambda: self.api.merge_patch(p, body))
+                )
             return
         path = RESOURCES[kind].item(namespace, name)
         self._call(workload, lambda: self.api.merge_patch(path, body))
@@ -142,11 +144,15 @@ class KubernetesCluster:
             body = {"metadata": metadata, "spec": _nest(resource.suspend_path, suspend)}
             try:
                 self._call(workload, lambda: self.api.merge_patch(path, body), conflict=True)
-                log.info("%s %s attempt %d", "suspended" if suspend else "released", workload, attempt)
+                log.info(
+                    "%s %s attempt %d", "suspended" if suspend else "released", workload, attempt
+                )
                 return
             except _Conflict:
                 log.info("conflict on %s; retrying on a fresh read", workload)
-        raise ClusterUnavailable(f"{workload}: still conflicting after {self.conflict_attempts} reads")
+        raise ClusterUnavailable(
+            f"{workload}: still conflicting after {self.conflict_attempts} reads"
+        )
 
     # ------------------------------------------------------------------ pod groups
 

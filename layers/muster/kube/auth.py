@@ -96,11 +96,15 @@ def describe_cluster(eks_client: Any, name: str) -> ClusterEndpoint:
     cluster = eks_client.describe_cluster(name=name)["cluster"]
     endpoint = cluster.get("endpoint")
     if not endpoint:
-        raise RuntimeError(f"EKS cluster {name} has no API endpoint yet (status {cluster.get('status')})")
+        raise RuntimeError(
+            f"EKS cluster {name} has no API endpoint yet (status {cluster.get('status')})"
+        )
     ca_data = (cluster.get("certificateAuthority") or {}).get("data")
     ca_file = None
     if ca_data:
-        with tempfile.NamedTemporaryFile("wb", prefix=f"eks-{name}-", suffix=".pem", delete=False) as f:
+        with tempfile.NamedTemporaryFile(
+            "wb", prefix=f"eks-{name}-", suffix=".pem", delete=False
+        ) as f:
             f.write(base64.b64decode(ca_data))
             ca_file = f.name
     return ClusterEndpoint(name=name, endpoint=endpoint, ca_file=ca_file)

@@ -92,7 +92,9 @@ class Resource:
 
 
 JOB_RESOURCE = Resource("batch", "v1", "jobs", "Job", suspend_path=("suspend",))
-JOBSET_RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", suspend_path=("suspend",))
+JOBSET_RESOURCE = Resource(
+    "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", suspend_path=("suspend",)
+)
 PYTORCHJOB_RESOURCE = Resource(
     "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", suspend_path=("runPolicy", "suspend")
 )

@@ -1,0 +1,387 @@
+"""The in-cluster agent: watches Muster's workloads, their pods and nodes; reports them.
+
+It decides nothing. It turns Kubernetes objects into the events of `docs/events.md`
+(built only with `muster.schema`'s builders) and sends them to the bus.
+
+**Sequence numbers.** An event's `seq` is the object's `resourceVersion`. On every
+etcd-backed API server (EKS included) it is the decimal etcd revision at which the
+object last changed: one counter for the whole cluster, so a newer state of an
+object always has a larger number, whoever observes it (after an agent restart, a
+leader change or a relist). A relist re-sends objects with the numbers they already
+had, so the control plane drops them as duplicates unless it missed them. A
+deletion carries the deletion's revision (watch) or the list's revision (relist).
+A pod group's workload event carries the revision of the pod change that produced
+it. Should an API server ever hand out a non-numeric resourceVersion, the agent
+falls back to microseconds since the epoch, strictly increasing within a process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.core.model import Kind
+from muster.kube.conventions import (
+    JOB_RESOURCE,
+    JOBSET_RESOURCE,
+    NODE_RESOURCE,
+    POD_RESOURCE,
+    PYTORCHJOB_RESOURCE,
+    QUEUE_LABEL,
+    Resource,
+)
+from muster.kube.mapping import (
+    PodView,
+    WorkloadView,
+    meta,
+    node_view,
+    object_key,
+    pod_group_view,
+    pod_view,
+    pod_workload,
+    workload_view,
+)
+from muster.kube.sender import Entry, Outbox, Sender
+from muster.kube.watch import Change, Sync
+from muster.schema import (
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    node_detail,
+    pod_detail,
+    workload_detail,
+)
+
+log = logging.getLogger("muster.agent")
+
+WORKLOAD_RESOURCES: dict[str, Kind] = {
+    JOB_RESOURCE.plural: Kind.JOB,
+    JOBSET_RESOURCE.plural: Kind.JOBSET,
+    PYTORCHJOB_RESOURCE.plural: Kind.PYTORCHJOB,
+}
+# (resource, label selector) pairs the agent watches.
+WATCHED: tuple[tuple[Resource, str | None], ...] = (
+    (JOB_RESOURCE, QUEUE_LABEL),
+    (JOBSET_RESOURCE, QUEUE_LABEL),
+    (PYTORCHJOB_RESOURCE, QUEUE_LABEL),
+    # Pods of a Job carry the Job's labels only if its template says so: watch all.
+    (POD_RESOURCE, None),
+    (NODE_RESOURCE, None),
+)
+
+
+class SeqSource:
+    """`seq` from resourceVersion; a time-based fallback for non-numeric versions."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.last_fallback = 0
+        self.warned = False
+
+    def __call__(self, version: object) -> int:
+        text = str(version or "")
+        if text.isdigit():
+            return int(text)
+        if not self.warned:
+            log.warning("non-numeric resourceVersion %r; using a time-based seq", text)
+            self.warned = True
+        self.last_fallback = max(self.last_fallback + 1, int(self.clock() * 1_000_000))
+        return self.last_fallback
+
+
+class Agent:
+    """The agent's memory and its mapping from watch messages to outgoing events.
+
+    Single-threaded: reflector threads hand messages over a queue (see `AgentRunner`).
+    """
+
+    def __init__(
+        self,
+        cluster: str,
+        outbox: Outbox,
+        sender: Sender,
+        *,
+        clock: Callable[[], float] = time.time,
+        may_send: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.cluster = cluster
+        self.outbox = outbox
+        self.sender = sender
+        self.clock = clock
+        self.may_send = may_send
+        self.seq = SeqSource(clock)
+        self.stats: Counter[str] = Counter()
+        self.workloads: dict[str, WorkloadView] = {}  # labelled Jobs, JobSets, PyTorchJobs, groups
+        self.workload_seq: dict[str, int] = {}
+        self.pods: dict[str, tuple[Kind, str, PodView]] = {}  # "ns/pod" -> (kind, workload, view)
+        self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
+        self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
+        self.nodes: dict[str, tuple[bool, str | None]] = {}
+
+    # ------------------------------------------------------------------ input
+
+    def handle(self, message: Sync | Change) -> None:
+        plural = message.resource.plural
+        if isinstance(message, Sync):
+            self.stats[f"sync_{plural}"] += 1
+            if plural in WORKLOAD_RESOURCES:
+                self._sync_workloads(WORKLOAD_RESOURCES[plural], message)
+            elif plural == POD_RESOURCE.plural:
+                self._sync_pods(message)
+            elif plural == NODE_RESOURCE.plural:
+                self._sync_nodes(message)
+            return
+        self.stats[f"{message.type.lower()}_{plural}"] += 1
+        deleted = message.type == "DELETED"
+        if plural in WORKLOAD_RESOURCES:
+            self._workload(WORKLOAD_RESOURCES[plural], message.obj, deleted=deleted)
+        elif plural == POD_RESOURCE.plural:
+            self._pod(message.obj, deleted=deleted)
+        elif plural == NODE_RESOURCE.plural:
+            self._node(message.obj, deleted=deleted)
+
+    # ------------------------------------------------------------------ workloads
+
+    def _workload(
+        self, kind: Kind, obj: Mapping[str, Any], *, deleted: bool, force: bool = False
+    ) -> None:
+        key = object_key(obj)
+        seq = self.seq(meta(obj).get("resourceVersion"))
+        view = workload_view(kind, obj)
+        if view is None:
+            return
+        if deleted:
+            self._workload_gone(key, kind, seq)
+            return
+        for problem in view.problems:
+            self.stats["invalid_annotations"] += 1
+            log.warning("%s %s: %s (ignored)", kind, key, problem)
+        known = key in self.workloads
+        self._send_workload(view, seq, force=force)
+        if not known:
+            for pod in self.waiting.pop(key, {}).values():
+                self._pod(pod, deleted=False)
+
+    def _send_workload(self, view: WorkloadView, seq: int, *, force: bool = False) -> None:
+        if view.gang_size < 1:
+            self.stats["invalid_workloads"] += 1
+            log.error(
+                "%s %s: no gang size; not reported (%s)",
+                view.kind,
+                view.key,
+                "; ".join(view.problems),
+            )
+            return
+        if not force and self.workloads.get(view.key) == view:
+            return
+        self.workloads[view.key] = view
+        self.workload_seq[view.key] = seq
+        detail = workload_detail(
+            cluster=self.cluster,
+            workload=view.key,
+            kind=view.kind,
+            queue=view.queue,
+            gang_size=view.gang_size,
+            seq=seq,
+            gpus=view.gpus,
+            priority=view.priority,
+            created_at=view.created_at,
+            timeout=view.timeout,
+            status=view.status,
+            observed_at=self._now(),
+        )
+        self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
+
+    def _workload_gone(self, key: str, kind: Kind, seq: int) -> None:
+        view = self.workloads.pop(key, None)
+        self.workload_seq.pop(key, None)
+        if view is None:
+            return
+        detail = workload_detail(
+            cluster=self.cluster,
+            workload=key,
+            kind=kind,
+            queue=view.queue,
+            gang_size=view.gang_size,
+            seq=seq,
+            gpus=view.gpus,
+            priority=view.priority,
+            created_at=view.created_at,
+            status="Deleted",
+            observed_at=self._now(),
+        )
+        self._put(f"workload:{key}", WORKLOAD_OBSERVED, detail)
+
+    def _sync_workloads(self, kind: Kind, sync: Sync) -> None:
+        present = set()
+        for obj in sync.items:
+            present.add(object_key(obj))
+            self._workload(kind, obj, deleted=False, force=True)
+        seq = self.seq(sync.resource_version)
+        for key, view in list(self.workloads.items()):
+            if view.kind is kind and key not in present:
+                self._workload_gone(key, kind, seq)
+
+    # ------------------------------------------------------------------ pods
+
+    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+        owner = pod_workload(pod)
+        name = object_key(pod)
+        if owner is None:
+            return
+        kind, workload = owner
+        seq = self.seq(meta(pod).get("resourceVersion"))
+        if kind is Kind.POD_GROUP:
+            self._group_member(workload, pod, seq, deleted=deleted)
+        elif workload not in self.workloads or self.workloads[workload].kind is not kind:
+            # Not (yet) a known labelled workload: remember it until its workload shows up.
+            waiting = self.waiting.setdefault(workload, {})
+            if deleted:
+                waiting.pop(name, None)
+                if not waiting:
+                    del self.waiting[workload]
+            else:
+                waiting[name] = dict(pod)
+            return
+        view = pod_view(workload, pod)
+        known = self.pods.get(name)
+        if deleted:
+            self.pods.pop(name, None)
+        elif not force and known is not None and known[2] == view:
+            return
+        else:
+            self.pods[name] = (kind, workload, view)
+        detail = pod_detail(
+            cluster=self.cluster,
+            workload=workload,
+            pod=view.pod,
+            seq=seq,
+            uid=view.uid,
+            phase=view.phase,
+            ready=view.ready and not deleted,
+            node=view.node,
+            deleted=deleted,
+            reason=view.reason,
+            message=view.message,
+            observed_at=self._now(),
+        )
+        self._put(f"pod:{name}", POD_OBSERVED, detail)
+
+    def _group_member(self, group: str, pod: Mapping[str, Any], seq: int, *, deleted: bool) -> None:
+        members = self.groups.setdefault(group, {})
+        name = str(meta(pod).get("name"))
+        if deleted:
+            members.pop(name, None)
+        else:
+            members[name] = dict(pod)
+        view = pod_group_view(group, members.values())
+        if view is not None:
+            for problem in view.problems:
+                self.stats["invalid_annotations"] += 1
+                log.warning("pod group %s: %s", group, problem)
+            self._send_workload(view, seq)
+        if not members:
+            # The pods were deleted (an eviction, or the user); the group stays known
+            # to the control plane until its controller creates replacements.
+            del self.groups[group]
+
+    def _sync_pods(self, sync: Sync) -> None:
+        present = set()
+        for pod in sync.items:
+            present.add(object_key(pod))
+            self._pod(pod, deleted=False, force=True)
+        seq = self.seq(sync.resource_version)
+        for name, (_, workload, view) in list(self.pods.items()):
+            if name not in present:
+                self.pods.pop(name)
+                self._put(
+                    f"pod:{name}",
+                    POD_OBSERVED,
+                    pod_detail(
+                        cluster=self.cluster,
+                        workload=workload,
+                        pod=view.pod,
+                        seq=seq,
+                        uid=view.uid,
+                        phase=view.phase,
+                        node=view.node,
+                        deleted=True,
+                        observed_at=self._now(),
+                    ),
+                )
+        for group, members in list(self.groups.items()):
+            namespace = group.split("/", 1)[0]
+            gone = [n for n in members if f"{namespace}/{n}" not in present]
+            for n in gone:
+                self._group_member(group, {"metadata": {"name": n}}, seq, deleted=True)
+        for workload, waiting in list(self.waiting.items()):
+            for name in [n for n in waiting if n not in present]:
+                del waiting[name]
+            if not waiting:
+                del self.waiting[workload]
+
+    # ------------------------------------------------------------------ nodes
+
+    def _node(self, node: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+        name = str(meta(node).get("name"))
+        ready, health = node_view(node)
+        if deleted:
+            ready = False
+            self.nodes.pop(name, None)
+        elif not force and self.nodes.get(name) == (ready, health):
+            return
+        else:
+            self.nodes[name] = (ready, health)
+        detail = node_detail(
+            cluster=self.cluster,
+            node=name,
+            seq=self.seq(meta(node).get("resourceVersion")),
+            ready=ready,
+            health=health,
+            observed_at=self._now(),
+        )
+        self._put(f"node:{name}", NODE_OBSERVED, detail)
+
+    def _sync_nodes(self, sync: Sync) -> None:
+        present = set()
+        for node in sync.items:
+            present.add(str(meta(node).get("name")))
+            self._node(node, deleted=False, force=True)
+        for name in [n for n in self.nodes if n not in present]:
+            self._node(
+                {"metadata": {"name": name, "resourceVersion": sync.resource_version}}, deleted=True
+            )
+
+    # ------------------------------------------------------------------ output
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def _put(self, key: str, detail_type: str, detail: dict[str, Any]) -> None:
+        self.outbox.put(Entry(key, detail_type, detail), self.clock())
+
+    def flush(self, *, everything: bool = False) -> int:
+        """Send what is due; returns how many entries went to the sender."""
+        if not self.may_send():
+            return 0
+        due = self.outbox.due(self.clock(), everything=everything)
+        if due:
+            self.sender.send(due)
+        return len(due)
+
+    def reset(self) -> None:
+        """Forget everything (leadership lost); the next leader relists."""
+        self.workloads.clear()
+        self.workload_seq.clear()
+        self.pods.clear()
+        self.waiting.clear()
+        self.groups.clear()
+        self.nodes.clear()
+        self.outbox.clear()
+
+
+__all__ = ["WATCHED", "Agent", "SeqSource"]

@@ -1,0 +1,142 @@
+"""`muster agent`: the in-cluster agent's command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from muster.core.durations import DurationError, parse_duration
+
+
+def register(subparsers: Any) -> None:
+    env = os.environ.get
+    p = subparsers.add_parser(
+        "agent",
+        help="run the in-cluster agent (watches workloads, pods, nodes; sends events)",
+        description=(
+            "Watch workloads labelled muster.io/queue, their pods and the nodes, and send "
+            "their status to the EventBridge bus. Run two replicas: a Lease picks the one "
+            "that sends."
+        ),
+    )
+    p.add_argument(
+        "--cluster",
+        default=env("MUSTER_CLUSTER_NAME"),
+        help="EKS cluster name (MUSTER_CLUSTER_NAME)",
+    )
+    p.add_argument(
+        "--event-bus",
+        default=env("MUSTER_EVENT_BUS", "muster"),
+        help="EventBridge bus name or ARN (MUSTER_EVENT_BUS)",
+    )
+    p.add_argument(
+        "--namespace",
+        default=env("POD_NAMESPACE", "muster-system"),
+        help="namespace of the leader Lease (POD_NAMESPACE)",
+    )
+    p.add_argument("--lease", default="muster-agent", help="name of the leader Lease")
+    p.add_argument(
+        "--identity",
+        default=env("POD_NAME") or socket.gethostname(),
+        help="this replica's name in the Lease (POD_NAME)",
+    )
+    p.add_argument(
+        "--coalesce",
+        default=env("MUSTER_COALESCE", "1s"),
+        help="window in which updates of one pod are merged (default 1s)",
+    )
+    p.add_argument(
+        "--resync",
+        default=env("MUSTER_RESYNC", "10m"),
+        help="relist and re-send everything this often (default 10m)",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default=env("KUBECONFIG"),
+        help="use this kubeconfig instead of the in-cluster service account",
+    )
+    p.add_argument(
+        "--no-leader-election",
+        action="store_true",
+        help="send without holding the Lease (one replica only)",
+    )
+    p.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="print events as JSON lines instead of sending them",
+    )
+    p.set_defaults(handler=run_agent)
+
+
+class PrintSender:
+    """Writes events to stdout: for trying the agent out without a bus."""
+
+    def send(self, entries: Sequence[Any]) -> None:
+        for e in entries:
+            print(json.dumps({"detail-type": e.detail_type, "detail": e.detail}), flush=True)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not args.cluster:
+        print("muster agent: --cluster (or MUSTER_CLUSTER_NAME) is required", file=sys.stderr)
+        return 2
+    try:
+        window = parse_duration(args.coalesce)
+        resync = parse_duration(args.resync)
+    except DurationError as exc:
+        print(f"muster agent: {exc}", file=sys.stderr)
+        return 2
+
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from muster.kube.agent import Agent
+    from muster.kube.http import KubeApi
+    from muster.kube.leader import LeaseElector
+    from muster.kube.runner import AgentRunner
+    from muster.kube.sender import EventBridgeSender, Outbox
+    from muster.kube.watch import KubeWatchSource
+
+    configuration = k8s.Configuration()
+    if args.kubeconfig:
+        k8s_config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    api = KubeApi(k8s.ApiClient(configuration))
+
+    sender: Any
+    if args.print_only:
+        sender = PrintSender()
+    else:
+        import boto3
+
+        sender = EventBridgeSender(
+            boto3.client("events"), args.event_bus
+        )  # standard credential chain
+    agent = Agent(args.cluster, Outbox(window=window), sender)
+    elector = None
+    if not args.no_leader_election:
+        elector = LeaseElector(
+            api, namespace=args.namespace, name=args.lease, identity=args.identity
+        )
+    runner = AgentRunner(agent, KubeWatchSource(api), elector, resync=resync)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("muster.agent").info(
+        "agent for cluster %s sending to %s as %s", args.cluster, args.event_bus, args.identity
+    )
+    runner.run(stop)
+    logging.getLogger("muster.agent").info(json.dumps({"agentStats": runner.stats()}))
+    return 0

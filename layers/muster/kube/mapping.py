@@ -1,0 +1,318 @@
+"""From Kubernetes objects to what Muster needs to know about them (pure functions).
+
+The gang size comes from the spec (a Job's parallelism, capped by its completions;
+a JobSet's replicas x parallelism; a PyTorchJob's replicas summed over its replica
+types) unless `muster.io/min-available` asks for fewer; a pod group's from
+`muster.io/min-available` on its pods. GPUs are `nvidia.com/gpu` per pod times pods.
+A bad annotation is reported in `problems` and ignored, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.core.decide import NODE_HEALTH_LABEL
+from muster.core.durations import DurationError, parse_duration
+from muster.core.model import Kind
+from muster.kube.conventions import (
+    GPU_RESOURCE,
+    JOB_NAME_LABELS,
+    JOBSET_NAME_LABEL,
+    KUBEFLOW_JOB_NAME_LABEL,
+    MIN_AVAILABLE_ANNOTATION,
+    POD_GROUP_LABEL,
+    PRIORITY_ANNOTATION,
+    QUEUE_LABEL,
+    TIMEOUT_ANNOTATION,
+)
+from muster.schema import POD_PHASES
+
+# Which condition on each kind says the workload has ended, and how.
+FINISHED_CONDITIONS: dict[Kind, dict[str, str]] = {
+    Kind.JOB: {"Complete": "Succeeded", "Failed": "Failed"},
+    Kind.JOBSET: {"Completed": "Succeeded", "Failed": "Failed"},
+    Kind.PYTORCHJOB: {"Succeeded": "Succeeded", "Failed": "Failed"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """The fields of a `Workload Observed` event (without cluster, seq and time)."""
+
+    key: str
+    kind: Kind
+    queue: str
+    gang_size: int
+    gpus: int = 0
+    priority: int = 0
+    created_at: datetime | None = None
+    timeout: str | None = None
+    status: str = "Active"
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """The fields of a `Pod Observed` event (without cluster, seq and time)."""
+
+    workload: str
+    pod: str
+    uid: str
+    phase: str
+    ready: bool
+    node: str | None
+    reason: str | None
+    message: str | None
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}" if m.get("namespace") else str(m.get("name"))
+
+
+def parse_k8s_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
+    """The view of a labelled Job / JobSet / PyTorchJob; None if it is not Muster's."""
+    queue = labels(obj).get(QUEUE_LABEL)
+    if not queue:
+        return None
+    spec = obj.get("spec") or {}
+    problems: list[str] = []
+    if kind is Kind.JOB:
+        pods, gpus = _job_pods(spec)
+    elif kind is Kind.JOBSET:
+        pods, gpus = 0, 0
+        for rj in spec.get("replicatedJobs") or []:
+            n, g = _job_pods(((rj.get("template") or {}).get("spec")) or {})
+            replicas = _count(rj.get("replicas"), 1)
+            pods, gpus = pods + replicas * n, gpus + replicas * g
+    elif kind is Kind.PYTORCHJOB:
+        pods, gpus = 0, 0
+        for rs in (spec.get("pytorchReplicaSpecs") or {}).values():
+            replicas = _count((rs or {}).get("replicas"), 1)
+            pods += replicas
+            gpus += replicas * pod_gpus((rs or {}).get("template") or {})
+    else:
+        raise ValueError(f"kind: {kind} has no workload object")
+    gang = _min_available(annotations(obj), pods, problems)
+    return WorkloadView(
+        key=object_key(obj),
+        kind=kind,
+        queue=queue,
+        gang_size=gang,
+        gpus=gpus,
+        priority=_priority(annotations(obj), problems),
+        created_at=parse_k8s_time(meta(obj).get("creationTimestamp")),
+        timeout=_timeout(annotations(obj), problems),
+        status=_finished(kind, obj) or "Active",
+        problems=tuple(problems),
+    )
+
+
+def _job_pods(job_spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(pods running at once, GPUs they request) for a batch/v1 Job spec."""
+    parallelism = _count(job_spec.get("parallelism"), 1)
+    completions = job_spec.get("completions")
+    if isinstance(completions, int) and completions > 0:
+        parallelism = min(parallelism, completions)
+    return parallelism, parallelism * pod_gpus(job_spec.get("template") or {})
+
+
+def _finished(kind: Kind, obj: Mapping[str, Any]) -> str | None:
+    wanted = FINISHED_CONDITIONS[kind]
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in wanted:
+            return wanted[condition["type"]]
+    return None
+
+
+def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView | None:
+    """The view of a plain pod group from the pods that exist; None without pods."""
+    members = sorted(pods, key=lambda p: str(meta(p).get("name")))
+    if not members:
+        return None
+    first = members[0]
+    problems: list[str] = []
+    size = _int_annotation(annotations(first), MIN_AVAILABLE_ANNOTATION, problems)
+    if size is None or size < 1:
+        problems.append(f"{MIN_AVAILABLE_ANNOTATION}: required on the pods of a pod group")
+        size = 0
+    created = [t for t in (parse_k8s_time(meta(p).get("creationTimestamp")) for p in members) if t]
+    succeeded = sum(1 for p in members if (p.get("status") or {}).get("phase") == "Succeeded")
+    live = sum(
+        1 for p in members if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+    status = "Succeeded" if size and succeeded >= size and live == 0 else "Active"
+    return WorkloadView(
+        key=key,
+        kind=Kind.POD_GROUP,
+        queue=labels(first).get(QUEUE_LABEL, ""),
+        gang_size=size,
+        gpus=size * pod_gpus(first),
+        priority=_priority(annotations(first), problems),
+        created_at=min(created) if created else None,
+        timeout=_timeout(annotations(first), problems),
+        status=status,
+        problems=tuple(problems),
+    )
+
+
+def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
+    """GPUs one pod requests: its containers together, or its largest init container."""
+    spec = pod_or_template.get("spec") or {}
+
+    def gpus(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        values = [(resources.get(part) or {}).get(GPU_RESOURCE) for part in ("requests", "limits")]
+        return max((_count(v, 0) for v in values if v is not None), default=0)
+
+    regular = sum(gpus(c) for c in spec.get("containers") or [])
+    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(regular, init)
+
+
+def _min_available(notes: Mapping[str, str], spec_pods: int, problems: list[str]) -> int:
+    wanted = _int_annotation(notes, MIN_AVAILABLE_ANNOTATION, problems)
+    if wanted is None:
+        return spec_pods
+    if wanted < 1:
+        problems.append(f"{MIN_AVAILABLE_ANNOTATION}: must be at least 1, got {wanted}")
+        return spec_pods
+    return min(wanted, spec_pods) if spec_pods else wanted
+
+
+def _priority(notes: Mapping[str, str], problems: list[str]) -> int:
+    value = _int_annotation(notes, PRIORITY_ANNOTATION, problems)
+    return value if value is not None else 0
+
+
+def _timeout(notes: Mapping[str, str], problems: list[str]) -> str | None:
+    text = notes.get(TIMEOUT_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        parse_duration(text)
+    except DurationError as exc:
+        problems.append(f"{TIMEOUT_ANNOTATION}: {exc}")
+        return None
+    return text
+
+
+def _int_annotation(notes: Mapping[str, str], name: str, problems: list[str]) -> int | None:
+    text = notes.get(name)
+    if text is None:
+        return None
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        problems.append(f"{name}: expected a whole number, got {text!r}")
+        return None
+
+
+def _count(value: Any, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return default
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
+    """(kind, "namespace/name") of the workload a pod belongs to, from its labels."""
+    namespace = meta(pod).get("namespace")
+    found = labels(pod)
+    if not namespace:
+        return None
+    if found.get(POD_GROUP_LABEL) and found.get(QUEUE_LABEL):
+        return Kind.POD_GROUP, f"{namespace}/{found[POD_GROUP_LABEL]}"
+    if found.get(JOBSET_NAME_LABEL):
+        return Kind.JOBSET, f"{namespace}/{found[JOBSET_NAME_LABEL]}"
+    if found.get(KUBEFLOW_JOB_NAME_LABEL):
+        return Kind.PYTORCHJOB, f"{namespace}/{found[KUBEFLOW_JOB_NAME_LABEL]}"
+    for label in JOB_NAME_LABELS:
+        if found.get(label):
+            return Kind.JOB, f"{namespace}/{found[label]}"
+    return None
+
+
+def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase not in POD_PHASES:
+        phase = "Unknown"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    reason, message = (None, None) if ready else _not_ready_reason(status, conditions)
+    return PodView(
+        workload=workload,
+        pod=str(meta(pod).get("name")),
+        uid=str(meta(pod).get("uid") or ""),
+        phase=phase,
+        ready=ready,
+        node=(pod.get("spec") or {}).get("nodeName"),
+        reason=reason,
+        message=message,
+    )
+
+
+def _not_ready_reason(
+    status: Mapping[str, Any], conditions: Mapping[str, Mapping[str, Any]]
+) -> tuple[str | None, str | None]:
+    """The most telling reason a pod is not Ready, for "why was my job evicted?"."""
+    for cs in list(status.get("initContainerStatuses") or []) + list(
+        status.get("containerStatuses") or []
+    ):
+        state = cs.get("state") or {}
+        for kind in ("waiting", "terminated"):
+            detail = state.get(kind)
+            if detail and detail.get("reason") and detail.get("reason") != "Completed":
+                return detail["reason"], detail.get("message")
+    scheduled = conditions.get("PodScheduled") or {}
+    if scheduled.get("status") == "False":
+        return scheduled.get("reason"), scheduled.get("message")
+    if status.get("reason"):
+        return status["reason"], status.get("message")
+    return None, None
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def node_view(node: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """(Ready, HyperPod health label) of a node."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    return ready, labels(node).get(NODE_HEALTH_LABEL)
