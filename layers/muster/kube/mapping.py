@@ -103,6 +103,8 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
     queue = labels(obj).get(QUEUE_LABEL)
     if not queue:
         return None
+    if kind is Kind.JOB and labels(obj).get(JOBSET_NAME_LABEL):
+        return None  # a JobSet's child Job: the JobSet is the workload
     spec = obj.get("spec") or {}
     problems: list[str] = []
     if kind is Kind.JOB:
