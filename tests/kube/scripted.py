@@ -22,7 +22,9 @@ class ScriptedSource:
     streams: dict[str, list[list[Any]]] = field(default_factory=dict)
     calls: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)
 
-    def list(self, resource: Resource, label_selector: str | None) -> tuple[list[dict[str, Any]], str]:
+    def list(
+        self, resource: Resource, label_selector: str | None
+    ) -> tuple[list[dict[str, Any]], str]:
         self.calls.append(("list", resource.plural, None, label_selector))
         return self.listings[resource.plural].pop(0)
 

@@ -259,7 +259,7 @@ def test_forbidden_is_not_retried_and_says_why(k8s: Any, cluster: KubernetesClus
         )
 
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << forbidden
-    with pytest.raises(ClusterActionError, match="403.*forbidden"):
+    with pytest.raises(ClusterActionError, match=r"403.*forbidden"):
         cluster.admit(admit(Kind.JOB))
     assert len(k8s) == 2
 

@@ -15,7 +15,6 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-
 from muster.core.model import Kind, NodeObserved, PodObserved, WorkloadFinished, WorkloadObserved
 from muster.kube.agent import Agent, SeqSource
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
@@ -50,7 +49,9 @@ def job(name: str = "train", rv: str = "100", parallelism: int = 2, **extra: Any
             "suspend": True,
             "parallelism": parallelism,
             "template": {
-                "spec": {"containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
+                "spec": {
+                    "containers": [{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]
+                }
             },
         },
     }
@@ -58,7 +59,9 @@ def job(name: str = "train", rv: str = "100", parallelism: int = 2, **extra: Any
     return obj
 
 
-def job_pod(name: str, rv: str, job_name: str = "train", ready: bool = False, **status: Any) -> dict[str, Any]:
+def job_pod(
+    name: str, rv: str, job_name: str = "train", ready: bool = False, **status: Any
+) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
@@ -106,9 +109,17 @@ def aws() -> Iterator[dict[str, Any]]:
         sqs = boto3.client("sqs", region_name=REGION)
         events.create_event_bus(Name="muster")
         queue_url = sqs.create_queue(QueueName="ingest")["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        events.put_rule(Name="agent", EventBusName="muster", EventPattern=json.dumps({"source": ["muster.agent"]}))
-        events.put_targets(Rule="agent", EventBusName="muster", Targets=[{"Id": "ingest", "Arn": arn}])
+        arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        events.put_rule(
+            Name="agent",
+            EventBusName="muster",
+            EventPattern=json.dumps({"source": ["muster.agent"]}),
+        )
+        events.put_targets(
+            Rule="agent", EventBusName="muster", Targets=[{"Id": "ingest", "Arn": arn}]
+        )
         yield {"events": events, "sqs": sqs, "queue": queue_url}
 
 
@@ -153,19 +164,36 @@ def make_agent(client: Any, clock: Clock, sleeps: list[float], window: float = 1
 def test_job_gang_size_gpus_and_annotations() -> None:
     view = workload_view(
         Kind.JOB,
-        job(parallelism=4, annotations={"muster.io/min-available": "3", "muster.io/timeout": "10m", "muster.io/priority": "5"}),
+        job(
+            parallelism=4,
+            annotations={
+                "muster.io/min-available": "3",
+                "muster.io/timeout": "10m",
+                "muster.io/priority": "5",
+            },
+        ),
     )
     assert view is not None
     assert (view.key, view.queue, view.gang_size, view.gpus, view.priority, view.timeout) == (
-        "ml/train", "gpu", 3, 32, 5, "10m"
+        "ml/train",
+        "gpu",
+        3,
+        32,
+        5,
+        "10m",
     )
 
 
 def test_bad_annotations_are_reported_and_ignored() -> None:
-    view = workload_view(Kind.JOB, job(annotations={"muster.io/min-available": "lots", "muster.io/timeout": "soon"}))
+    view = workload_view(
+        Kind.JOB, job(annotations={"muster.io/min-available": "lots", "muster.io/timeout": "soon"})
+    )
     assert view is not None
     assert view.gang_size == 2 and view.timeout is None
-    assert [p.split(":")[0] for p in view.problems] == ["muster.io/min-available", "muster.io/timeout"]
+    assert [p.split(":")[0] for p in view.problems] == [
+        "muster.io/min-available",
+        "muster.io/timeout",
+    ]
 
 
 def test_jobset_and_pytorchjob_gang_sizes() -> None:
@@ -183,8 +211,18 @@ def test_jobset_and_pytorchjob_gang_sizes() -> None:
         "metadata": {"name": "pt", "namespace": "ml", "labels": {"muster.io/queue": "q"}},
         "spec": {
             "pytorchReplicaSpecs": {
-                "Master": {"replicas": 1, "template": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
-                "Worker": {"replicas": 3, "template": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}}},
+                "Master": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+                    },
+                },
+                "Worker": {
+                    "replicas": 3,
+                    "template": {
+                        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+                    },
+                },
             }
         },
     }
@@ -204,13 +242,23 @@ def test_pod_not_ready_reason_comes_from_the_most_telling_place() -> None:
     pulling = job_pod(
         "p",
         "1",
-        containerStatuses=[{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}],
+        containerStatuses=[
+            {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}
+        ],
     )
     unschedulable = job_pod("q", "1")
     unschedulable["status"]["conditions"].append(
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/8 nodes"}
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/8 nodes",
+        }
     )
-    assert (pod_view("ml/train", pulling).reason, pod_view("ml/train", pulling).message) == ("ImagePullBackOff", "no such image")
+    assert (pod_view("ml/train", pulling).reason, pod_view("ml/train", pulling).message) == (
+        "ImagePullBackOff",
+        "no such image",
+    )
     assert pod_view("ml/train", unschedulable).reason == "Unschedulable"
 
 
@@ -225,7 +273,9 @@ def test_seq_is_the_resource_version_with_a_monotonic_fallback(clock: Clock) -> 
 # --------------------------------------------------------------------------- end to end
 
 
-def test_watch_stream_to_sqs_through_the_bus(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_watch_stream_to_sqs_through_the_bus(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     # GIVEN a labelled Job and its pods; the pods are seen before the Job
     source = ScriptedSource(
         listings={"pods": [([job_pod("train-0", "90")], "95")], "jobs": [([], "95")]},
@@ -247,20 +297,32 @@ def test_watch_stream_to_sqs_through_the_bus(aws: dict[str, Any], clock: Clock, 
     assert [c for c, _ in parsed] == ["prod"] * 3
     events = [e for _, e in parsed]
     assert isinstance(events[0], WorkloadObserved)
-    assert (events[0].workload, events[0].gang_size, events[0].gpus, events[0].seq) == ("ml/train", 2, 16, 100)
-    assert sorted((e.pod, e.seq) for e in events[1:] if isinstance(e, PodObserved)) == [("train-0", 90), ("train-1", 99)]
+    assert (events[0].workload, events[0].gang_size, events[0].gpus, events[0].seq) == (
+        "ml/train",
+        2,
+        16,
+        100,
+    )
+    assert sorted((e.pod, e.seq) for e in events[1:] if isinstance(e, PodObserved)) == [
+        ("train-0", 90),
+        ("train-1", 99),
+    ]
     # and the Jobs were listed and watched by the queue label, resuming from the list's version
     assert ("watch", "jobs", "95", "muster.io/queue") in source.calls
 
 
-def test_pods_of_other_jobs_are_not_sent(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_pods_of_other_jobs_are_not_sent(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Change(POD_RESOURCE, "ADDED", job_pod("web-0", "5", job_name="web")))
     agent.flush(everything=True)
     assert landed(aws) == []
 
 
-def test_updates_of_one_pod_are_coalesced_in_the_window(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_updates_of_one_pod_are_coalesced_in_the_window(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     agent = make_agent(aws["events"], clock, sleeps, window=1.0)
     agent.handle(Change(JOB_RESOURCE, "ADDED", job()))
     agent.flush()
@@ -281,7 +343,9 @@ def test_updates_of_one_pod_are_coalesced_in_the_window(aws: dict[str, Any], clo
     assert agent.outbox.stats["coalesced"] == 2
 
 
-def test_a_relist_resends_state_and_reports_what_vanished(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_a_relist_resends_state_and_reports_what_vanished(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     # GIVEN the agent knows a Job with two pods
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Sync(JOB_RESOURCE, [job()], "100"))
@@ -293,7 +357,13 @@ def test_a_relist_resends_state_and_reports_what_vanished(aws: dict[str, Any], c
     agent.flush(everything=True)
     # THEN the unchanged pod is sent again with its old seq (a duplicate the control
     # plane drops) and the missing one is reported deleted at the list's version
-    got = sorted(((e.pod, e.seq, e.deleted) for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, PodObserved)))
+    got = sorted(
+        (
+            (e.pod, e.seq, e.deleted)
+            for _, e in map(parse_agent_event, landed(aws))
+            if isinstance(e, PodObserved)
+        )
+    )
     assert got == [("train-0", 101, False), ("train-1", 150, True)]
 
 
@@ -301,21 +371,39 @@ def test_job_deleted_and_completed(aws: dict[str, Any], clock: Clock, sleeps: li
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Change(JOB_RESOURCE, "ADDED", job("a", rv="10")))
     agent.handle(Change(JOB_RESOURCE, "ADDED", job("b", rv="11")))
-    agent.handle(Change(JOB_RESOURCE, "MODIFIED", job("a", rv="20", status={"conditions": [{"type": "Complete", "status": "True"}]})))
+    agent.handle(
+        Change(
+            JOB_RESOURCE,
+            "MODIFIED",
+            job("a", rv="20", status={"conditions": [{"type": "Complete", "status": "True"}]}),
+        )
+    )
     agent.handle(Change(JOB_RESOURCE, "DELETED", job("b", rv="21")))
     agent.flush()
-    finished = {e.workload: (e.reason.value, e.seq) for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadFinished)}
+    finished = {
+        e.workload: (e.reason.value, e.seq)
+        for _, e in map(parse_agent_event, landed(aws))
+        if isinstance(e, WorkloadFinished)
+    }
     assert finished == {"ml/a": ("Succeeded", 20), "ml/b": ("Deleted", 21)}
 
 
-def test_pod_group_gang_from_its_pods(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_pod_group_gang_from_its_pods(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Change(POD_RESOURCE, "ADDED", group_pod("grp-0", "7")))
     agent.handle(Change(POD_RESOURCE, "ADDED", group_pod("grp-1", "8")))
     agent.flush(everything=True)
     events = [e for _, e in map(parse_agent_event, landed(aws))]
     [workload] = [e for e in events if isinstance(e, WorkloadObserved)]
-    assert (workload.workload, workload.kind, workload.gang_size, workload.gpus, workload.seq) == ("ml/grp", Kind.POD_GROUP, 2, 8, 7)
+    assert (workload.workload, workload.kind, workload.gang_size, workload.gpus, workload.seq) == (
+        "ml/grp",
+        Kind.POD_GROUP,
+        2,
+        8,
+        7,
+    )
     assert sorted(e.pod for e in events if isinstance(e, PodObserved)) == ["grp-0", "grp-1"]
 
 
@@ -325,12 +413,16 @@ def test_pod_group_without_min_available_is_counted_not_sent(
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Change(POD_RESOURCE, "ADDED", group_pod("grp-0", "7", min_available=None)))
     agent.flush(everything=True)
-    assert not [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadObserved)]
+    assert not [
+        e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadObserved)
+    ]
     assert agent.stats["invalid_workloads"] == 1
     assert "muster.io/min-available: required" in caplog.text
 
 
-def test_node_changes_are_sent_once_per_change(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
+def test_node_changes_are_sent_once_per_change(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
     agent = make_agent(aws["events"], clock, sleeps)
 
     def node(rv: str, ready: bool, health: str | None = None) -> dict[str, Any]:
@@ -343,7 +435,9 @@ def test_node_changes_are_sent_once_per_change(aws: dict[str, Any], clock: Clock
     agent.handle(Change(NODE_RESOURCE, "ADDED", node("1", True)))
     agent.handle(Change(NODE_RESOURCE, "MODIFIED", node("2", True)))  # a heartbeat: nothing new
     agent.flush(everything=True)
-    agent.handle(Change(NODE_RESOURCE, "MODIFIED", node("3", True, "UnschedulablePendingReplacement")))
+    agent.handle(
+        Change(NODE_RESOURCE, "MODIFIED", node("3", True, "UnschedulablePendingReplacement"))
+    )
     agent.flush(everything=True)
     nodes = [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, NodeObserved)]
     assert [(n.node, n.ready, n.health) for n in nodes] == [
@@ -375,26 +469,34 @@ class FlakyEvents:
         self.fail = fail  # per call: indexes of entries to fail
         self.calls: list[list[str]] = []
 
-    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803 - boto3's name
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls.append([json.loads(e["Detail"])["i"] for e in Entries])
         failing = self.fail.pop(0) if self.fail else set()
         keep = [e for n, e in enumerate(Entries) if n not in failing]
         sent = iter(self.real.put_events(Entries=keep)["Entries"] if keep else [])
         results = [
-            {"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded"} if n in failing else next(sent)
+            {"ErrorCode": "ThrottlingException", "ErrorMessage": "Rate exceeded"}
+            if n in failing
+            else next(sent)
             for n in range(len(Entries))
         ]
         return {"FailedEntryCount": len(failing), "Entries": results}
 
 
-def test_only_failed_entries_are_retried_with_backoff(aws: dict[str, Any], sleeps: list[float]) -> None:
+def test_only_failed_entries_are_retried_with_backoff(
+    aws: dict[str, Any], sleeps: list[float]
+) -> None:
     flaky = FlakyEvents(aws["events"], fail=[{1, 3}, {0}])
     sender = EventBridgeSender(flaky, "muster", sleep=sleeps.append)
     sender.send([entry(i) for i in range(5)])
     assert flaky.calls == [[0, 1, 2, 3, 4], [1, 3], [1]]
     assert sleeps == [0.5, 1.0]
     assert sorted(json.loads(json.dumps(m["detail"]))["i"] for m in landed(aws)) == [0, 1, 2, 3, 4]
-    assert (sender.stats["sent"], sender.stats["retried"], sender.stats["undeliverable"]) == (5, 3, 0)
+    assert (sender.stats["sent"], sender.stats["retried"], sender.stats["undeliverable"]) == (
+        5,
+        3,
+        0,
+    )
 
 
 def test_what_cannot_be_sent_is_logged_and_counted(
@@ -429,7 +531,10 @@ def test_reflector_resumes_relists_on_410_and_backs_off_on_errors(clock: Clock) 
         listings={"jobs": [([job(rv="10")], "10"), ([job(rv="30")], "31"), ([job(rv="30")], "40")]},
         streams={
             "jobs": [
-                [event("MODIFIED", job(rv="11")), {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}],
+                [
+                    event("MODIFIED", job(rv="11")),
+                    {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}},
+                ],
                 [ConnectionResetError("stream dropped")],
                 [event("MODIFIED", job(rv="20")), expired()],
                 [{"type": "ERROR", "object": {"code": 410, "message": "too old"}}],
@@ -437,7 +542,9 @@ def test_reflector_resumes_relists_on_410_and_backs_off_on_errors(clock: Clock) 
             ]
         },
     )
-    r = Reflector(JOB_RESOURCE, source, messages.append, clock=clock, sleep=sleeps.append, resync=1e9)
+    r = Reflector(
+        JOB_RESOURCE, source, messages.append, clock=clock, sleep=sleeps.append, resync=1e9
+    )
     for _ in range(5):
         r.step()
     assert [c[:3] for c in source.calls] == [

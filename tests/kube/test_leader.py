@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from muster.kube.http import KubeApi
 from muster.kube.leader import LeaseElector
 
@@ -18,10 +17,16 @@ def api(apiserver: Any) -> KubeApi:
     return KubeApi.for_host(apiserver.url)
 
 
-def test_one_of_two_replicas_leads_and_the_other_takes_over_when_it_stops(apiserver: Any, api: KubeApi) -> None:
+def test_one_of_two_replicas_leads_and_the_other_takes_over_when_it_stops(
+    apiserver: Any, api: KubeApi
+) -> None:
     now = [1000.0]
-    a = LeaseElector(api, namespace="muster-system", name="muster-agent", identity="a", clock=lambda: now[0])
-    b = LeaseElector(api, namespace="muster-system", name="muster-agent", identity="b", clock=lambda: now[0])
+    a = LeaseElector(
+        api, namespace="muster-system", name="muster-agent", identity="a", clock=lambda: now[0]
+    )
+    b = LeaseElector(
+        api, namespace="muster-system", name="muster-agent", identity="b", clock=lambda: now[0]
+    )
     # GIVEN a creates the Lease
     assert a.try_acquire_or_renew() is True
     assert b.try_acquire_or_renew() is False
@@ -44,7 +49,9 @@ def test_one_of_two_replicas_leads_and_the_other_takes_over_when_it_stops(apiser
 
 def test_a_leader_that_cannot_reach_the_api_steps_down(api: KubeApi) -> None:
     now = [1000.0]
-    a = LeaseElector(api, namespace="muster-system", name="muster-agent", identity="a", clock=lambda: now[0])
+    a = LeaseElector(
+        api, namespace="muster-system", name="muster-agent", identity="a", clock=lambda: now[0]
+    )
     assert a.try_acquire_or_renew()
     a.api = KubeApi.for_host("http://127.0.0.1:9", request_timeout=0.5)
     now[0] += 5

@@ -71,6 +71,11 @@ def test_agent_runs_two_replicas_as_its_service_account() -> None:
 
 
 def test_the_validator_rejects_a_broken_manifest() -> None:
-    broken = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"replicas": "two"}}
+    broken = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "x"},
+        "spec": {"replicas": "two"},
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)

@@ -20,11 +20,14 @@ late eviction cannot withdraw a newer attempt.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 import urllib3
@@ -107,12 +110,12 @@ class KubernetesCluster:
         if kind is Kind.POD_GROUP:
             for pod in self._pod_group(workload):
                 path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
-                self._ignore_gone(
-                    lambda p=path: self._call(workload, lambda: self.api.merge_patch(p, body))
-                )
+                # One pod of a group vanishing is not the group vanishing.
+                with contextlib.suppress(WorkloadGone):
+                    self._call(workload, partial(self.api.merge_patch, path, body))
             return
         path = RESOURCES[kind].item(namespace, name)
-        self._call(workload, lambda: self.api.merge_patch(path, body))
+        self._call(workload, partial(self.api.merge_patch, path, body))
 
     # ------------------------------------------------------------------ suspend kinds
 
@@ -122,7 +125,7 @@ class KubernetesCluster:
         path = resource.item(namespace, name)
         mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
         for _ in range(self.conflict_attempts):
-            obj = self._call(workload, lambda: self.api.get(path))
+            obj = self._call(workload, partial(self.api.get, path))
             annotations = obj.get("metadata", {}).get("annotations") or {}
             if _fenced(annotations, attempt, suspend=suspend):
                 log.warning(
@@ -143,7 +146,7 @@ class KubernetesCluster:
                 metadata["resourceVersion"] = version  # optimistic concurrency: 409 if changed
             body = {"metadata": metadata, "spec": _nest(resource.suspend_path, suspend)}
             try:
-                self._call(workload, lambda: self.api.merge_patch(path, body), conflict=True)
+                self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
                 log.info(
                     "%s %s attempt %d", "suspended" if suspend else "released", workload, attempt
                 )
@@ -179,7 +182,8 @@ class KubernetesCluster:
             raise WorkloadGone(workload)
         for pod in pods:
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
-            self._ignore_gone(lambda p=path, o=pod: self._ungate_pod(workload, p, o, attempt))
+            with contextlib.suppress(WorkloadGone):
+                self._ungate_pod(workload, path, pod, attempt)
 
     def _ungate_pod(self, workload: str, path: str, pod: dict[str, Any], attempt: int) -> None:
         for _ in range(self.conflict_attempts):
@@ -194,10 +198,10 @@ class KubernetesCluster:
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
             body = {"metadata": metadata, "spec": {"schedulingGates": remaining}}
             try:
-                self._call(workload, lambda: self.api.merge_patch(path, body), conflict=True)
+                self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
                 return
             except _Conflict:
-                pod = self._call(workload, lambda: self.api.get(path))
+                pod = self._call(workload, partial(self.api.get, path))
         raise ClusterUnavailable(f"{path}: still conflicting after {self.conflict_attempts} reads")
 
     def _delete_pod_group(self, workload: str, attempt: int) -> None:
@@ -206,17 +210,11 @@ class KubernetesCluster:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
-            self._ignore_gone(lambda p=path: self._call(workload, lambda: self.api.delete(p)))
+            with contextlib.suppress(WorkloadGone):
+                self._call(workload, partial(self.api.delete, path))
         log.info("deleted the pods of %s attempt %d", workload, attempt)
 
     # ------------------------------------------------------------------ errors
-
-    def _ignore_gone(self, action: Callable[[], object]) -> None:
-        """One pod of a group vanishing is not the group vanishing."""
-        try:
-            action()
-        except WorkloadGone:
-            pass
 
     def _call(self, workload: str, action: Callable[[], T], *, conflict: bool = False) -> T:
         delay = self.base_delay
@@ -260,11 +258,11 @@ def _int(text: str | None) -> int:
         return 0
 
 
-def _dig(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+def _dig(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(obj, Mapping):
             return None
-        obj = obj.get(key)  # type: ignore[assignment]
+        obj = obj.get(key)
     return obj
 
 
@@ -272,14 +270,12 @@ def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     body: Any = value
     for key in reversed(path):
         body = {key: body}
-    return body  # type: ignore[no-any-return]
+    return body
 
 
 def _message(exc: ApiException) -> str:
-    import json
-
     try:
-        return str(json.loads(exc.body).get("message", exc.body))
+        return str(json.loads(exc.body or "").get("message", exc.body))
     except (TypeError, ValueError, AttributeError):
         return str(exc.body)
 
@@ -325,7 +321,7 @@ def for_cluster(
         def refresh(cfg: k8s.Configuration) -> None:
             cfg.api_key["BearerToken"] = tokens.token()
 
-        config.refresh_api_key_hook = refresh
+        config.refresh_api_key_hook = refresh  # type: ignore[assignment]
         refresh(config)  # the client only asks for a key it already has
         adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)))
         _CACHE[key] = adapter

@@ -76,7 +76,7 @@ def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return meta(obj).get("labels") or {}
 
 
-def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+def notes_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return meta(obj).get("annotations") or {}
 
 
@@ -123,16 +123,16 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
             gpus += replicas * pod_gpus((rs or {}).get("template") or {})
     else:
         raise ValueError(f"kind: {kind} has no workload object")
-    gang = _min_available(annotations(obj), pods, problems)
+    gang = _min_available(notes_of(obj), pods, problems)
     return WorkloadView(
         key=object_key(obj),
         kind=kind,
         queue=queue,
         gang_size=gang,
         gpus=gpus,
-        priority=_priority(annotations(obj), problems),
+        priority=_priority(notes_of(obj), problems),
         created_at=parse_k8s_time(meta(obj).get("creationTimestamp")),
-        timeout=_timeout(annotations(obj), problems),
+        timeout=_timeout(notes_of(obj), problems),
         status=_finished(kind, obj) or "Active",
         problems=tuple(problems),
     )
@@ -162,7 +162,7 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         return None
     first = members[0]
     problems: list[str] = []
-    size = _int_annotation(annotations(first), MIN_AVAILABLE_ANNOTATION, problems)
+    size = _int_annotation(notes_of(first), MIN_AVAILABLE_ANNOTATION, problems)
     if size is None or size < 1:
         problems.append(f"{MIN_AVAILABLE_ANNOTATION}: required on the pods of a pod group")
         size = 0
@@ -178,9 +178,9 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         queue=labels(first).get(QUEUE_LABEL, ""),
         gang_size=size,
         gpus=size * pod_gpus(first),
-        priority=_priority(annotations(first), problems),
+        priority=_priority(notes_of(first), problems),
         created_at=min(created) if created else None,
-        timeout=_timeout(annotations(first), problems),
+        timeout=_timeout(notes_of(first), problems),
         status=status,
         problems=tuple(problems),
     )
