@@ -121,6 +121,8 @@ class Agent:
         self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
         self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
         self.nodes: dict[str, tuple[bool, str | None]] = {}
+        self.problems: dict[str, tuple[str, ...]] = {}  # bad annotations already logged
+        self.invalid: set[str] = set()  # workloads that cannot be reported as they are
 
     # ------------------------------------------------------------------ input
 
@@ -157,9 +159,6 @@ class Agent:
         if deleted:
             self._workload_gone(key, kind, seq)
             return
-        for problem in view.problems:
-            self.stats["invalid_annotations"] += 1
-            log.warning("%s %s: %s (ignored)", kind, key, problem)
         known = key in self.workloads
         self._send_workload(view, seq, force=force)
         if not known:
@@ -167,17 +166,20 @@ class Agent:
                 self._pod(pod, deleted=False)
 
     def _send_workload(self, view: WorkloadView, seq: int, *, force: bool = False) -> None:
-        if view.gang_size < 1:
-            self.stats["invalid_workloads"] += 1
-            log.error(
-                "%s %s: no gang size; not reported (%s)",
-                view.kind,
-                view.key,
-                "; ".join(view.problems),
-            )
-            return
         if not force and self.workloads.get(view.key) == view:
             return
+        if view.problems and self.problems.get(view.key) != view.problems:
+            self.problems[view.key] = view.problems  # log each distinct problem set once
+            for problem in view.problems:
+                self.stats["invalid_annotations"] += 1
+                log.warning("%s %s: %s (ignored)", view.kind, view.key, problem)
+        if view.gang_size < 1:
+            if view.key not in self.invalid:
+                self.invalid.add(view.key)
+                self.stats["invalid_workloads"] += 1
+                log.error("%s %s: no gang size; not reported until fixed", view.kind, view.key)
+            return
+        self.invalid.discard(view.key)
         self.workloads[view.key] = view
         self.workload_seq[view.key] = seq
         detail = workload_detail(
@@ -236,7 +238,9 @@ class Agent:
         kind, workload = owner
         seq = self.seq(meta(pod).get("resourceVersion"))
         if kind is Kind.POD_GROUP:
-            self._group_member(workload, pod, seq, deleted=deleted)
+            self._group_member(workload, pod, seq, deleted=deleted, force=force)
+            if workload not in self.workloads and not deleted:
+                return  # the group is not valid (see the log); its pods mean nothing yet
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
             # Not (yet) a known labelled workload: remember it until its workload shows up.
             waiting = self.waiting.setdefault(workload, {})
@@ -271,7 +275,9 @@ class Agent:
         )
         self._put(f"pod:{name}", POD_OBSERVED, detail)
 
-    def _group_member(self, group: str, pod: Mapping[str, Any], seq: int, *, deleted: bool) -> None:
+    def _group_member(
+        self, group: str, pod: Mapping[str, Any], seq: int, *, deleted: bool, force: bool = False
+    ) -> None:
         members = self.groups.setdefault(group, {})
         name = str(meta(pod).get("name"))
         if deleted:
@@ -280,10 +286,9 @@ class Agent:
             members[name] = dict(pod)
         view = pod_group_view(group, members.values())
         if view is not None:
-            for problem in view.problems:
-                self.stats["invalid_annotations"] += 1
-                log.warning("pod group %s: %s", group, problem)
-            self._send_workload(view, seq)
+            # Newer than every member's own version, so a re-derived view is never stale.
+            seq = max([seq, *(self.seq(meta(p).get("resourceVersion")) for p in members.values())])
+            self._send_workload(view, seq, force=force)
         if not members:
             # The pods were deleted (an eviction, or the user); the group stays known
             # to the control plane until its controller creates replacements.
@@ -381,6 +386,8 @@ class Agent:
         self.waiting.clear()
         self.groups.clear()
         self.nodes.clear()
+        self.problems.clear()
+        self.invalid.clear()
         self.outbox.clear()
 
 

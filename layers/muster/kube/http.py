@@ -22,9 +22,17 @@ ApiException = k8s.ApiException
 class KubeApi:
     """A small JSON client for the Kubernetes API; raises `ApiException` on non-2xx."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        watch_grace: float = 30.0,
+    ) -> None:
         self.api_client = api_client
         self.request_timeout = request_timeout
+        # How long past its server-side timeout a quiet watch may stay open.
+        self.watch_grace = watch_grace
 
     @classmethod
     def for_host(cls, host: str, *, token: str | None = None, **kwargs: Any) -> KubeApi:
@@ -110,7 +118,10 @@ class KubeApi:
             query.append(("labelSelector", label_selector))
         # The read timeout outlives the server-side timeout so the server ends the stream.
         response = self._send(
-            "GET", path, query=query, timeout=(self.request_timeout, timeout_seconds + 30)
+            "GET",
+            path,
+            query=query,
+            timeout=(self.request_timeout, timeout_seconds + self.watch_grace),
         )
         raw = response.response
         try:

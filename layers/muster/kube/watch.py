@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import urllib3
+
 from muster.kube.conventions import Resource
 from muster.kube.http import ApiException, KubeApi
 
@@ -68,6 +70,9 @@ class KubeWatchSource:
             if exc.status == 410:
                 raise WatchExpired() from exc
             raise
+        except urllib3.exceptions.ReadTimeoutError:
+            # The server kept a quiet stream open past its timeout: resume as if it ended.
+            return
 
 
 @dataclass(frozen=True, slots=True)
