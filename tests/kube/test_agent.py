@@ -576,3 +576,33 @@ def test_stop_ends_the_reflector(clock: Clock) -> None:
     r = Reflector(NODE_RESOURCE, ScriptedSource(), lambda m: None, clock=clock)
     r.run(stop)  # returns at once
     assert r.stats["lists"] == 0
+
+
+def test_a_compacted_pod_maps_like_the_original() -> None:
+    from muster.kube.mapping import compact_pod, pod_gpus, pod_group_view
+
+    full = group_pod("grp-0", "7")
+    full["spec"]["containers"][0]["image"] = "trainer:latest"
+    full["status"]["containerStatuses"] = [{"state": {"waiting": {"reason": "ContainerCreating"}}}]
+    small = compact_pod(full)
+    assert "image" not in small["spec"]["containers"][0]
+    assert pod_view("ml/grp", small) == pod_view("ml/grp", full)
+    assert pod_gpus(small) == pod_gpus(full) == 4
+    assert pod_group_view("ml/grp", [small]) == pod_group_view("ml/grp", [full])
+
+
+def test_a_pod_group_whose_pods_all_succeeded_is_finished(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    agent = make_agent(aws["events"], clock, sleeps)
+    for name, rv in (("grp-0", "7"), ("grp-1", "8")):
+        agent.handle(Change(POD_RESOURCE, "ADDED", group_pod(name, rv)))
+    for name, rv in (("grp-0", "20"), ("grp-1", "21")):
+        done = group_pod(name, rv)
+        done["status"]["phase"] = "Succeeded"
+        agent.handle(Change(POD_RESOURCE, "MODIFIED", done))
+    agent.flush(everything=True)
+    finished = [
+        e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadFinished)
+    ]
+    assert [(e.workload, e.reason.value, e.seq) for e in finished] == [("ml/grp", "Succeeded", 21)]

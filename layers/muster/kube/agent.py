@@ -37,6 +37,7 @@ from muster.kube.conventions import (
 from muster.kube.mapping import (
     PodView,
     WorkloadView,
+    compact_pod,
     meta,
     node_view,
     object_key,
@@ -249,7 +250,7 @@ class Agent:
                 if not waiting:
                     del self.waiting[workload]
             else:
-                waiting[name] = dict(pod)
+                waiting[name] = compact_pod(pod)
             return
         view = pod_view(workload, pod)
         known = self.pods.get(name)
@@ -283,7 +284,7 @@ class Agent:
         if deleted:
             members.pop(name, None)
         else:
-            members[name] = dict(pod)
+            members[name] = compact_pod(pod)
         view = pod_group_view(group, members.values())
         if view is not None:
             # Newer than every member's own version, so a re-derived view is never stale.

@@ -64,6 +64,11 @@ def register(subparsers: Any) -> None:
         help="use this kubeconfig instead of the in-cluster service account",
     )
     p.add_argument(
+        "--heartbeat-file",
+        default=env("MUSTER_HEARTBEAT_FILE", "/tmp/muster-agent-alive"),
+        help="touched every few seconds while the agent loop runs (for a liveness probe)",
+    )
+    p.add_argument(
         "--no-leader-election",
         action="store_true",
         help="send without holding the Lease (one replica only)",
@@ -129,7 +134,12 @@ def run_agent(args: argparse.Namespace) -> int:
         elector = LeaseElector(
             api, namespace=args.namespace, name=args.lease, identity=args.identity
         )
-    runner = AgentRunner(agent, KubeWatchSource(api), elector, resync=resync)
+
+    def heartbeat() -> None:
+        with open(args.heartbeat_file, "a"):
+            os.utime(args.heartbeat_file)
+
+    runner = AgentRunner(agent, KubeWatchSource(api), elector, resync=resync, heartbeat=heartbeat)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

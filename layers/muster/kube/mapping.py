@@ -250,6 +250,49 @@ def _count(value: Any, default: int) -> int:
 # --------------------------------------------------------------------------- pods
 
 
+def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Only what the mapping reads: the agent keeps many pods in memory."""
+    m = meta(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {
+            key: m[key]
+            for key in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "labels",
+            )
+            if key in m
+        }
+        | {"annotations": {k: v for k, v in notes_of(pod).items() if k.startswith("muster.io/")}},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [
+                {"resources": c.get("resources") or {}} for c in spec.get("containers") or []
+            ],
+            "initContainers": [
+                {"resources": c.get("resources") or {}} for c in spec.get("initContainers") or []
+            ],
+        },
+        "status": {
+            key: status[key]
+            for key in (
+                "phase",
+                "conditions",
+                "containerStatuses",
+                "initContainerStatuses",
+                "reason",
+                "message",
+            )
+            if key in status
+        },
+    }
+
+
 def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
     """(kind, "namespace/name") of the workload a pod belongs to, from its labels."""
     namespace = meta(pod).get("namespace")

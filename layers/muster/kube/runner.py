@@ -7,6 +7,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from muster.kube.agent import WATCHED, Agent
@@ -29,6 +30,7 @@ class AgentRunner:
         watch_timeout: int = 300,
         tick: float = 0.2,
         stats_every: float = 300.0,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self.agent = agent
         self.source = source
@@ -38,6 +40,8 @@ class AgentRunner:
         self.tick = tick
         self.stats_every = stats_every
         self.reflectors: list[Reflector] = []
+        self.heartbeat = heartbeat  # proof of life for the liveness probe
+        self.last_beat = 0.0
         if elector is not None:
             agent.may_send = lambda: elector.leading  # fencing: only the leader sends
 
@@ -48,10 +52,16 @@ class AgentRunner:
         if self.elector is not None:
             threading.Thread(target=self._campaign, args=(stop,), name="lease", daemon=True).start()
         while not stop.is_set():
+            self._beat()
             if not self.leading():
                 stop.wait(self.tick)
                 continue
             self._lead(stop)
+
+    def _beat(self) -> None:
+        if self.heartbeat is not None and time.monotonic() - self.last_beat >= 5.0:
+            self.heartbeat()
+            self.last_beat = time.monotonic()
 
     def _campaign(self, stop: threading.Event) -> None:
         assert self.elector is not None
@@ -88,6 +98,7 @@ class AgentRunner:
                 except queue.Empty:
                     pass
                 self.agent.flush()
+                self._beat()
                 if time.monotonic() >= next_stats:
                     log.info(json.dumps({"agentStats": self.stats()}))
                     next_stats = time.monotonic() + self.stats_every
