@@ -606,3 +606,15 @@ def test_a_pod_group_whose_pods_all_succeeded_is_finished(
         e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadFinished)
     ]
     assert [(e.workload, e.reason.value, e.seq) for e in finished] == [("ml/grp", "Succeeded", 21)]
+
+
+def test_a_deleted_job_takes_its_pods_out_of_the_agents_memory(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(JOB_RESOURCE, "ADDED", job(rv="10")))
+    agent.handle(Change(POD_RESOURCE, "ADDED", job_pod("train-0", "11")))
+    assert "ml/train-0" in agent.pods
+    agent.handle(Change(JOB_RESOURCE, "DELETED", job(rv="12")))
+    agent.handle(Change(POD_RESOURCE, "DELETED", job_pod("train-0", "13")))
+    assert agent.pods == {} and agent.waiting == {}

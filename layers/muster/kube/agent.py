@@ -204,6 +204,9 @@ class Agent:
         self.workload_seq.pop(key, None)
         if view is None:
             return
+        # Its pods go with it (garbage collection); the control plane has finished it.
+        for name in [n for n, (_, w, _) in self.pods.items() if w == key]:
+            del self.pods[name]
         detail = workload_detail(
             cluster=self.cluster,
             workload=key,
@@ -246,6 +249,7 @@ class Agent:
             # Not (yet) a known labelled workload: remember it until its workload shows up.
             waiting = self.waiting.setdefault(workload, {})
             if deleted:
+                self.pods.pop(name, None)
                 waiting.pop(name, None)
                 if not waiting:
                     del self.waiting[workload]
