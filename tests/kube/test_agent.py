@@ -618,3 +618,21 @@ def test_a_deleted_job_takes_its_pods_out_of_the_agents_memory(
     agent.handle(Change(JOB_RESOURCE, "DELETED", job(rv="12")))
     agent.handle(Change(POD_RESOURCE, "DELETED", job_pod("train-0", "13")))
     assert agent.pods == {} and agent.waiting == {}
+
+
+def test_a_missing_crd_is_reported_once_and_checked_slowly(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kubernetes.client import ApiException
+    from muster.kube.conventions import JOBSET_RESOURCE
+
+    class NoJobSets(ScriptedSource):
+        def list(self, resource: Any, label_selector: str | None) -> Any:
+            raise ApiException(status=404, reason="Not Found")
+
+    sleeps: list[float] = []
+    r = Reflector(JOBSET_RESOURCE, NoJobSets(), lambda m: None, clock=clock, sleep=sleeps.append)
+    for _ in range(3):
+        r.step()
+    assert sleeps == [60.0, 60.0, 60.0]
+    assert caplog.text.count("jobsets: not served by this cluster") == 1

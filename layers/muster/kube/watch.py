@@ -123,6 +123,7 @@ class Reflector:
         self.resource_version: str | None = None
         self.next_resync = 0.0
         self.delay = base_delay
+        self.missing = False  # the resource is not served (its CRD is not installed)
         self.stats = {"lists": 0, "watches": 0, "expired": 0, "errors": 0}
 
     def run(self, stop: threading.Event) -> None:
@@ -136,6 +137,7 @@ class Reflector:
                 self._list()
             self._watch(stop)
             self.delay = self.base_delay
+            self.missing = False
         except WatchExpired:
             self.stats["expired"] += 1
             log.info(
@@ -147,13 +149,19 @@ class Reflector:
         except Exception as exc:
             self.stats["errors"] += 1
             if isinstance(exc, ApiException) and exc.status == 404 and self.resource.group:
-                log.warning(
-                    "%s: not served by this cluster (CRD not installed?)", self.resource.plural
-                )
-            else:
-                log.warning(
-                    "%s: watch failed, retrying in %.1fs: %s", self.resource.plural, self.delay, exc
-                )
+                # An optional CRD (JobSet, PyTorchJob): say so once, look again now and then.
+                if not self.missing:
+                    log.warning(
+                        "%s: not served by this cluster (CRD not installed?); checking every %.0fs",
+                        self.resource.plural,
+                        self.max_delay,
+                    )
+                self.missing = True
+                self.sleep(self.max_delay)
+                return
+            log.warning(
+                "%s: watch failed, retrying in %.1fs: %s", self.resource.plural, self.delay, exc
+            )
             self.sleep(self.delay)
             self.delay = min(self.delay * 2, self.max_delay)
 
