@@ -44,7 +44,8 @@ def eks_token(session: boto3.Session, cluster: str, region: str) -> str:
     )
     request = {
         "method": "GET",
-        "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
+        # The regional STS endpoint of the session's partition (sts.<region>.amazonaws.com).
+        "url": f"{sts.meta.endpoint_url}/?Action=GetCallerIdentity&Version=2011-06-15",
         "body": {},
         "headers": {CLUSTER_ID_HEADER: cluster},
         "context": {},
