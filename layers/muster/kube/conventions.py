@@ -22,11 +22,9 @@ from muster.schema import (
 # the same value; the value is the workload's name ("namespace/<value>").
 POD_GROUP_LABEL = "muster.io/pod-group"
 
-# Muster's view of a workload, written by the control plane for `kubectl` users.
+# Muster's view of a workload, written by the control plane for `kubectl` users:
+# each field of the recorded view becomes a `muster.io/<field>` annotation.
 ANNOTATION_PREFIX = "muster.io/"
-STATE_ANNOTATION = "muster.io/state"
-ATTEMPT_ANNOTATION = "muster.io/attempt"
-REASON_ANNOTATION = "muster.io/reason"
 # Fencing marks: a late admit must not undo a newer eviction, nor the reverse.
 ADMITTED_ATTEMPT_ANNOTATION = "muster.io/admitted-attempt"
 EVICTED_ATTEMPT_ANNOTATION = "muster.io/evicted-attempt"
@@ -37,29 +35,30 @@ GPU_RESOURCE = "nvidia.com/gpu"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
-KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 
 __all__ = [
     "ADMITTED_ATTEMPT_ANNOTATION",
     "ANNOTATION_PREFIX",
-    "ATTEMPT_ANNOTATION",
     "EVICTED_ATTEMPT_ANNOTATION",
     "GPU_RESOURCE",
     "JOBSET_NAME_LABEL",
+    "JOBSET_RESOURCE",
     "JOB_NAME_LABELS",
+    "JOB_RESOURCE",
     "KUBEFLOW_JOB_NAME_LABEL",
+    "LEASE_RESOURCE",
     "MIN_AVAILABLE_ANNOTATION",
     "NODE_RESOURCE",
     "POD_GROUP_LABEL",
     "POD_RESOURCE",
     "PRIORITY_ANNOTATION",
+    "PYTORCHJOB_RESOURCE",
     "QUEUE_LABEL",
-    "REASON_ANNOTATION",
     "RESOURCES",
     "SCHEDULING_GATE",
-    "STATE_ANNOTATION",
     "TIMEOUT_ANNOTATION",
     "Resource",
+    "split_key",
 ]
 
 
