@@ -53,7 +53,12 @@ class Endpoint:
     region: str = REGION
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, endpoint_url=self.url, region_name=self.region, **CREDENTIALS)
+        session = boto3.session.Session(
+            aws_access_key_id=CREDENTIALS["aws_access_key_id"],
+            aws_secret_access_key=CREDENTIALS["aws_secret_access_key"],
+            region_name=self.region,
+        )
+        return session.client(service, endpoint_url=self.url)  # type: ignore[call-overload]
 
     def environment(self) -> dict[str, str]:
         """Variables that point boto3 (in handlers, the agent, the CLI) at this endpoint."""
