@@ -81,8 +81,8 @@ def load_handler(source_dir: Path, handler: str) -> Handler:
     assert spec is not None and spec.loader is not None
     module: ModuleType = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    handler: Handler = getattr(module, function)
-    return handler
+    entry: Handler = getattr(module, function)
+    return entry
 
 
 def discover(
