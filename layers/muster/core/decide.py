@@ -128,11 +128,16 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
-    updated = replace(w, priority=e.priority, queue=e.queue, spec_seq=e.seq)
+    updated = replace(w, priority=e.priority, spec_seq=e.seq)
     if w.phase not in ACTIVE_PHASES:
-        # What it asks for only changes while it holds nothing on the cluster.
+        # What it asks for, and whose quota pays for it, only change while it holds
+        # nothing on the cluster.
         updated = replace(
-            updated, gang_size=e.gang_size, gpus=e.gpus, timeout_override=e.timeout_override
+            updated,
+            queue=e.queue,
+            gang_size=e.gang_size,
+            gpus=e.gpus,
+            timeout_override=e.timeout_override,
         )
     effects: tuple[Effect, ...] = ()
     if updated.phase is Phase.PENDING and (

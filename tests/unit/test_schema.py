@@ -1,0 +1,153 @@
+"""The agent's event schema: what the agent builds, the ingest path accepts."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from muster.core import Kind, NodeObserved, PodObserved, Reason, WorkloadFinished, WorkloadObserved
+from muster.schema import (
+    AGENT_SOURCE,
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    InvalidEvent,
+    node_detail,
+    parse_agent_event,
+    pod_detail,
+    workload_detail,
+)
+
+WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def envelope(detail_type: str, detail: dict) -> dict:
+    return {"source": AGENT_SOURCE, "detail-type": detail_type, "detail": detail}
+
+
+def test_a_workload_observation_round_trips() -> None:
+    detail = workload_detail(
+        cluster="c1",
+        workload="ml/llama",
+        kind="PyTorchJob",
+        queue="gpu",
+        gang_size=16,
+        gpus=128,
+        priority=2,
+        seq=7,
+        created_at=WHEN,
+        timeout="15m",
+    )
+    cluster, event = parse_agent_event(envelope(WORKLOAD_OBSERVED, detail))
+    assert cluster == "c1"
+    assert event == WorkloadObserved(
+        "ml/llama",
+        "gpu",
+        16,
+        gpus=128,
+        priority=2,
+        kind=Kind.PYTORCHJOB,
+        created_at=WHEN.timestamp(),
+        timeout_override=900.0,
+        seq=7,
+    )
+
+
+def test_finished_and_deleted_workloads_become_finish_events() -> None:
+    for status, reason in (
+        ("Succeeded", Reason.SUCCEEDED),
+        ("Failed", Reason.FAILED),
+        ("Deleted", Reason.DELETED),
+    ):
+        detail = workload_detail(
+            cluster="c", workload="a/b", kind="Job", queue="q", gang_size=1, seq=3, status=status
+        )
+        assert parse_agent_event(envelope(WORKLOAD_OBSERVED, detail))[1] == WorkloadFinished(
+            "a/b", reason, 3
+        )
+
+
+def test_pod_and_node_observations_round_trip() -> None:
+    detail = pod_detail(
+        cluster="c",
+        workload="a/b",
+        pod="b-0",
+        seq=4,
+        uid="u",
+        phase="Running",
+        ready=True,
+        node="n1",
+    )
+    assert parse_agent_event(envelope(POD_OBSERVED, detail))[1] == PodObserved(
+        "a/b", "b-0", 4, uid="u", phase="Running", ready=True, node="n1"
+    )
+    detail = node_detail(
+        cluster="c", node="n1", seq=2, ready=True, health="UnschedulablePendingReplacement"
+    )
+    assert parse_agent_event(envelope(NODE_OBSERVED, detail))[1] == NodeObserved(
+        "n1", True, "UnschedulablePendingReplacement"
+    )
+
+
+def good_pod() -> dict:
+    return pod_detail(cluster="c", workload="a/b", pod="b-0", seq=4)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda e: e.update(source="someone.else"), "source: expected 'muster.agent'"),
+        (lambda e: e.update({"detail-type": "Pod Exploded"}), "detail-type: expected one of"),
+        (lambda e: e.update(detail="nope"), "detail: must be a JSON object"),
+        (lambda e: e["detail"].update(schemaVersion=2), "schemaVersion: expected 1, got 2"),
+        (lambda e: e["detail"].pop("cluster"), "cluster: required"),
+        (lambda e: e["detail"].update(seq="7"), "seq: expected a whole number"),
+        (lambda e: e["detail"].update(seq=-1), "seq: must be at least 0"),
+        (
+            lambda e: e["detail"].update(workload="no-namespace"),
+            "workload: expected 'namespace/name'",
+        ),
+        (lambda e: e["detail"].update(phase="Sleeping"), "phase: expected one of"),
+        (lambda e: e["detail"].update(ready="true"), "ready: expected true or false"),
+    ],
+)
+def test_malformed_events_name_the_field(mutate, message: str) -> None:
+    event = envelope(POD_OBSERVED, good_pod())
+    mutate(event)
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        parse_agent_event(event)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("kind", "CronJob", "kind: expected one of"),
+        ("gangSize", 0, "gangSize: must be at least 1"),
+        ("timeout", "soon", "timeout: malformed duration"),
+        ("createdAt", "yesterday", "createdAt: not an RFC 3339 timestamp"),
+        ("status", "Running", "status: expected one of"),
+    ],
+)
+def test_malformed_workload_fields_name_the_field(field: str, value: object, message: str) -> None:
+    detail = workload_detail(cluster="c", workload="a/b", kind="Job", queue="q", gang_size=2, seq=1)
+    detail[field] = value
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        parse_agent_event(envelope(WORKLOAD_OBSERVED, detail))
+
+
+def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "events.md").read_text()
+    sections = {
+        WORKLOAD_OBSERVED: workload_detail(
+            cluster="c", workload="a/b", kind="Job", queue="q", gang_size=1, seq=1, timeout="1m"
+        ),
+        POD_OBSERVED: good_pod(),
+        NODE_OBSERVED: node_detail(cluster="c", node="n", seq=1),
+    }
+    common = set(re.findall(r"^\| `(\w+)` \|", doc.split("### ")[0], re.M))
+    for title, built in sections.items():
+        body = doc.split(f"### `{title}`")[1].split("###")[0]
+        documented = set(re.findall(r"^\| `(\w+)` \|", body, re.M)) | common
+        assert documented == set(built), title
