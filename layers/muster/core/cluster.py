@@ -91,6 +91,8 @@ class Cluster:
     def admission_pass(self, now: float) -> StepResult:
         """Admit whatever may be admitted now (also after a settings change)."""
         result = StepResult()
+        if not self._pending:
+            return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._pending) + 1):
             plan = plan_admission(
                 (self.workloads[k] for k in self._pending),
