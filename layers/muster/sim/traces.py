@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from muster.core import DurationError, parse_duration
 from muster.sim.scenario import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
@@ -115,7 +116,12 @@ def synthetic_jobs(params: Mapping[str, Any], *, seed: int, total_gpus: int) -> 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ScenarioError(f"trace.synthetic.jobs: expected a whole number of jobs >= 1, got {jobs!r}")
     load = _positive(params, "load", 0.8)
-    cap = _positive(params, "maxRunSeconds", 86400.0)
+    try:
+        cap = parse_duration(params.get("maxRunSeconds", 86400.0))
+    except DurationError as exc:
+        raise ScenarioError(f"trace.synthetic.maxRunSeconds: {exc}") from None
+    if cap <= 0:
+        raise ScenarioError("trace.synthetic.maxRunSeconds: must be greater than 0s")
     burst = _positive(params, "burstMeanJobs", BURST_MEAN_JOBS)
     queues = params.get("queues", 1)
     if isinstance(queues, bool) or not isinstance(queues, int) or queues < 1:
