@@ -26,8 +26,10 @@ def main(argv: list[str]) -> int:
     result = simulate(synthetic, "gang")
     wall = time.perf_counter() - started
     events = result.summary["simulatedEvents"]
-    print(f"synthetic (2,000 jobs, gang): {events:,} simulated events in {wall:.2f} s "
-          f"= {events / wall:,.0f} events/s")
+    print(
+        f"synthetic (2,000 jobs, gang): {events:,} simulated events in {wall:.2f} s "
+        f"= {events / wall:,.0f} events/s"
+    )
     if not trace.exists():
         print(f"Philly week: skipped, no trace at {trace}")
         return 0
@@ -47,15 +49,19 @@ def main(argv: list[str]) -> int:
         )
         scenario = replace(scenario, workloads=tuple(workloads), faults=tuple(faults))
     loaded = time.perf_counter() - started
-    print(f"Philly week: {len(scenario.workloads):,} jobs, "
-          f"{sum(w.pods for w in scenario.workloads):,} pods, loaded in {loaded:.2f} s")
+    print(
+        f"Philly week: {len(scenario.workloads):,} jobs, "
+        f"{sum(w.pods for w in scenario.workloads):,} pods, loaded in {loaded:.2f} s"
+    )
     for policy in ("gang", "gang+block", "none"):
         started = time.perf_counter()
         result = simulate(scenario, policy)
         wall = time.perf_counter() - started
         events = result.summary["simulatedEvents"]
-        print(f"Philly week, pod-per-gpu, {policy}: wall {wall:.2f} s, "
-              f"{events:,} simulated events = {events / wall:,.0f} events/s")
+        print(
+            f"Philly week, pod-per-gpu, {policy}: wall {wall:.2f} s, "
+            f"{events:,} simulated events = {events / wall:,.0f} events/s"
+        )
     return 0
 
 

@@ -35,7 +35,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policy", default="gang", help=f"one of {', '.join(POLICIES)} (default gang)")
     p.add_argument("--compare", metavar="P1,P2", help="run several policies side by side")
     p.add_argument("--out", type=Path, help="write events.jsonl, summary.json, gpu-use.png here")
-    p.add_argument("--seed", type=int, help="seed for every random draw (default: the file's, or 0)")
+    p.add_argument(
+        "--seed", type=int, help="seed for every random draw (default: the file's, or 0)"
+    )
     p.add_argument("--no-picture", action="store_true", help="skip the PNG")
     p.add_argument(
         "--progress",
@@ -45,7 +47,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run_command)
 
 
-def run_command(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def run_command(
+    args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
         policies = _policies(args)
@@ -77,7 +81,9 @@ def _policies(args: argparse.Namespace) -> list[str]:
     chosen = [p.strip() for p in chosen if p.strip()]
     for p in chosen:
         if p not in POLICIES:
-            raise ScenarioError(f"--policy/--compare: unknown policy {p!r} (choose from {', '.join(POLICIES)})")
+            raise ScenarioError(
+                f"--policy/--compare: unknown policy {p!r} (choose from {', '.join(POLICIES)})"
+            )
     if not chosen:
         raise ScenarioError("--compare: name at least one policy")
     return list(dict.fromkeys(chosen))

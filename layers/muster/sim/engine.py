@@ -29,8 +29,6 @@ from muster.core import (
     Evict,
     Kind,
     NodeObserved,
-    Outcome,
-    Phase,
     PodObserved,
     Publish,
     QueueSettings,
@@ -321,7 +319,9 @@ class Simulation:
         wall = time.perf_counter() - started
         summary = _summary(sc, kube, tracking, end, evictions, requeues, delivered, outcomes, wall)
         summary["policy"] = self.policy
-        return RunResult(sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end)
+        return RunResult(
+            sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end
+        )
 
 
 def _summary(
@@ -376,10 +376,10 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": rank(0.5), "p95": rank(0.95), "max": _num(ordered[-1])}
 
 
-def _num(value: float) -> float:
+def _num(value: float) -> float | int:
     """Seconds as JSON-friendly numbers: whole ones without a fraction."""
     if isinstance(value, float) and value.is_integer():
-        return int(value)  # type: ignore[return-value]
+        return int(value)
     return round(value, 3)
 
 
@@ -393,5 +393,3 @@ def simulate(
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
     return Simulation(scenario, policy, progress=progress).run()
-
-

@@ -176,9 +176,7 @@ class SimulatedCluster:
         """
         jobs = [self._jobs[name] for name in dict.fromkeys(self._to_reconcile)]
         self._to_reconcile.clear()
-        missing = [
-            [i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running
-        ]
+        missing = [[i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running]
         running = [j for j in jobs if j.running]
         depth = max((len(m) for m in missing), default=0)
         for level in range(depth):
@@ -196,12 +194,10 @@ class SimulatedCluster:
 
     def bind_pending(self, now: float) -> int:
         """One scheduling pass; returns how many pods were bound."""
-        if self._room_freed:
-            start = 0
-        else:
-            start = self._unscheduled_from
+        # Pods before `_unscheduled_from` did not fit last time; unless room came back
+        # since, only the pods created after them can bind now.
+        start = 0 if self._room_freed else self._unscheduled_from
         if start >= len(self._pending):
-            self._compact()
             return 0
         self._account(now)
         bound = 0
@@ -384,9 +380,7 @@ class SimulatedCluster:
     def _emit(self, pod: _Pod, phase: str) -> None:
         self._seq += 1
         node = self.node_names[pod.node] if pod.node is not None else None
-        self.outbox.append(
-            PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node)
-        )
+        self.outbox.append(PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node))
 
     def _account(self, now: float) -> None:
         span = now - self._since
@@ -400,5 +394,9 @@ class SimulatedCluster:
         sample = GpuSample(now, self._useful, self._held, self._available)
         if last.t == now:
             self.samples[-1] = sample
-        elif (last.useful, last.held, last.available) != (sample.useful, sample.held, sample.available):
+        elif (last.useful, last.held, last.available) != (
+            sample.useful,
+            sample.held,
+            sample.available,
+        ):
             self.samples.append(sample)

@@ -84,7 +84,17 @@ class Scenario:
         return self.nodes * self.gpus_per_node
 
 
-_TOP = {"name", "description", "cluster", "settings", "until", "seed", "workloads", "faults", "trace"}
+_TOP = {
+    "name",
+    "description",
+    "cluster",
+    "settings",
+    "until",
+    "seed",
+    "workloads",
+    "faults",
+    "trace",
+}
 _CLUSTER = {"nodes", "gpusPerNode", "gpuQuota"}
 _WORKLOAD = {
     "name",
@@ -133,7 +143,9 @@ def load_builtin(name: str, *, seed: int | None = None) -> Scenario:
             f"no built-in scenario {name!r}{suggestion} (built-in: {', '.join(names)})"
         )
     text = (resources.files("muster") / "scenarios" / f"{name}.yaml").read_text(encoding="utf-8")
-    return parse_scenario_text(text, source=f"built-in {name}", base_dir=Path.cwd(), seed=seed, name=name)
+    return parse_scenario_text(
+        text, source=f"built-in {name}", base_dir=Path.cwd(), seed=seed, name=name
+    )
 
 
 def parse_scenario_text(
@@ -296,13 +308,25 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
         synthetic = _mapping(doc["synthetic"], "trace.synthetic")
     mapping = doc.get("mapping", "pods-of-8")
     if mapping not in MAPPINGS:
-        raise ScenarioError(f"trace.mapping: expected one of {', '.join(MAPPINGS)}, got {mapping!r}")
+        raise ScenarioError(
+            f"trace.mapping: expected one of {', '.join(MAPPINGS)}, got {mapping!r}"
+        )
     fraction = doc.get("brokenFraction", 0.0)
-    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 <= fraction <= 1:
-        raise ScenarioError(f"trace.brokenFraction: expected a number from 0 to 1, got {fraction!r}")
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, int | float)
+        or not 0 <= fraction <= 1
+    ):
+        raise ScenarioError(
+            f"trace.brokenFraction: expected a number from 0 to 1, got {fraction!r}"
+        )
     mtbf = doc.get("nodeMtbfHours")
-    if mtbf is not None and (isinstance(mtbf, bool) or not isinstance(mtbf, int | float) or mtbf <= 0):
-        raise ScenarioError(f"trace.nodeMtbfHours: expected a positive number of hours, got {mtbf!r}")
+    if mtbf is not None and (
+        isinstance(mtbf, bool) or not isinstance(mtbf, int | float) or mtbf <= 0
+    ):
+        raise ScenarioError(
+            f"trace.nodeMtbfHours: expected a positive number of hours, got {mtbf!r}"
+        )
     limit = _int(doc, "limit", "trace.", minimum=1, default=0) or None
     return TraceSpec(
         path=path,

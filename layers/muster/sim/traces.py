@@ -14,7 +14,7 @@ import bisect
 import csv
 import math
 import random
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -83,8 +83,26 @@ MULTI_GPU_SIZES = ((2, 248), (4, 93), (8, 203), (16, 4), (32, 15))
 # Duration percentiles in seconds (same week), single- and multi-GPU jobs apart:
 # multi-GPU jobs run far longer (median 10 h against 32 min).
 DURATION_PERCENTILES = {
-    "single": ((0.0, 1), (0.1, 59), (0.25, 521), (0.5, 1894), (0.75, 2815), (0.9, 6102), (0.95, 11066), (0.99, 81213)),
-    "multi": ((0.0, 4), (0.1, 15), (0.25, 424), (0.5, 36382), (0.75, 158727), (0.9, 270634), (0.95, 401440), (0.99, 786523)),
+    "single": (
+        (0.0, 1),
+        (0.1, 59),
+        (0.25, 521),
+        (0.5, 1894),
+        (0.75, 2815),
+        (0.9, 6102),
+        (0.95, 11066),
+        (0.99, 81213),
+    ),
+    "multi": (
+        (0.0, 4),
+        (0.1, 15),
+        (0.25, 424),
+        (0.5, 36382),
+        (0.75, 158727),
+        (0.9, 270634),
+        (0.95, 401440),
+        (0.99, 786523),
+    ),
 }
 # Arrivals come in bursts (sweeps submitted together): 7.9 jobs per burst on average
 # (arrivals at most 60 s apart), 8.3 s apart within a burst, and 98% of consecutive
@@ -114,7 +132,9 @@ def synthetic_jobs(params: Mapping[str, Any], *, seed: int, total_gpus: int) -> 
             )
     jobs = params.get("jobs")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ScenarioError(f"trace.synthetic.jobs: expected a whole number of jobs >= 1, got {jobs!r}")
+        raise ScenarioError(
+            f"trace.synthetic.jobs: expected a whole number of jobs >= 1, got {jobs!r}"
+        )
     load = _positive(params, "load", 0.8)
     try:
         cap = parse_duration(params.get("maxRunSeconds", 86400.0))
