@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
+import yaml
 from muster.sim.engine import simulate
-from muster.sim.scenario import load_builtin, load_scenario
+from muster.sim.scenario import load_builtin, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "philly-2017-10-02-week.csv"
@@ -34,20 +34,11 @@ def main(argv: list[str]) -> int:
         print(f"Philly week: skipped, no trace at {trace}")
         return 0
     started = time.perf_counter()
-    scenario = load_scenario(ROOT / "examples" / "philly-week.yaml")
+    example = ROOT / "examples" / "philly-week.yaml"
+    doc = yaml.safe_load(example.read_text())
+    doc["trace"]["path"] = str(trace)
+    scenario = parse_scenario(doc, base_dir=example.parent, name="philly-week")
     assert scenario.trace is not None and scenario.trace.mapping == "pod-per-gpu"
-    if trace != DEFAULT_TRACE:
-        from muster.sim.scenario import parse_scenario  # noqa: F401  (re-expanded below)
-        from muster.sim.traces import expand_trace
-
-        workloads, faults = expand_trace(
-            replace(scenario.trace, path=trace),
-            seed=scenario.seed,
-            gpus_per_node=scenario.gpus_per_node,
-            nodes=scenario.nodes,
-            until=scenario.until,
-        )
-        scenario = replace(scenario, workloads=tuple(workloads), faults=tuple(faults))
     loaded = time.perf_counter() - started
     print(
         f"Philly week: {len(scenario.workloads):,} jobs, "
