@@ -40,6 +40,7 @@ from muster.core import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.ports import ClusterActions
 from muster.sim.kube import GpuSample, JobSpec, PodChange, SimulatedCluster, Wakeup
 from muster.sim.scenario import Scenario, seeded
 
@@ -117,7 +118,7 @@ class Simulation:
         core = Cluster(policy_settings(sc, self.policy), draw=jitter.random, defer_admission=True)
         kube = SimulatedCluster(sc.nodes, sc.gpus_per_node)
         now = 0.0
-        actions = SimulatedActions(kube, lambda: now)
+        actions: ClusterActions = SimulatedActions(kube, lambda: now)
         heap: list[tuple[float, int, int, int, Any]] = []
         counter = 0
         order = {w.name: i for i, w in enumerate(sc.workloads)}
