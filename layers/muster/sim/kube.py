@@ -75,6 +75,7 @@ class _Pod:
     name: str
     uid: str
     gpus: int
+    created: int  # creation order across the cluster
     node: int | None = None
     ready: bool = False
     deleted: bool = False
@@ -281,7 +282,7 @@ class SimulatedCluster:
         self._up[n] = False
         self._available -= self.gpus_per_node
         lost: list[str] = []
-        for pod in sorted(self._on_node[n].values(), key=lambda p: (p.job, p.index)):
+        for pod in sorted(self._on_node[n].values(), key=lambda p: p.created):
             j = self._jobs[pod.job]
             if pod.ready:
                 self._lose_ready(j, now)
@@ -337,7 +338,9 @@ class SimulatedCluster:
     def _create_pod(self, j: _Job, index: int) -> None:
         self._uids += 1
         name = f"{j.spec.name}-{index}"
-        pod = _Pod(j.spec.name, index, name, f"{name}-u{self._uids}", j.spec.gpus_per_pod)
+        pod = _Pod(
+            j.spec.name, index, name, f"{name}-u{self._uids}", j.spec.gpus_per_pod, self._uids
+        )
         j.pods[index] = pod
         self._pending.append(pod)
         self._emit(pod, "Pending")
