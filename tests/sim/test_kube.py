@@ -118,3 +118,45 @@ def test_unknown_job_or_node_is_a_clear_error():
         c.unsuspend("x")
     with pytest.raises(ClusterError, match="no node 'node-5'"):
         c.fail_node("node-5", 0)
+
+
+def test_pods_lost_with_a_node_are_recreated_in_creation_order_after_existing_pods():
+    # GIVEN "z" created before "a", both with a pod on node-0, and a pending pod of "p"
+    c = SimulatedCluster(2, 4)
+    for name, gpus in (("z", 2), ("a", 2), ("p", 4), ("q", 4)):
+        c.add_job(JobSpec(name, 1, gpus, 5, 100))
+        c.unsuspend(name)
+        c.reconcile()
+    c.bind_pending(0)
+    assert {x.pod: x.node for x in changes(c) if x.node} == {
+        "z-0": "node-0",
+        "a-0": "node-0",
+        "p-0": "node-1",
+    }
+    # WHEN node-0 fails
+    assert c.fail_node("node-0", 10) == ["z", "a"]
+    c.reconcile()
+    recreated = [x.pod for x in changes(c) if not x.deleted]
+    # THEN z's pod comes back before a's (creation order, not names), both after q's
+    assert recreated == ["z-0", "a-0"]
+    c.repair_node("node-0", 20)
+    c.bind_pending(20)
+    assert [x.pod for x in changes(c) if x.node == "node-0"] == ["q-0"]
+
+
+def test_simulated_actions_carry_out_the_cores_admit_and_evict():
+    from muster.core import Admit, Evict, Kind, Reason
+    from muster.ports import ClusterActions
+    from muster.sim.engine import SimulatedActions
+
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("a", 2, 4, 5, 100))
+    actions: ClusterActions = SimulatedActions(c, lambda: 7.0)
+    actions.admit(Admit("a", 1, Kind.JOB))
+    c.reconcile()
+    c.bind_pending(0)
+    assert c.free_gpus == (0,)
+    changes(c)
+    actions.evict(Evict("a", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, Reason.WAIT_FOR_START))
+    assert c.free_gpus == (8,)
+    assert all(x.deleted for x in changes(c))
