@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim clean
 
 help:
 	@echo "make demo       run the built-in demonstration (sets everything up)"
@@ -18,6 +18,7 @@ help:
 	@echo "make typecheck  mypy"
 	@echo "make format     ruff format + autofix"
 	@echo "make bench      run the benchmarks"
+	@echo "make bench-sim  simulator throughput and the Philly week's wall time"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/muster simulate --builtin all --compare gang,none --out out/demo
+	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/demo
 
 test: lint typecheck
 	$(BIN)/python -m pytest
@@ -50,6 +51,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+bench-sim: $(STAMP)
+	$(BIN)/python benchmarks/simulate.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

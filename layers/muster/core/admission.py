@@ -51,6 +51,11 @@ def plan_admission(
             used_queue[w.queue] = used_queue.get(w.queue, 0) + w.gpus
         if w.phase in NOT_READY_PHASES and blocker is None:
             blocker = w.key
+    if settings.block_admission and blocker is not None:
+        # Blocked before the first candidate: no need to order the queue to know it.
+        if any(admissible(w, now) for w in queued):
+            return AdmissionPlan((), blocker, {})
+        return AdmissionPlan()
     candidates = sorted(
         (w for w in queued if admissible(w, now)), key=lambda w: queue_order_key(w, settings)
     )

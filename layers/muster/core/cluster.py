@@ -32,11 +32,13 @@ class StepResult:
     effects: list[Effect] = field(default_factory=list)
     outcomes: list[tuple[str, Outcome, str]] = field(default_factory=list)
     plans: list[AdmissionPlan] = field(default_factory=list)
+    admission_wanted: bool = False  # a RunAdmission was left to the caller (deferred mode)
 
     def extend(self, other: StepResult) -> None:
         self.effects.extend(other.effects)
         self.outcomes.extend(other.outcomes)
         self.plans.extend(other.plans)
+        self.admission_wanted = self.admission_wanted or other.admission_wanted
 
 
 def _no_jitter() -> float:
@@ -44,10 +46,22 @@ def _no_jitter() -> float:
 
 
 class Cluster:
-    """Workloads by key, with the indexes an admission pass needs."""
+    """Workloads by key, with the indexes an admission pass needs.
 
-    def __init__(self, settings: Settings, draw: Callable[[], float] = _no_jitter) -> None:
+    With `defer_admission`, `apply` does not answer RunAdmission itself but sets
+    `StepResult.admission_wanted`; a shell that batches the events of one instant
+    (the simulator) then runs a single `admission_pass` after all of them.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        draw: Callable[[], float] = _no_jitter,
+        *,
+        defer_admission: bool = False,
+    ) -> None:
         self.settings = settings
+        self.defer_admission = defer_admission
         self.workloads: dict[str, Workload] = {}
         self._draw = draw
         self._pending: set[str] = set()
@@ -77,6 +91,8 @@ class Cluster:
     def admission_pass(self, now: float) -> StepResult:
         """Admit whatever may be admitted now (also after a settings change)."""
         result = StepResult()
+        if not self._pending:
+            return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._pending) + 1):
             plan = plan_admission(
                 (self.workloads[k] for k in self._pending),
@@ -99,7 +115,9 @@ class Cluster:
 
     def _apply_one(self, event: Event, now: float) -> StepResult:
         result, wants_admission = self._decide(self.workloads.get(event.workload), event, now)
-        if wants_admission:
+        if wants_admission and self.defer_admission:
+            result.admission_wanted = True
+        elif wants_admission:
             result.extend(self.admission_pass(now))
         return result
 

@@ -1,0 +1,405 @@
+"""A simulated Kubernetes cluster: nodes with GPUs, job controllers, a scheduler, kubelets.
+
+It knows nothing of gang scheduling, deadlines or time loops. Like a real cluster it
+holds jobs that are suspended or running; the control plane (or nothing, for plain
+Kubernetes) unsuspends and suspends them. Every change a watcher would see is put in
+`outbox` as a `PodChange`; every future moment the cluster needs to be woken at (a
+pod's startup done, a job's run done) is put there as a `Wakeup`. The caller owns
+the clock: it passes `now` to each call and delivers wake-ups when they are due.
+
+Physics it models (and nothing else):
+- A running (unsuspended) job's controller keeps one pod per index; pods it creates
+  wait as Pending in creation order.
+- The scheduler binds pending pods in creation order, each to the first node by
+  index with enough free GPUs; a pod that fits nowhere is skipped.
+- A bound pod turns Ready `startup_seconds` later, never if the job is broken.
+- A job makes progress only while all its pods are Ready, and completes after
+  `run_seconds` of progress. Suspending a job deletes its pods and its progress
+  (no checkpoint).
+- A failed node loses its pods and takes no new ones until repaired.
+
+It also integrates GPU use over time (useful: bound to a job whose pods are all
+Ready; held: bound to any pod) so that every policy is measured the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+
+class ClusterError(ValueError):
+    """A call the simulated cluster cannot carry out (unknown job or node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a workload asks the cluster for."""
+
+    name: str
+    pods: int
+    gpus_per_pod: int
+    startup_seconds: float
+    run_seconds: float
+    never_ready: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodChange:
+    """One pod as a watcher sees it after a change."""
+
+    workload: str
+    pod: str
+    uid: str
+    seq: int
+    phase: str  # Pending, Running
+    ready: bool
+    node: str | None
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Wakeup:
+    """Call the cluster back at `at`: `pod_ready(job, uid)` or `complete(job, token)`."""
+
+    at: float
+    what: str  # "ready" or "complete"
+    job: str
+    ref: str | int  # the pod uid, or the job's run token
+
+
+@dataclass(slots=True)
+class _Pod:
+    job: str
+    index: int
+    name: str
+    uid: str
+    gpus: int
+    created: int  # creation order across the cluster
+    node: int | None = None
+    ready: bool = False
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class _Job:
+    spec: JobSpec
+    running: bool = False  # unsuspended
+    done: bool = False
+    pods: dict[int, _Pod] = field(default_factory=dict)
+    ready: int = 0
+    remaining: float = 0.0
+    progressing_since: float | None = None
+    token: int = 0  # invalidates scheduled completions when progress stops
+
+    @property
+    def whole(self) -> bool:
+        return self.ready == self.spec.pods
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """GPU use from `t` until the next sample."""
+
+    t: float
+    useful: int
+    held: int
+    available: int  # GPUs on nodes that are up
+
+
+class SimulatedCluster:
+    """Nodes `node-0 ... node-(n-1)` with `gpus_per_node` GPUs each."""
+
+    def __init__(self, nodes: int, gpus_per_node: int, *, start: float = 0.0) -> None:
+        if nodes < 1 or gpus_per_node < 1:
+            raise ClusterError("a cluster needs at least one node with at least one GPU")
+        self.node_names = [f"node-{i}" for i in range(nodes)]
+        self.gpus_per_node = gpus_per_node
+        self.total_gpus = nodes * gpus_per_node
+        self.outbox: list[PodChange | Wakeup] = []
+        self._node_index = {name: i for i, name in enumerate(self.node_names)}
+        self._free = [gpus_per_node] * nodes
+        self._up = [True] * nodes
+        self._on_node: list[dict[str, _Pod]] = [{} for _ in range(nodes)]
+        self._jobs: dict[str, _Job] = {}
+        self._pending: list[_Pod] = []  # creation order; deleted or bound pods are skipped
+        self._unscheduled_from = 0  # pods before this index did not fit at last look
+        self._room_freed = False  # capacity came back since the last binding pass
+        self._to_reconcile: list[str] = []  # jobs whose controllers must act, in order
+        self._uids = 0
+        self._seq = 0
+        # GPU accounting
+        self._useful = 0
+        self._held = 0
+        self._available = self.total_gpus
+        self._since = start
+        self.useful_gpu_seconds = 0.0
+        self.held_gpu_seconds = 0.0
+        self.samples: list[GpuSample] = [GpuSample(start, 0, 0, self.total_gpus)]
+
+    # ------------------------------------------------------------------ jobs
+
+    def add_job(self, spec: JobSpec) -> None:
+        """Create a job, suspended (as Muster requires workloads to be created)."""
+        if spec.name in self._jobs:
+            raise ClusterError(f"job {spec.name!r} exists already")
+        self._jobs[spec.name] = _Job(spec, remaining=spec.run_seconds)
+
+    def unsuspend(self, job: str) -> None:
+        """Release the job; its controller creates its pods at the next `reconcile`."""
+        j = self._job(job)
+        if j.running or j.done:
+            return
+        j.running = True
+        j.remaining = j.spec.run_seconds
+        self._to_reconcile.append(job)
+
+    def suspend(self, job: str, now: float) -> None:
+        """Withdraw the job: delete all its pods at once, forget its progress."""
+        j = self._job(job)
+        if not j.running:
+            return
+        self._account(now)
+        j.running = False
+        self._stop_progress(j, now)
+        j.remaining = j.spec.run_seconds
+        for pod in list(j.pods.values()):
+            self._delete_pod(j, pod)
+        j.pods.clear()
+        self._sample(now)
+
+    def reconcile(self) -> None:
+        """Controllers create missing pods, interleaved across the jobs that need them.
+
+        Jobs released together get pod 0 of each in order, then pod 1 of each, and so
+        on, as concurrent job controllers do. Pods are created after every pod that
+        exists.
+        """
+        jobs = [self._jobs[name] for name in dict.fromkeys(self._to_reconcile)]
+        self._to_reconcile.clear()
+        missing = [[i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running]
+        running = [j for j in jobs if j.running]
+        depth = max((len(m) for m in missing), default=0)
+        for level in range(depth):
+            for j, indexes in zip(running, missing, strict=True):
+                if level < len(indexes):
+                    self._create_pod(j, indexes[level])
+
+    def is_whole(self, job: str) -> bool:
+        return self._job(job).whole
+
+    def job_names(self) -> Iterable[str]:
+        return self._jobs.keys()
+
+    # ------------------------------------------------------------------ scheduler
+
+    def bind_pending(self, now: float) -> int:
+        """One scheduling pass; returns how many pods were bound."""
+        # Pods before `_unscheduled_from` did not fit last time; unless room came back
+        # since, only the pods created after them can bind now.
+        start = 0 if self._room_freed else self._unscheduled_from
+        if start >= len(self._pending):
+            return 0
+        self._account(now)
+        bound = 0
+        free = self._free
+        biggest = max(free)
+        for k in range(start, len(self._pending)):
+            if biggest == 0:
+                break
+            pod = self._pending[k]
+            if pod.deleted or pod.node is not None or pod.gpus > biggest:
+                continue
+            for n, room in enumerate(free):
+                if room >= pod.gpus:
+                    self._bind(pod, n, now)
+                    bound += 1
+                    biggest = max(free)
+                    break
+        self._room_freed = False
+        self._compact()
+        self._unscheduled_from = len(self._pending)
+        if bound:
+            self._sample(now)
+        return bound
+
+    def _bind(self, pod: _Pod, n: int, now: float) -> None:
+        pod.node = n
+        self._free[n] -= pod.gpus
+        self._on_node[n][pod.uid] = pod
+        self._held += pod.gpus
+        j = self._jobs[pod.job]
+        self._emit(pod, "Running")
+        if not j.spec.never_ready:
+            self.outbox.append(Wakeup(now + j.spec.startup_seconds, "ready", pod.job, pod.uid))
+
+    def _compact(self) -> None:
+        self._pending = [p for p in self._pending if not p.deleted and p.node is None]
+
+    # ------------------------------------------------------------------ kubelet
+
+    def pod_ready(self, job: str, uid: str, now: float) -> bool:
+        """The pod's startup is done; False if the pod is gone meanwhile."""
+        j = self._job(job)
+        pod = next((p for p in j.pods.values() if p.uid == uid), None)
+        if pod is None or pod.deleted or pod.ready or pod.node is None:
+            return False
+        self._account(now)
+        pod.ready = True
+        j.ready += 1
+        self._emit(pod, "Running")
+        if j.whole:
+            self._useful += j.spec.pods * j.spec.gpus_per_pod
+            j.progressing_since = now
+            j.token += 1
+            self.outbox.append(Wakeup(now + j.remaining, "complete", job, j.token))
+        self._sample(now)
+        return True
+
+    def complete(self, job: str, token: int, now: float) -> bool:
+        """The job's run is done if it progressed without a break since `token`."""
+        j = self._job(job)
+        if j.done or not j.running or token != j.token or j.progressing_since is None:
+            return False
+        self._account(now)
+        self._stop_progress(j, now)
+        j.done = True
+        j.running = False
+        for pod in list(j.pods.values()):
+            self._release(pod)
+        j.pods.clear()
+        self._sample(now)
+        return True
+
+    # ------------------------------------------------------------------ nodes
+
+    def fail_node(self, node: str, now: float) -> list[str]:
+        """The node goes down with its pods; returns the jobs that lost pods."""
+        n = self._node(node)
+        if not self._up[n]:
+            return []
+        self._account(now)
+        self._up[n] = False
+        self._available -= self.gpus_per_node
+        lost: list[str] = []
+        for pod in sorted(self._on_node[n].values(), key=lambda p: p.created):
+            j = self._jobs[pod.job]
+            if pod.ready:
+                self._lose_ready(j, now)
+            j.pods.pop(pod.index, None)
+            self._delete_pod(j, pod)
+            if pod.job not in lost:
+                lost.append(pod.job)
+            if j.running:
+                self._to_reconcile.append(pod.job)
+        self._free[n] = 0
+        self._sample(now)
+        return lost
+
+    def repair_node(self, node: str, now: float) -> None:
+        n = self._node(node)
+        if self._up[n]:
+            return
+        self._account(now)
+        self._up[n] = True
+        self._available += self.gpus_per_node
+        self._free[n] = self.gpus_per_node
+        self._room_freed = True
+        self._sample(now)
+
+    def node_up(self, node: str) -> bool:
+        return self._up[self._node(node)]
+
+    # ------------------------------------------------------------------ accounting
+
+    def finish_accounting(self, now: float) -> None:
+        """Count GPU use up to `now` (the end of the run)."""
+        self._account(now)
+        self._sample(now)
+
+    @property
+    def free_gpus(self) -> Sequence[int]:
+        return tuple(self._free)
+
+    # ------------------------------------------------------------------ internals
+
+    def _job(self, name: str) -> _Job:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            raise ClusterError(f"no job {name!r}") from None
+
+    def _node(self, name: str) -> int:
+        try:
+            return self._node_index[name]
+        except KeyError:
+            raise ClusterError(f"no node {name!r}") from None
+
+    def _create_pod(self, j: _Job, index: int) -> None:
+        self._uids += 1
+        name = f"{j.spec.name}-{index}"
+        pod = _Pod(
+            j.spec.name, index, name, f"{name}-u{self._uids}", j.spec.gpus_per_pod, self._uids
+        )
+        j.pods[index] = pod
+        self._pending.append(pod)
+        self._emit(pod, "Pending")
+
+    def _delete_pod(self, j: _Job, pod: _Pod) -> None:
+        self._release(pod)
+        self._seq += 1
+        node = self.node_names[pod.node] if pod.node is not None else None
+        self.outbox.append(
+            PodChange(j.spec.name, pod.name, pod.uid, self._seq, "Failed", False, node, True)
+        )
+
+    def _release(self, pod: _Pod) -> None:
+        """Free the pod's GPUs (if bound) and readiness; the caller drops it from its job."""
+        j = self._jobs[pod.job]
+        if pod.ready:
+            if j.whole:
+                self._useful -= j.spec.pods * j.spec.gpus_per_pod
+            pod.ready = False
+            j.ready -= 1
+        if pod.node is not None:
+            if self._up[pod.node]:
+                self._free[pod.node] += pod.gpus
+            self._on_node[pod.node].pop(pod.uid, None)
+            self._held -= pod.gpus
+            self._room_freed = True
+        pod.deleted = True
+
+    def _lose_ready(self, j: _Job, now: float) -> None:
+        """A Ready pod of `j` is about to go: pause the job's progress if it was whole."""
+        if j.whole:
+            self._stop_progress(j, now)
+
+    def _stop_progress(self, j: _Job, now: float) -> None:
+        if j.progressing_since is not None:
+            j.remaining = max(0.0, j.remaining - (now - j.progressing_since))
+            j.progressing_since = None
+            j.token += 1
+
+    def _emit(self, pod: _Pod, phase: str) -> None:
+        self._seq += 1
+        node = self.node_names[pod.node] if pod.node is not None else None
+        self.outbox.append(PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node))
+
+    def _account(self, now: float) -> None:
+        span = now - self._since
+        if span > 0:
+            self.useful_gpu_seconds += span * self._useful
+            self.held_gpu_seconds += span * self._held
+            self._since = now
+
+    def _sample(self, now: float) -> None:
+        last = self.samples[-1]
+        sample = GpuSample(now, self._useful, self._held, self._available)
+        if last.t == now:
+            self.samples[-1] = sample
+        elif (last.useful, last.held, last.available) != (
+            sample.useful,
+            sample.held,
+            sample.available,
+        ):
+            self.samples.append(sample)

@@ -1,0 +1,259 @@
+"""Job traces: the Philly CSV format and a synthetic generator fitted to it.
+
+Both produce `TraceJob`s (submit time, GPUs, duration, queue); `expand_trace`
+turns them into workloads with a mapping of GPUs to pods, draws startup times,
+marks a seeded `brokenFraction` as never ready and draws node faults from
+`nodeMtbfHours`. Every draw comes from its own seeded stream (`seeded`), so the
+same scenario and seed always give the same workloads. docs/simulator.md states
+the distributions and where their numbers come from.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+import random
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from muster.core import DurationError, parse_duration
+from muster.sim.scenario import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
+
+PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    submit_at: float  # seconds after the first job of the trace
+    gpus: int
+    duration: float
+    queue: str
+
+
+# ---------------------------------------------------------------------- Philly
+
+
+def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
+    """Jobs of a Philly job-trace CSV (Jeon et al., USENIX ATC 2019), in submit order."""
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"trace.path: cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in PHILLY_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ScenarioError(
+                f"trace.path: {path} lacks the column(s) {', '.join(missing)} "
+                f"(a Philly trace has {', '.join(PHILLY_COLUMNS)})"
+            )
+        rows: list[tuple[float, int, float, str]] = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                stamp = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
+                duration = float(row["duration"])
+                gpus = int(float(row["num_gpus"]))
+            except (TypeError, ValueError):
+                raise ScenarioError(
+                    f"trace.path: {path} line {line}: cannot read timestamp, duration or num_gpus"
+                ) from None
+            if gpus < 1 or duration < 0:
+                continue  # CPU-only or malformed rows hold no GPUs: nothing to gang-schedule
+            rows.append((stamp, gpus, duration, row["cluster"] or "default"))
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ScenarioError(f"trace.path: {path} has no jobs with GPUs")
+    rows.sort(key=lambda r: r[0])
+    first = rows[0][0]
+    return [TraceJob(s - first, g, d, q) for s, g, d, q in rows]
+
+
+# ---------------------------------------------------------------------- synthetic
+
+# Fitted to Microsoft's Philly trace (Jeon et al., USENIX ATC 2019); see docs/simulator.md.
+# Share of single-GPU jobs over the whole trace: 93.2% (6.8% use more than one GPU).
+SINGLE_GPU_SHARE = 0.932
+# How the multi-GPU jobs split by size (the week of 2017-10-02: 248, 93, 203, 4, 15 jobs).
+MULTI_GPU_SIZES = ((2, 248), (4, 93), (8, 203), (16, 4), (32, 15))
+# Duration percentiles in seconds (same week), single- and multi-GPU jobs apart:
+# multi-GPU jobs run far longer (median 10 h against 32 min).
+DURATION_PERCENTILES = {
+    "single": (
+        (0.0, 1),
+        (0.1, 59),
+        (0.25, 521),
+        (0.5, 1894),
+        (0.75, 2815),
+        (0.9, 6102),
+        (0.95, 11066),
+        (0.99, 81213),
+    ),
+    "multi": (
+        (0.0, 4),
+        (0.1, 15),
+        (0.25, 424),
+        (0.5, 36382),
+        (0.75, 158727),
+        (0.9, 270634),
+        (0.95, 401440),
+        (0.99, 786523),
+    ),
+}
+# Arrivals come in bursts (sweeps submitted together): 7.9 jobs per burst on average
+# (arrivals at most 60 s apart), 8.3 s apart within a burst, and 98% of consecutive
+# jobs in a burst ask for the same GPUs.
+BURST_MEAN_JOBS = 7.9
+BURST_GAP_SECONDS = 8.3
+# Startup (bound until Ready: image pull and framework start), an assumption:
+# lognormal with median 45 s and sigma 0.5 (p95 about 100 s), clipped to [5 s, 600 s].
+STARTUP_MEDIAN_SECONDS = 45.0
+STARTUP_SIGMA = 0.5
+STARTUP_RANGE = (5.0, 600.0)
+
+_SYNTHETIC_KEYS = {"jobs", "load", "maxRunSeconds", "queues", "burstMeanJobs"}
+
+
+def synthetic_jobs(params: Mapping[str, Any], *, seed: int, total_gpus: int) -> list[TraceJob]:
+    """Jobs whose sizes, durations and bursty arrivals follow the Philly figures above.
+
+    `load` is the offered load: the jobs' GPU-seconds divided by (cluster GPUs x the
+    span of their arrivals); arrivals are spread to hit it. `maxRunSeconds` truncates
+    the very long tail (clusters enforce run limits; default one day).
+    """
+    for key in params:
+        if key not in _SYNTHETIC_KEYS:
+            raise ScenarioError(
+                f"trace.synthetic.{key}: unknown field (known: {', '.join(sorted(_SYNTHETIC_KEYS))})"
+            )
+    jobs = params.get("jobs")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ScenarioError(
+            f"trace.synthetic.jobs: expected a whole number of jobs >= 1, got {jobs!r}"
+        )
+    load = _positive(params, "load", 0.8)
+    try:
+        cap = parse_duration(params.get("maxRunSeconds", 86400.0))
+    except DurationError as exc:
+        raise ScenarioError(f"trace.synthetic.maxRunSeconds: {exc}") from None
+    if cap <= 0:
+        raise ScenarioError("trace.synthetic.maxRunSeconds: must be greater than 0s")
+    burst = _positive(params, "burstMeanJobs", BURST_MEAN_JOBS)
+    queues = params.get("queues", 1)
+    if isinstance(queues, bool) or not isinstance(queues, int) or queues < 1:
+        raise ScenarioError(f"trace.synthetic.queues: expected a whole number >= 1, got {queues!r}")
+
+    rng = seeded(seed, "synthetic")
+    sizes, weights = zip(*MULTI_GPU_SIZES, strict=True)
+    # (burst start on a unit-rate clock, offset within the burst, gpus, duration, queue)
+    raw: list[tuple[float, float, int, float, str]] = []
+    clock = 0.0
+    while len(raw) < jobs:
+        clock += rng.expovariate(1.0)
+        in_burst = 1 + int(rng.expovariate(1.0 / (burst - 1.0))) if burst > 1 else 1
+        gpus = 1 if rng.random() < SINGLE_GPU_SHARE else rng.choices(sizes, weights)[0]
+        queue = f"q{rng.randrange(queues)}" if queues > 1 else "default"
+        offset = 0.0
+        for _ in range(min(in_burst, jobs - len(raw))):
+            duration = min(_duration(rng, "single" if gpus == 1 else "multi"), cap)
+            raw.append((clock, offset, gpus, duration, queue))
+            offset += rng.expovariate(1.0 / BURST_GAP_SECONDS)
+    # Stretch the burst starts so that the offered load is `load`; the gaps within a
+    # burst stay as measured.
+    work = sum(g * d for _, _, g, d, _ in raw)
+    scale = work / (load * total_gpus) / clock
+    jobs_out = sorted(
+        (TraceJob(round(start * scale + offset, 3), g, d, q) for start, offset, g, d, q in raw),
+        key=lambda j: j.submit_at,
+    )
+    first = jobs_out[0].submit_at
+    return [TraceJob(round(j.submit_at - first, 3), j.gpus, j.duration, j.queue) for j in jobs_out]
+
+
+def _duration(rng: random.Random, kind: str) -> float:
+    """Inverse-CDF draw, log-linear between the measured percentiles."""
+    table = DURATION_PERCENTILES[kind]
+    u = rng.random() * table[-1][0]
+    qs = [q for q, _ in table]
+    i = max(1, bisect.bisect_right(qs, u))
+    (q0, v0), (q1, v1) = table[i - 1], table[i]
+    frac = (u - q0) / (q1 - q0)
+    return round(math.exp(math.log(v0) + frac * (math.log(v1) - math.log(v0))), 1)
+
+
+def _positive(params: Mapping[str, Any], key: str, default: float) -> float:
+    value = params.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ScenarioError(f"trace.synthetic.{key}: expected a positive number, got {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------- expansion
+
+
+def draw_startup(rng: random.Random) -> float:
+    low, high = STARTUP_RANGE
+    value = STARTUP_MEDIAN_SECONDS * math.exp(rng.gauss(0.0, STARTUP_SIGMA))
+    return round(min(max(value, low), high), 1)
+
+
+def map_gpus(gpus: int, mapping: str) -> tuple[int, int]:
+    """(pods, GPUs per pod) for a job of `gpus` GPUs."""
+    if mapping == "pod-per-gpu":
+        return gpus, 1
+    return math.ceil(gpus / 8), min(gpus, 8)
+
+
+def expand_trace(
+    spec: TraceSpec,
+    *,
+    seed: int,
+    gpus_per_node: int,
+    nodes: int,
+    until: float,
+    taken: Collection[str] = (),
+) -> tuple[list[WorkloadSpec], list[FaultSpec]]:
+    """Workloads (named job-00001, ... in submit order) and node faults for a trace."""
+    if spec.path is not None:
+        jobs = load_philly(spec.path, spec.limit)
+    else:
+        assert spec.synthetic is not None
+        jobs = synthetic_jobs(spec.synthetic, seed=seed, total_gpus=nodes * gpus_per_node)
+        if spec.limit is not None:
+            jobs = jobs[: spec.limit]
+    width = max(5, len(str(len(jobs))))
+    broken_rng = seeded(seed, "broken")
+    broken = set(broken_rng.sample(range(len(jobs)), round(spec.broken_fraction * len(jobs))))
+    startup_rng = seeded(seed, "startup")
+    workloads: list[WorkloadSpec] = []
+    for i, job in enumerate(jobs):
+        pods, per_pod = map_gpus(job.gpus, spec.mapping)
+        name = f"job-{i + 1:0{width}d}"
+        if name in taken:
+            raise ScenarioError(f"workloads: the name {name!r} is taken by a trace job")
+        workloads.append(
+            WorkloadSpec(
+                name=name,
+                queue=job.queue,
+                submit_at=job.submit_at,
+                pods=pods,
+                gpus_per_pod=per_pod,
+                startup_seconds=draw_startup(startup_rng),
+                run_seconds=job.duration,
+                never_ready=i in broken,
+            )
+        )
+    faults: list[FaultSpec] = []
+    if spec.node_mtbf_hours is not None:
+        fault_rng = seeded(seed, "faults")
+        mean = spec.node_mtbf_hours * 3600.0
+        for n in range(nodes):
+            t = fault_rng.expovariate(1.0 / mean)
+            while t < until:
+                faults.append(FaultSpec(round(t, 3), f"node-{n}", spec.repair_after))
+                t += spec.repair_after + fault_rng.expovariate(1.0 / mean)
+    return workloads, faults

@@ -1,0 +1,162 @@
+"""The simulated cluster on its own: controllers, scheduler, kubelet, faults."""
+
+from __future__ import annotations
+
+import pytest
+from muster.sim.kube import ClusterError, JobSpec, PodChange, SimulatedCluster, Wakeup
+
+
+def changes(c: SimulatedCluster) -> list[PodChange]:
+    out = [x for x in c.outbox if isinstance(x, PodChange)]
+    c.outbox[:] = [x for x in c.outbox if not isinstance(x, PodChange)]
+    return out
+
+
+def wakeups(c: SimulatedCluster) -> list[Wakeup]:
+    out = [x for x in c.outbox if isinstance(x, Wakeup)]
+    c.outbox[:] = [x for x in c.outbox if not isinstance(x, Wakeup)]
+    return out
+
+
+def test_jobs_released_together_get_pods_interleaved_and_bind_first_fit():
+    # GIVEN two 3-pod jobs of 8 GPUs on four 8-GPU nodes, released together
+    c = SimulatedCluster(4, 8)
+    for name in ("a", "b"):
+        c.add_job(JobSpec(name, 3, 8, 30, 100))
+        c.unsuspend(name)
+    c.reconcile()
+    created = changes(c)
+    assert [p.pod for p in created] == ["a-0", "b-0", "a-1", "b-1", "a-2", "b-2"]
+    # WHEN the scheduler runs
+    assert c.bind_pending(0) == 4
+    bound = {p.pod: p.node for p in changes(c)}
+    # THEN pods bind in creation order to the first node with room; two fit nowhere
+    assert bound == {"a-0": "node-0", "b-0": "node-1", "a-1": "node-2", "b-1": "node-3"}
+    assert c.free_gpus == (0, 0, 0, 0)
+
+
+def test_a_pod_that_fits_nowhere_is_skipped_and_the_next_one_tried():
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("big", 1, 8, 0, 10))
+    c.add_job(JobSpec("small", 1, 2, 0, 10))
+    c.add_job(JobSpec("filler", 1, 7, 0, 10))
+    for name in ("filler", "big", "small"):
+        c.unsuspend(name)
+        c.reconcile()
+    c.bind_pending(0)
+    assert {p.pod for p in changes(c) if p.node} == {"filler-0"}
+    # big (8) does not fit in the 1 GPU left; small (2) neither; a later 1-GPU pod would
+    c.add_job(JobSpec("tiny", 1, 1, 0, 10))
+    c.unsuspend("tiny")
+    c.reconcile()
+    c.bind_pending(1)
+    assert [p.pod for p in changes(c) if p.node] == ["tiny-0"]
+
+
+def test_pod_uids_change_between_attempts_and_seq_increases():
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("a", 1, 8, 5, 100))
+    c.unsuspend("a")
+    c.reconcile()
+    c.bind_pending(0)
+    first = changes(c)
+    c.suspend("a", 3)
+    deleted = changes(c)
+    c.unsuspend("a")
+    c.reconcile()
+    c.bind_pending(3)
+    second = changes(c)
+    assert deleted[0].deleted and deleted[0].uid == first[0].uid
+    assert first[0].pod == second[0].pod and first[0].uid != second[0].uid
+    seqs = [x.seq for x in first + deleted + second]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_job_completes_after_run_seconds_of_whole_gang_and_pauses_while_broken():
+    c = SimulatedCluster(3, 8)
+    c.add_job(JobSpec("a", 2, 8, 10, 100))
+    c.unsuspend("a")
+    c.reconcile()
+    c.bind_pending(0)
+    ready = wakeups(c)
+    assert [(w.at, w.what) for w in ready] == [(10, "ready"), (10, "ready")]
+    for w in ready:
+        assert c.pod_ready("a", str(w.ref), 10)
+    (done,) = wakeups(c)
+    assert (done.at, done.what) == (110, "complete")
+    # a node fault at 40 takes a pod: the completion at 110 no longer counts
+    node = next(p.node for p in changes(c) if p.node)
+    assert node == "node-0"
+    assert c.fail_node(node, 40) == ["a"]
+    assert not c.complete("a", int(done.ref), 110)
+    c.reconcile()
+    c.bind_pending(40)  # the replacement goes to the spare node
+    (again,) = wakeups(c)
+    assert c.pod_ready("a", str(again.ref), again.at)
+    (final,) = wakeups(c)
+    assert final.at == 50 + 70  # 30 s done before the fault, 70 s left
+    assert c.complete("a", int(final.ref), final.at)
+    assert c.free_gpus == (0, 8, 8)  # all GPUs back, but node-0 is still down
+
+
+def test_gpu_accounting_splits_useful_from_held_by_incomplete_gangs():
+    c = SimulatedCluster(2, 8)
+    c.add_job(JobSpec("a", 2, 8, 10, 100))
+    c.unsuspend("a")
+    c.reconcile()
+    c.bind_pending(0)
+    for w in wakeups(c):
+        c.pod_ready("a", str(w.ref), 10)
+    c.finish_accounting(60)
+    assert c.held_gpu_seconds == 16 * 60
+    assert c.useful_gpu_seconds == 16 * 50
+
+
+def test_unknown_job_or_node_is_a_clear_error():
+    c = SimulatedCluster(1, 8)
+    with pytest.raises(ClusterError, match="no job 'x'"):
+        c.unsuspend("x")
+    with pytest.raises(ClusterError, match="no node 'node-5'"):
+        c.fail_node("node-5", 0)
+
+
+def test_pods_lost_with_a_node_are_recreated_in_creation_order_after_existing_pods():
+    # GIVEN "z" created before "a", both with a pod on node-0, and a pending pod of "p"
+    c = SimulatedCluster(2, 4)
+    for name, gpus in (("z", 2), ("a", 2), ("p", 4), ("q", 4)):
+        c.add_job(JobSpec(name, 1, gpus, 5, 100))
+        c.unsuspend(name)
+        c.reconcile()
+    c.bind_pending(0)
+    assert {x.pod: x.node for x in changes(c) if x.node} == {
+        "z-0": "node-0",
+        "a-0": "node-0",
+        "p-0": "node-1",
+    }
+    # WHEN node-0 fails
+    assert c.fail_node("node-0", 10) == ["z", "a"]
+    c.reconcile()
+    recreated = [x.pod for x in changes(c) if not x.deleted]
+    # THEN z's pod comes back before a's (creation order, not names), both after q's
+    assert recreated == ["z-0", "a-0"]
+    c.repair_node("node-0", 20)
+    c.bind_pending(20)
+    assert [x.pod for x in changes(c) if x.node == "node-0"] == ["q-0"]
+
+
+def test_simulated_actions_carry_out_the_cores_admit_and_evict():
+    from muster.core import Admit, Evict, Kind, Reason
+    from muster.ports import ClusterActions
+    from muster.sim.engine import SimulatedActions
+
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("a", 2, 4, 5, 100))
+    actions: ClusterActions = SimulatedActions(c, lambda: 7.0)
+    actions.admit(Admit("a", 1, Kind.JOB))
+    c.reconcile()
+    c.bind_pending(0)
+    assert c.free_gpus == (0,)
+    changes(c)
+    actions.evict(Evict("a", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, Reason.WAIT_FOR_START))
+    assert c.free_gpus == (8,)
+    assert all(x.deleted for x in changes(c))

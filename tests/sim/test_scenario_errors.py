@@ -1,0 +1,92 @@
+"""Bad scenario files: a clear message naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from muster.sim.scenario import ScenarioError, load_builtin, load_scenario, parse_scenario_text
+
+BASE = "cluster: {nodes: 2, gpusPerNode: 8}\nworkloads: [{name: a, pods: 1}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workloads: [{name: a, pods: 1}]", "cluster: missing"),
+        (
+            "cluster: {nodes: 0}\nworkloads: [{name: a, pods: 1}]",
+            "cluster.nodes: must be at least 1",
+        ),
+        (
+            "cluster: {nodes: 2, gpuPerNode: 8}",
+            "cluster.gpuPerNode: unknown field; did you mean 'gpusPerNode'?",
+        ),
+        (
+            "cluster: {nodes: 2}\nworkloads: [{name: a, pods: two}]",
+            "workloads[0].pods: expected a whole number, got 'two'",
+        ),
+        ("cluster: {nodes: 2}\nworkloads: [{name: a}]", "workloads[0].pods: missing"),
+        (
+            "cluster: {nodes: 2}\nworkloads: [{name: a, pods: 1, runSeconds: soon}]",
+            "workloads[0].runSeconds:",
+        ),
+        (
+            "cluster: {nodes: 2}\nworkloads: [{name: a, pods: 1}, {name: a, pods: 2}]",
+            "workloads[1].name: 'a' is used twice",
+        ),
+        (
+            "cluster: {nodes: 2}\nworkloads: [{name: a, pods: 1, gpusPerPod: 16}]",
+            "a: gpusPerPod 16 exceeds cluster.gpusPerNode 8",
+        ),
+        (BASE + "settings: {timeout: -5s}", "settings.timeout:"),
+        (
+            BASE + "settings: {requeuingStrategy: {backoffLimitCont: 3}}",
+            "settings.requeuingStrategy.backoffLimitCont: unknown setting",
+        ),
+        (
+            BASE + "settings: {gpuQuota: 4}",
+            "settings.gpuQuota: set the cluster quota as cluster.gpuQuota",
+        ),
+        (BASE + "faults: [{at: 10s, node: node-7}]", "faults[0].node: no node 'node-7'"),
+        (BASE + "faults: [{node: node-1}]", "faults[0].at: missing"),
+        (BASE + "until: forever", "until:"),
+        (BASE + "trace: {mapping: pods-of-8}", "trace: give exactly one of 'path'"),
+        (
+            BASE + "trace: {synthetic: {jobs: 10}, mapping: pods-of-4}",
+            "trace.mapping: expected one of pods-of-8, pod-per-gpu",
+        ),
+        (
+            BASE + "trace: {synthetic: {jobs: 10}, brokenFraction: 2}",
+            "trace.brokenFraction: expected a number from 0 to 1",
+        ),
+        (BASE + "trace: {synthetic: {jobs: 0}}", "trace.synthetic.jobs:"),
+        (BASE + "trace: {synthetic: {jobs: 5, lod: 1}}", "trace.synthetic.lod: unknown field"),
+        (BASE + "trace: {path: nowhere.csv}", "trace.path: cannot read"),
+        ("[1, 2]", "a scenario must be a mapping"),
+        ("cluster: {nodes: [", "not valid YAML"),
+    ],
+)
+def test_bad_scenarios_name_the_field(text: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario_text(text, source="s.yaml")
+    assert str(caught.value).startswith("s.yaml: ")
+    assert message in str(caught.value)
+
+
+def test_a_trace_without_philly_columns_is_rejected(tmp_path: Path) -> None:
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("when,gpus\n2017-10-02 00:00:00,1\n")
+    sc = tmp_path / "s.yaml"
+    sc.write_text("cluster: {nodes: 1}\ntrace: {path: jobs.csv}\n")
+    with pytest.raises(
+        ScenarioError, match=r"lacks the column\(s\) timestamp, duration, num_gpus, cluster"
+    ):
+        load_scenario(sc)
+
+
+def test_missing_file_and_unknown_builtin(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="cannot read the scenario"):
+        load_scenario(tmp_path / "absent.yaml")
+    with pytest.raises(ScenarioError, match="did you mean 'deadlock'"):
+        load_builtin("deadlok")
