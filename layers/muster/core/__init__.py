@@ -4,7 +4,7 @@
 `Cluster` wires the two together in memory for the simulator and tests.
 """
 
-from muster.core.admission import AdmissionPlan, plan_admission, queue_order_key
+from muster.core.admission import AdmissionPlan, Skip, Usage, plan_admission, queue_order_key
 from muster.core.cluster import Cluster, StepResult
 from muster.core.decide import (
     NODE_HEALTH_LABEL,
@@ -88,12 +88,14 @@ __all__ = [
     "RunAdmission",
     "Settings",
     "SettingsError",
+    "Skip",
     "StartTimer",
     "StepResult",
     "StopTimer",
     "Timer",
     "TimerKind",
     "Timestamp",
+    "Usage",
     "Workload",
     "WorkloadFinished",
     "WorkloadObserved",

@@ -8,13 +8,15 @@ running the admission pass itself.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from muster.core.admission import AdmissionPlan, plan_admission
+from muster.core.admission import AdmissionPlan, Usage, plan_admission, queue_order_key
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
+    NOT_READY_PHASES,
     AdmissionGranted,
     Effect,
     Event,
@@ -60,12 +62,31 @@ class Cluster:
         *,
         defer_admission: bool = False,
     ) -> None:
-        self.settings = settings
         self.defer_admission = defer_admission
         self.workloads: dict[str, Workload] = {}
         self._draw = draw
-        self._pending: set[str] = set()
         self._active: set[str] = set()
+        # Kept up to date in `_store`, so a pass neither re-adds every active
+        # workload's GPUs nor sorts the queue again.
+        self._usage = Usage()
+        self._not_ready: set[str] = set()
+        self._queue: list[tuple[tuple[int, float, str], str]] = []  # in queue order
+        self._queue_keys: dict[str, tuple[int, float, str]] = {}
+        self._settings = settings
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: Settings) -> None:
+        """New settings (e.g. a runtime change) may change the queue's order."""
+        self._settings = settings
+        pending = [self.workloads[k] for _, k in self._queue]
+        self._queue.clear()
+        self._queue_keys.clear()
+        for w in pending:
+            self._enqueue(w)
 
     def __iter__(self) -> Iterator[Workload]:
         return iter(self.workloads.values())
@@ -91,14 +112,17 @@ class Cluster:
     def admission_pass(self, now: float) -> StepResult:
         """Admit whatever may be admitted now (also after a settings change)."""
         result = StepResult()
-        if not self._pending:
+        if not self._queue:
             return result  # nothing queued: no plan to make (most passes on a busy cluster)
-        for _ in range(len(self._pending) + 1):
+        for _ in range(len(self._queue) + 1):
+            self._usage.blocker = min(self._not_ready) if self._not_ready else None
             plan = plan_admission(
-                (self.workloads[k] for k in self._pending),
-                (self.workloads[k] for k in self._active),
+                [self.workloads[k] for _, k in self._queue],
+                (),
                 self.settings,
                 now,
+                usage=self._usage,
+                ordered=True,
             )
             result.plans.append(plan)
             if not plan.admit:
@@ -135,13 +159,32 @@ class Cluster:
         return result, wants
 
     def _store(self, w: Workload) -> None:
+        old = self.workloads.get(w.key)
         self.workloads[w.key] = w
-        self._pending.discard(w.key)
-        self._active.discard(w.key)
-        if w.phase is Phase.PENDING:
-            self._pending.add(w.key)
-        elif w.phase in ACTIVE_PHASES:
+        usage = self._usage
+        if old is not None and old.phase in ACTIVE_PHASES:
+            usage.cluster -= old.gpus
+            usage.queues[old.queue] -= old.gpus
+        if w.phase in ACTIVE_PHASES:
+            usage.cluster += w.gpus
+            usage.queues[w.queue] = usage.queues.get(w.queue, 0) + w.gpus
             self._active.add(w.key)
+        else:
+            self._active.discard(w.key)
+        if w.phase in NOT_READY_PHASES:
+            self._not_ready.add(w.key)
+        else:
+            self._not_ready.discard(w.key)
+        position = self._queue_keys.pop(w.key, None)
+        if position is not None:
+            del self._queue[bisect_left(self._queue, (position, w.key))]
+        if w.phase is Phase.PENDING:
+            self._enqueue(w)
+
+    def _enqueue(self, w: Workload) -> None:
+        position = queue_order_key(w, self._settings)
+        self._queue_keys[w.key] = position
+        insort(self._queue, (position, w.key))
 
     def by_phase(self) -> dict[Phase, list[str]]:
         out: dict[Phase, list[str]] = {p: [] for p in Phase}
