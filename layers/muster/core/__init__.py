@@ -12,6 +12,7 @@ from muster.core.decide import (
     admissible,
     backoff_delay,
     decide,
+    reassess,
 )
 from muster.core.durations import DurationError, format_duration, parse_duration
 from muster.core.model import (
@@ -107,4 +108,5 @@ __all__ = [
     "parse_settings",
     "plan_admission",
     "queue_order_key",
+    "reassess",
 ]

@@ -263,6 +263,20 @@ def _observe_pod(
     return _readiness(w, updated, qs, now)
 
 
+def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
+    """The transitions that follow from the gang's pods as they are now.
+
+    For shells that store pods apart from the workload: after writing one pod they
+    re-read the gang and ask again, so that of two concurrent "last" pods the one
+    written second notices that the gang became whole. Outcome IGNORED when
+    nothing follows.
+    """
+    decision = _readiness(workload, workload, settings.for_queue(workload.queue), now)
+    if decision.workload == workload and not decision.effects:
+        return Decision(workload, outcome=Outcome.IGNORED, note="readiness unchanged")
+    return decision
+
+
 def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     """Transitions that follow from the gang becoming whole or losing a pod."""
     effects: list[Effect] = []
