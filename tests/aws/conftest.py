@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-
 from muster.core import (
     Kind,
     PodObserved,
@@ -69,7 +68,9 @@ class Rig:
     def pod(self, key: str, name: str, seq: int, *, ready: bool, node: str = "n1", **kw: object):
         phase = kw.pop("phase", "Running" if ready else "Pending")
         return self.plane().handle(
-            PodObserved(key, name, seq, uid=f"{name}-uid", phase=phase, ready=ready, node=node, **kw)  # type: ignore[arg-type]
+            PodObserved(
+                key, name, seq, uid=f"{name}-uid", phase=phase, ready=ready, node=node, **kw
+            )  # type: ignore[arg-type]
         )
 
     def phase(self, key: str) -> str:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
 from muster.core import (
     DeadlineReached,
     Kind,
@@ -18,7 +17,6 @@ from muster.core import (
     TimerKind,
     WorkloadObserved,
 )
-from muster.ports import WorkloadGone
 from muster.runtime import describe, status
 from muster.runtime.memory import MemoryStore
 from muster.runtime.service import WorkloadNotYetKnown
@@ -87,7 +85,13 @@ def test_deadline_evicts_requeues_with_backoff_and_records_why(rig: Rig):
     assert info is not None
     evicted = next(h for h in info["history"] if h["event"] == "Evicted")
     assert evicted["detail"]["notReady"] == [
-        {"pod": "p1", "phase": "Pending", "node": None, "reason": "Unschedulable", "message": "0/8 nodes"}
+        {
+            "pod": "p1",
+            "phase": "Pending",
+            "node": None,
+            "reason": "Unschedulable",
+            "message": "0/8 nodes",
+        }
     ]
 
 
