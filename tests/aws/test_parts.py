@@ -80,10 +80,10 @@ def test_execution_names_are_deterministic_legal_and_bounded():
 
 
 def test_timer_message_round_trip_and_errors():
-    body = timer_input("ns/a", Timer(TimerKind.STARTUP, 1, 1, 1796029500.0))
-    assert body["deadline"] == "2026-11-30T09:05:00.000Z"
-
-    event = parse_timer_message(json.dumps(body))
+    body = timer_input("ns/a", Timer(TimerKind.STARTUP, 1, 1, 1796029499.2))
+    assert body["deadline"] == "2026-11-30T09:05:00Z"  # rounded up: never early
+    event, deadline = parse_timer_message(json.dumps(body))
+    assert deadline == 1796029500.0
     assert (event.workload, event.attempt, event.kind, event.episode) == (
         "ns/a",
         1,

@@ -10,6 +10,7 @@ raises, so the record returns to its queue and, after five receives, its DLQ.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,14 +47,28 @@ def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
     plane.handle(event)
 
 
-def timer_record(plane: ControlPlane, body: str) -> None:
-    """One "deadline reached" message from the timer state machine."""
+EARLY_TOLERANCE_SECONDS = 5.0
+
+
+def timer_record(
+    plane: ControlPlane, body: str, sleep: Callable[[float], None] = time.sleep
+) -> None:
+    """One "deadline reached" message from the timer state machine.
+
+    A signal that comes a little early (a Wait state's one-second precision, or
+    clock skew) is held until the deadline, so no gang is evicted before its time.
+    """
     try:
-        event = parse_timer_message(body)
+        event, deadline = parse_timer_message(body)
     except InvalidEvent as exc:
         reject(plane, "timer", str(exc), body)
         return
     logger.set_correlation_id(event.workload)
+    early = deadline - plane.clock()
+    if 0 < early <= EARLY_TOLERANCE_SECONDS:
+        sleep(early)
+    elif early > EARLY_TOLERANCE_SECONDS:
+        logger.warning("timer fired well before its deadline", extra={"earlySeconds": early})
     plane.handle(event)
 
 

@@ -7,6 +7,7 @@ A malformed message raises `InvalidEvent` (a retry cannot mend it).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,17 +34,22 @@ def rfc3339(epoch: float) -> str:
 
 
 def timer_input(workload: str, timer: Timer) -> dict[str, Any]:
-    """The timer state machine's input; it comes back unchanged as the timer message."""
+    """The timer state machine's input; it comes back unchanged as the timer message.
+
+    The deadline is rounded up to the whole second: a Wait state has one-second
+    precision, and a timer must never fire before its deadline.
+    """
     return {
         "workload": workload,
         "attempt": timer.attempt,
         "kind": timer.kind.value,
         "episode": timer.episode,
-        "deadline": rfc3339(timer.deadline),
+        "deadline": rfc3339(math.ceil(timer.deadline)).replace(".000Z", "Z"),
     }
 
 
-def parse_timer_message(body: str) -> DeadlineReached:
+def parse_timer_message(body: str) -> tuple[DeadlineReached, float]:
+    """The event, and the deadline it was armed for (epoch seconds)."""
     doc = _object(body)
     kind = doc.get("kind")
     try:
@@ -52,13 +58,14 @@ def parse_timer_message(body: str) -> DeadlineReached:
         raise InvalidEvent(f"kind: expected 'startup' or 'recovery', got {kind!r}") from None
     if not isinstance(doc.get("deadline"), str):
         raise InvalidEvent("deadline: required RFC 3339 timestamp")
-    parse_time(doc["deadline"], "deadline")
-    return DeadlineReached(
+    deadline = parse_time(doc["deadline"], "deadline")
+    event = DeadlineReached(
         workload=_text(doc, "workload"),
         attempt=_whole(doc, "attempt"),
         kind=timer_kind,
         episode=_whole(doc, "episode"),
     )
+    return event, deadline
 
 
 def requeue_body(workload: str, count: int) -> str:
