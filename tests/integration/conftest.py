@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from moto import mock_aws
-
-from functions.admission.handler import handler as admission_handler
-from functions.ingest.handler import handler as ingest_handler
-from functions.timer.handler import handler as timer_handler
 from muster.aws.config import RuntimeConfig
 from muster.aws.wiring import build_control_plane
 from muster.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 from muster.schema import AGENT_SOURCE
+
+from functions.admission.handler import handler as admission_handler
+from functions.ingest.handler import handler as ingest_handler
+from functions.timer.handler import handler as timer_handler
 
 from ..lambda_events import LambdaContext, sqs_event_from_messages
 
@@ -155,6 +157,7 @@ class ControlPlaneOnMoto:
     settings: dict[str, Any] = field(default_factory=dict)
     planes: dict[str, ControlPlane] = field(default_factory=dict)
     context: LambdaContext = field(default_factory=LambdaContext)
+    held: dict[str, list[str]] = field(default_factory=dict)  # failed, awaiting redelivery
 
     @property
     def config(self) -> RuntimeConfig:
@@ -191,9 +194,7 @@ class ControlPlaneOnMoto:
 
     def drain(self, function: str, *, redeliver_failures: bool = True) -> int:
         """Feed every visible message of the function's queue to its handler, in batches."""
-        queue = {"ingest": "ingest", "timer": "timer", "admission": "MUSTER_REQUEUE_QUEUE_URL"}[
-            function
-        ]
+        queue = self._queue(function)
         url = self.resources[queue]
         handler: Callable[..., dict[str, Any]] = {
             "ingest": ingest_handler,
@@ -212,19 +213,38 @@ class ControlPlaneOnMoto:
             kwargs: dict[str, Any] = {"plane": self.plane(function)}
             if function == "ingest":
                 kwargs["cluster_name"] = CLUSTER
-            response = handler(event, self.context, **kwargs)
-            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+            try:
+                response = handler(event, self.context, **kwargs)
+                failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+            except BatchProcessingError:  # the invocation failed: SQS redelivers them all
+                failed = {m["MessageId"] for m in messages}
             for m in messages:
                 if m["MessageId"] in failed:
                     if redeliver_failures:
                         sqs.change_message_visibility(
                             QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
                         )
+                    else:
+                        self.held.setdefault(function, []).append(m["ReceiptHandle"])
                 else:
                     sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
             handled += len(messages) - len(failed)
             if failed and not redeliver_failures:
                 return handled
+
+    def redeliver(self, function: str) -> None:
+        """The visibility timeout of the held (failed) messages ran out."""
+        url = self.resources[self._queue(function)]
+        for handle in self.held.pop(function, []):
+            self.session.client("sqs").change_message_visibility(
+                QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=0
+            )
+
+    @staticmethod
+    def _queue(function: str) -> str:
+        return {"ingest": "ingest", "timer": "timer", "admission": "MUSTER_REQUEUE_QUEUE_URL"}[
+            function
+        ]
 
     def settle(self) -> None:
         """Run the functions until no queue has a visible message."""
@@ -291,4 +311,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlPlaneOnMoto]:
         monkeypatch.setenv(name, value)
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         session = boto3.Session(region_name=REGION)
-        yield ControlPlaneOnMoto(session, create_resources(session))
+        # A unique prefix per test: a timer execution still waiting from an earlier
+        # test (moto runs them in threads) cannot signal into this test's queues.
+        yield ControlPlaneOnMoto(
+            session, create_resources(session, f"muster-{uuid.uuid4().hex[:8]}")
+        )

@@ -6,7 +6,6 @@ import json
 import time
 
 import pytest
-
 from muster.aws.stepfunctions import StepFunctionsTimers
 from muster.core import Timer, TimerKind
 
