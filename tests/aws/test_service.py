@@ -335,3 +335,18 @@ def test_history_and_status_views(rig: Rig):
     assert info is not None
     assert [h["event"] for h in info["history"]] == ["Submitted", "Admitted", "PodsReady"]
     assert info["phase"] == Phase.RUNNING.value
+
+
+def test_admission_pass_finishes_an_admission_that_stopped_before_its_timer(rig: Rig):
+    # GIVEN an admission whose timer start failed (the pass stopped halfway)
+    rig.doc = {"timeout": "60s", "blockAdmission": True}
+    rig.submit("ns/a", 1)
+    rig.timers.start = lambda *a: (_ for _ in ()).throw(TimeoutError("states"))  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        rig.admit()
+    del rig.timers.start
+    # WHEN the next admission pass runs (no event for the workload came in between)
+    rig.admit()
+    # THEN the timer was started, so the lock it holds will be released by a deadline
+    assert [k for k, _ in rig.timers.started] == ["ns/a"]
+    assert not rig.store.items["ns/a"].outbox

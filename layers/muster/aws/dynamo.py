@@ -236,7 +236,9 @@ class DynamoStore:
             )
         ]
 
-    def get_workloads(self, keys: Iterable[str]) -> list[Workload]:
+    def get_workloads(
+        self, keys: Iterable[str], unsettled: set[str] | None = None
+    ) -> list[Workload]:
         """Consistent reads of workload items (without pods), in batches of 100."""
         wanted = sorted(set(keys))
         found: dict[str, Workload] = {}
@@ -248,7 +250,7 @@ class DynamoStore:
                         for k in wanted[start : start + 100]
                     ],
                     "ConsistentRead": True,
-                    "ProjectionExpression": "#s",
+                    "ProjectionExpression": "#s, outbox",
                     "ExpressionAttributeNames": {"#s": "state"},
                 }
             }
@@ -257,6 +259,8 @@ class DynamoStore:
                 for item in reply["Responses"].get(self.table, []):
                     w = decode_workload(json.loads(item["state"]["S"]))
                     found[w.key] = w
+                    if unsettled is not None and "outbox" in item:
+                        unsettled.add(w.key)
                 request = reply.get("UnprocessedKeys") or {}
         return [found[k] for k in wanted if k in found]
 

@@ -111,8 +111,13 @@ class MemoryStore:
     def by_phase(self, phase: str) -> list[Workload]:
         return [i.workload for i in self.items.values() if i.workload.phase.value == phase]
 
-    def get_workloads(self, keys: Iterable[str]) -> list[Workload]:
-        return [self.items[k].workload for k in keys if k in self.items]
+    def get_workloads(
+        self, keys: Iterable[str], unsettled: set[str] | None = None
+    ) -> list[Workload]:
+        found = [self.items[k] for k in keys if k in self.items]
+        if unsettled is not None:
+            unsettled.update(i.workload.key for i in found if i.outbox)
+        return [i.workload for i in found]
 
     def ledger(self) -> Ledger:
         return self.ledger_state

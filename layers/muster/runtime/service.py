@@ -205,20 +205,25 @@ class ControlPlane:
         """
         admitted: list[str] = []
         excluded: set[str] = set()
+        repaired: set[str] = set()
         hinted = set(hints)
         for _ in range(self.max_conflicts * 4):
             settings = self.settings()
             now = self.clock()
             ledger = self.store.ledger()
-            active = [
-                w for w in self.store.get_workloads(ledger.members) if w.phase in ACTIVE_PHASES
-            ]
+            unsettled: set[str] = set()
+            members = self.store.get_workloads(ledger.members, unsettled)
             keys = {w.key for w in self.store.pending()} | hinted
-            queued = [
-                w
-                for w in self.store.get_workloads(sorted(keys - excluded))
-                if w.phase is Phase.PENDING
-            ]
+            candidates = self.store.get_workloads(sorted(keys - excluded), unsettled)
+            if unsettled - repaired:
+                # An earlier pass or event stopped halfway (e.g. its timer was not
+                # started): finish it before planning on its state.
+                for key in sorted(unsettled - repaired):
+                    self._settled(key)
+                repaired |= unsettled
+                continue
+            active = [w for w in members if w.phase in ACTIVE_PHASES]
+            queued = [w for w in candidates if w.phase is Phase.PENDING]
             queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
             plan = plan_admission(queued, active, settings, now)
             holding = frozenset(w.key for w in active)
