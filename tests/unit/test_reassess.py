@@ -53,3 +53,20 @@ def test_running_gang_that_lost_a_pod_starts_recovery():
     d = reassess(lost, DEFAULT_SETTINGS, 3)
     assert d.workload is not None and d.workload.phase is Phase.RECOVERING
     assert any(isinstance(e, StartTimer) for e in d.effects)
+
+
+def test_pod_update_applies_pod_rules_without_the_gang():
+    from muster.core import PodObserved, pod_update
+
+    known = Pod("p0", 3, uid="u1", phase="Running", ready=True)
+    assert pod_update(known, PodObserved("ns/a", "p0", 3, uid="u1"))[0] is Outcome.DUPLICATE
+    assert pod_update(known, PodObserved("ns/a", "p0", 2, uid="u1"))[0] is Outcome.STALE
+    retired = replace(known, retired=True)
+    assert pod_update(retired, PodObserved("ns/a", "p0", 4, uid="u1"))[0] is Outcome.IGNORED
+    # a new incarnation under the same name replaces a retired pod
+    outcome, pod, _ = pod_update(retired, PodObserved("ns/a", "p0", 1, uid="u2", ready=True))
+    assert outcome is Outcome.APPLIED and pod is not None and pod.uid == "u2" and pod.ready
+    assert pod_update(known, PodObserved("ns/a", "p0", 4, uid="u1", deleted=True))[:2] == (
+        Outcome.APPLIED,
+        None,
+    )

@@ -12,6 +12,7 @@ from muster.core.decide import (
     admissible,
     backoff_delay,
     decide,
+    pod_update,
     reassess,
 )
 from muster.core.durations import DurationError, format_duration, parse_duration
@@ -107,6 +108,7 @@ __all__ = [
     "parse_duration",
     "parse_settings",
     "plan_admission",
+    "pod_update",
     "queue_order_key",
     "reassess",
 ]
