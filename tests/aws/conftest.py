@@ -65,12 +65,13 @@ class Rig:
     def admit(self) -> list[str]:
         return self.plane(inline_admission=True).admission_pass()
 
-    def pod(self, key: str, name: str, seq: int, *, ready: bool, node: str = "n1", **kw: object):
+    def pod(
+        self, key: str, name: str, seq: int, *, ready: bool, node: str | None = "n1", **kw: object
+    ):
         phase = kw.pop("phase", "Running" if ready else "Pending")
+        uid = kw.pop("uid", f"{name}-uid")
         return self.plane().handle(
-            PodObserved(
-                key, name, seq, uid=f"{name}-uid", phase=phase, ready=ready, node=node, **kw
-            )  # type: ignore[arg-type]
+            PodObserved(key, name, seq, uid=uid, phase=phase, ready=ready, node=node, **kw)  # type: ignore[arg-type]
         )
 
     def phase(self, key: str) -> str:

@@ -157,11 +157,11 @@ class RacingStore(MemoryStore):
 
     interleave: Any = None
 
-    def write_pods(self, key, epoch, writes):
+    def write_pod(self, key, write, epoch, ready_delta):
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pods(key, epoch, writes)
+        super().write_pod(key, write, epoch, ready_delta)
 
 
 def test_two_concurrent_last_pods_make_the_gang_ready():
@@ -350,3 +350,49 @@ def test_admission_pass_finishes_an_admission_that_stopped_before_its_timer(rig:
     # THEN the timer was started, so the lock it holds will be released by a deadline
     assert [k for k, _ in rig.timers.started] == ["ns/a"]
     assert not rig.store.items["ns/a"].outbox
+
+
+def test_ready_count_follows_the_pods_through_node_loss_and_eviction(rig: Rig):
+    def consistent() -> None:
+        snap = rig.store.load(KEY)
+        assert snap is not None
+        assert snap.ready_count == snap.workload.ready_pods
+
+    _running(rig, 3)
+    consistent()
+    rig.plane().handle(NodeObserved("n1", ready=False))
+    consistent()
+    rig.pod(KEY, "p2", 2, ready=False, node="n2")
+    consistent()
+    rig.clock.now += 60
+    rig.plane().handle(DeadlineReached(KEY, 1, TimerKind.RECOVERY, 1))
+    consistent()
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.ready_count == 0 and snap.epoch == 1
+    # a replacement pod of the next attempt counts from zero
+    rig.pod(KEY, "p0", 1, ready=True, uid="p0-new")
+    consistent()
+
+
+@dataclass
+class CountingStore(MemoryStore):
+    full_loads: int = 0
+
+    def load(self, key):
+        self.full_loads += 1
+        return super().load(key)
+
+
+def test_pod_events_load_the_gang_only_when_it_may_become_whole():
+    rig = Rig(store=CountingStore())
+    rig.submit(KEY, 8)
+    rig.admit()
+    store = rig.store
+    assert isinstance(store, CountingStore)
+    store.full_loads = 0
+    for i in range(8):
+        rig.pod(KEY, f"p{i}", 1, ready=False)
+    for i in range(8):
+        rig.pod(KEY, f"p{i}", 2, ready=True)
+    assert rig.phase(KEY) == "Running"
+    assert store.full_loads <= 2  # the last pod, and its settled re-read

@@ -251,15 +251,15 @@ class ControlPlaneOnMoto:
         while self.drain("ingest") + self.drain("admission") + self.drain("timer"):
             pass
 
-    def wait_for(self, function: str, timeout: float = 10.0) -> None:
-        """Wait for a timer (or a delayed requeue) to deliver, then handle it."""
+    def until(self, key: str, phase: str, timeout: float = 10.0) -> None:
+        """Run the functions until the workload reaches `phase` (timers fire meanwhile)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.drain(function):
-                self.settle()
+            self.settle()
+            if self.state(key)["phase"] == phase:
                 return
             time.sleep(0.1)
-        raise AssertionError(f"nothing arrived for the {function} function in {timeout}s")
+        raise AssertionError(f"{key} is {self.state(key)['phase']}, not {phase}, after {timeout}s")
 
     # ------------------------------------------------------------------ looking
 

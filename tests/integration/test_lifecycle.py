@@ -113,7 +113,7 @@ def test_timeout_evicts_requeues_with_backoff_and_readmits(aws: ControlPlaneOnMo
     aws.settle()
     admitted_at = time.time()
     # WHEN its one-second deadline passes (the execution really waits)
-    aws.wait_for("timer")
+    aws.until("team-a/stuck", "Requeued")
     # THEN it was evicted, with the reason recorded, and requeued with a 1 s backoff
     state = aws.state("team-a/stuck")
     assert state["phase"] == "Requeued" and state["requeueCount"] == 1
@@ -124,7 +124,7 @@ def test_timeout_evicts_requeues_with_backoff_and_readmits(aws: ControlPlaneOnMo
     requeued = next(h for h in state["history"] if h["event"] == "Requeued")
     assert requeued["detail"]["delaySeconds"] == 1
     # WHEN the requeue's SQS delay has passed
-    aws.wait_for("admission")
+    aws.until("team-a/stuck", "Admitted")
     # THEN it was readmitted for attempt 2, after the deadline plus the backoff
     assert aws.cluster.calls[-1] == ("admit", "team-a/stuck", 2)
     assert time.time() - admitted_at >= 1.5
@@ -135,7 +135,7 @@ def test_backoff_limit_deactivates(aws: ControlPlaneOnMoto):
     aws.settings = {**FAST, "requeuingStrategy": {"backoffLimitCount": 0}}
     submit(aws, "team-a/never", 1)
     aws.settle()
-    aws.wait_for("timer")
+    aws.until("team-a/never", "Deactivated")
     state = aws.state("team-a/never")
     assert state["phase"] == "Deactivated" and state["reason"] == "RequeuingLimitExceeded"
     assert ("Workload Deactivated", "team-a/never") in aws.lifecycle()
@@ -160,7 +160,7 @@ def test_recovery_timeout_evicts(aws: ControlPlaneOnMoto):
     pod(aws, "team-a/lost", "p0", 2, False, reason="ContainersNotReady")
     aws.settle()
     assert aws.state("team-a/lost")["phase"] == "Recovering"
-    aws.wait_for("timer")
+    aws.until("team-a/lost", "Requeued")
     state = aws.state("team-a/lost")
     assert state["phase"] == "Requeued"
     assert state["evictions"] == {"PodsReadyTimeout/WaitForRecovery": 1}

@@ -48,14 +48,14 @@ def test_crash_between_eviction_and_requeue_is_repaired_by_redelivery(aws: Contr
     # GIVEN the requeue send will fail once, after the eviction has been carried out
     injected = fail_once(aws.plane("timer").messages.client, "SendMessage")
     # WHEN the deadline fires (the failed record is redelivered by SQS)
-    aws.wait_for("timer")
+    aws.until("team-a/crash", "Requeued")
     # THEN the eviction happened (twice: idempotent), the requeue went out, and the
     # workload was readmitted after its backoff
     assert injected == [1]
     assert aws.cluster.calls.count(("evict", "team-a/crash", 1)) == 2
     state = aws.state("team-a/crash")
     assert state["phase"] == "Requeued"
-    aws.wait_for("admission")
+    aws.until("team-a/crash", "Admitted")
     assert aws.cluster.calls[-1] == ("admit", "team-a/crash", 2)
 
 
@@ -67,8 +67,7 @@ def test_crash_before_the_timer_started_is_repaired(aws: ControlPlaneOnMoto):
     aws.settle()  # the failed pass asks for another, which finishes the admission
     assert [e["name"] for e in aws.executions()] == ["team-a.notimer.a1.startup.e1"]
     # AND the timer does its job
-    aws.wait_for("timer")
-    assert aws.state("team-a/notimer")["phase"] == "Requeued"
+    aws.until("team-a/notimer", "Requeued")
 
 
 def test_malformed_events_are_rejected_counted_and_not_retried(aws: ControlPlaneOnMoto, capsys):
@@ -94,11 +93,11 @@ class RacingStore(DynamoStore):
 
     interleave: Any = None
 
-    def write_pods(self, key: str, epoch: int, writes: Any) -> None:
+    def write_pod(self, key: str, write: Any, epoch: int, ready_delta: int) -> None:
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pods(key, epoch, writes)
+        super().write_pod(key, write, epoch, ready_delta)
 
 
 def test_two_concurrent_last_pods_on_dynamodb(aws: ControlPlaneOnMoto):

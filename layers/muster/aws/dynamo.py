@@ -34,13 +34,14 @@ from muster.runtime.codec import (
     encode_workload,
 )
 from muster.runtime.memory import settle_pod
-from muster.runtime.ports import Conflict, Ledger, PodWrite, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
 
 STATE = "STATE"
 POD_PREFIX = "POD#"
 HISTORY_PREFIX = "HIST#"
 LEDGER_KEY = {"pk": {"S": "ADMISSION"}, "sk": {"S": "LEDGER"}}
 INDEX = "gsi1"
+MAX_TRANSACTION = 100
 DAY = 86400
 
 
@@ -54,6 +55,16 @@ def _s(value: str) -> dict[str, str]:
 
 def _n(value: float) -> dict[str, str]:
     return {"N": str(int(value)) if float(value).is_integer() else repr(value)}
+
+
+def _ready_delta(writes: Sequence[PodWrite], before: Snapshot | None) -> int:
+    """How a chunk of pod writes changes the number of pods counting ready."""
+    pods = before.workload.pods if before else {}
+    delta = 0
+    for w in writes:
+        old = pods.get(w.name)
+        delta += int(bool(w.pod and w.pod.counts_ready)) - int(bool(old and old.counts_ready))
+    return delta
 
 
 def _is_conflict(exc: ClientError) -> bool:
@@ -100,34 +111,78 @@ class DynamoStore:
             epoch,
             revs,
             outbox,
+            int(state.get("readyCount", {}).get("N", "0")),
         )
 
-    def write_pods(self, key: str, epoch: int, writes: Sequence[PodWrite]) -> None:
-        for w in writes:
-            condition: dict[str, Any] = (
-                {"ConditionExpression": "attribute_not_exists(pk)"}
-                if w.expected is None
-                else {
-                    "ConditionExpression": "rev = :rev",
-                    "ExpressionAttributeValues": {":rev": _n(w.expected)},
-                }
+    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+        keys = [{"pk": _s(workload_pk(key)), "sk": _s(STATE)}]
+        if pod is not None:
+            keys.append({"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + pod)})
+        request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
+        items: list[dict[str, Any]] = []
+        while request:
+            reply = self.client.batch_get_item(RequestItems=request)
+            items.extend(reply["Responses"].get(self.table, []))
+            request = reply.get("UnprocessedKeys") or {}
+        state = next((i for i in items if i["sk"]["S"] == STATE), None)
+        if state is None:
+            return None
+        epoch = int(state["epoch"]["N"])
+        pod_item = next((i for i in items if i["sk"]["S"] != STATE), None)
+        stored = (
+            settle_pod(
+                decode_pod(json.loads(pod_item["pod"]["S"])), int(pod_item["epoch"]["N"]), epoch
             )
-            item_key = {"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + w.name)}
-            try:
-                if w.pod is None:
-                    if w.expected is None:
-                        continue
-                    self.client.delete_item(TableName=self.table, Key=item_key, **condition)
+            if pod_item
+            else None
+        )
+        return PodSnapshot(
+            decode_workload(json.loads(state["state"]["S"])),
+            int(state["version"]["N"]),
+            epoch,
+            int(state.get("readyCount", {}).get("N", "0")),
+            tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]"))),
+            stored,
+            int(pod_item["rev"]["N"]) if pod_item else None,
+        )
+
+    def _pod_operation(self, key: str, write: PodWrite, epoch: int) -> dict[str, Any]:
+        """A Put or Delete of one pod item, conditional on its revision (transaction form)."""
+        condition: dict[str, Any] = (
+            {"ConditionExpression": "attribute_not_exists(pk)"}
+            if write.expected is None
+            else {
+                "ConditionExpression": "rev = :rev",
+                "ExpressionAttributeValues": {":rev": _n(write.expected)},
+            }
+        )
+        if write.pod is None:
+            item_key = {"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + write.name)}
+            return {"Delete": {"TableName": self.table, "Key": item_key, **condition}}
+        item = self._pod_item(key, write.pod, (write.expected or 0) + 1, epoch)
+        return {"Put": {"TableName": self.table, "Item": item, **condition}}
+
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+        operation = self._pod_operation(key, write, epoch)
+        try:
+            if not ready_delta:
+                if "Put" in operation:
+                    self.client.put_item(**operation["Put"])
                 else:
-                    self.client.put_item(
-                        TableName=self.table,
-                        Item=self._pod_item(key, w.pod, (w.expected or 0) + 1, epoch),
-                        **condition,
-                    )
-            except ClientError as exc:
-                if _is_conflict(exc):
-                    raise Conflict(f"{key} pod {w.name}") from exc
-                raise
+                    self.client.delete_item(**operation["Delete"])
+                return
+            count = {
+                "TableName": self.table,
+                "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
+                "UpdateExpression": "ADD readyCount :d",
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {":d": _n(ready_delta), ":e": _n(epoch)},
+            }
+            self.client.transact_write_items(TransactItems=[operation, {"Update": count}])
+        except ClientError as exc:
+            if _is_conflict(exc):
+                raise Conflict(f"{key} pod {write.name}") from exc
+            raise
 
     def _pod_item(self, key: str, pod: Pod, rev: int, epoch: int) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -143,27 +198,82 @@ class DynamoStore:
             item["gsi1sk"] = _s(f"{key}#{pod.name}")
         return item
 
-    def _workload_item(
-        self, w: Workload, version: int, epoch: int, outbox: Sequence[Effect], now: float
+    def _workload_update(
+        self,
+        before: Snapshot | None,
+        after: Workload,
+        epoch: int,
+        outbox: Sequence[Effect],
+        now: float,
+        ready_delta: int,
     ) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            "pk": _s(workload_pk(w.key)),
-            "sk": _s(STATE),
-            "workload": _s(w.key),
-            "version": _n(version),
-            "epoch": _n(epoch),
-            "phase": _s(w.phase.value),
-            "queue": _s(w.queue),
-            "state": _s(dumps(encode_workload(w))),
-            "updatedAt": _n(now),
-            "gsi1pk": _s(f"PHASE#{w.phase.value}"),
-            "gsi1sk": _s(w.key),
+        """An Update of the workload item on its version (transaction form).
+
+        An update, not a put: the ready count is changed only by deltas, so a
+        concurrent pod write's count is never overwritten; an eviction (a new
+        epoch) resets it, since every pod of the attempt is then retired.
+        """
+        version = (before.version if before else 0) + 1
+        values: dict[str, Any] = {
+            ":workload": _s(after.key),
+            ":version": _n(version),
+            ":epoch": _n(epoch),
+            ":phase": _s(after.phase.value),
+            ":queue": _s(after.queue),
+            ":state": _s(dumps(encode_workload(after))),
+            ":now": _n(now),
+            ":g1pk": _s(f"PHASE#{after.phase.value}"),
+            ":g1sk": _s(after.key),
         }
+        sets = [
+            "#workload = :workload",
+            "#version = :version",
+            "#epoch = :epoch",
+            "#phase = :phase",
+            "#queue = :queue",
+            "#state = :state",
+            "#updatedAt = :now",
+            "gsi1pk = :g1pk",
+            "gsi1sk = :g1sk",
+        ]
+        names = {
+            f"#{n}": n
+            for n in ("workload", "version", "epoch", "phase", "queue", "state", "updatedAt")
+        }
+        removes = []
         if outbox:
-            item["outbox"] = _s(dumps([encode_effect(e) for e in outbox]))
-        if w.phase is Phase.FINISHED:
-            item["expiresAt"] = _n(int(now) + self.history_ttl)
-        return item
+            sets.append("outbox = :outbox")
+            values[":outbox"] = _s(dumps([encode_effect(e) for e in outbox]))
+        else:
+            removes.append("outbox")
+        if after.phase is Phase.FINISHED:
+            sets.append("expiresAt = :expires")
+            values[":expires"] = _n(int(now) + self.history_ttl)
+        adds = []
+        if before is None or epoch != before.epoch:
+            sets.append("readyCount = :ready")
+            values[":ready"] = _n(ready_delta)
+        else:
+            adds.append("readyCount :delta")
+            values[":delta"] = _n(ready_delta)
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        if adds:
+            expression += " ADD " + ", ".join(adds)
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"pk": _s(workload_pk(after.key)), "sk": _s(STATE)},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if before is None:
+            update["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            update["ConditionExpression"] = "#version = :expected"
+            values[":expected"] = _n(before.version)
+        return update
 
     def write_workload(
         self,
@@ -172,27 +282,53 @@ class DynamoStore:
         epoch: int,
         outbox: Sequence[Effect],
         now: float,
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
     ) -> int:
-        version = (before.version if before else 0) + 1
+        update = self._workload_update(before, after, epoch, outbox, now, ready_delta)
         try:
-            self.client.put_item(
-                TableName=self.table,
-                Item=self._workload_item(after, version, epoch, outbox, now),
-                **self._version_condition(before),
-            )
+            if not pods:
+                self.client.update_item(**update)
+            else:
+                # At most 100 items per transaction: a node rarely holds that many
+                # pods of one gang, and each chunk keeps pods and count in step.
+                chunks = [
+                    list(pods[i : i + MAX_TRANSACTION - 1])
+                    for i in range(0, len(pods), MAX_TRANSACTION - 1)
+                ]
+                for chunk in chunks[:-1]:
+                    delta = _ready_delta(chunk, before)
+                    ready_delta -= delta
+                    self.client.transact_write_items(
+                        TransactItems=[
+                            *(self._pod_operation(after.key, w, epoch) for w in chunk),
+                            {"Update": self._count_update(after.key, before, delta)},
+                        ]
+                    )
+                last = self._workload_update(before, after, epoch, outbox, now, ready_delta)
+                self.client.transact_write_items(
+                    TransactItems=[
+                        *(self._pod_operation(after.key, w, epoch) for w in chunks[-1]),
+                        {"Update": last},
+                    ]
+                )
         except ClientError as exc:
             if _is_conflict(exc):
                 raise Conflict(after.key) from exc
             raise
-        return version
+        return (before.version if before else 0) + 1
 
-    @staticmethod
-    def _version_condition(before: Snapshot | None) -> dict[str, Any]:
-        if before is None:
-            return {"ConditionExpression": "attribute_not_exists(pk)"}
+    def _count_update(self, key: str, before: Snapshot | None, delta: int) -> dict[str, Any]:
         return {
-            "ConditionExpression": "version = :v",
-            "ExpressionAttributeValues": {":v": _n(before.version)},
+            "TableName": self.table,
+            "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
+            "UpdateExpression": "ADD readyCount :d",
+            "ConditionExpression": "#version = :expected",
+            "ExpressionAttributeNames": {"#version": "version"},
+            "ExpressionAttributeValues": {
+                ":d": _n(delta),
+                ":expected": _n(before.version if before else 0),
+            },
         }
 
     def clear_outbox(self, key: str, version: int) -> None:
@@ -301,14 +437,10 @@ class DynamoStore:
     ) -> int:
         """The admission and the ledger in one transaction, each on its version."""
         version = before.version + 1
-        workload_put = {
-            "TableName": self.table,
-            "Item": self._workload_item(after, version, before.epoch, outbox, now),
-            **self._version_condition(before),
-        }
+        update = self._workload_update(before, after, before.epoch, outbox, now, 0)
         try:
             self.client.transact_write_items(
-                TransactItems=[{"Put": workload_put}, {"Put": self._ledger_put(ledger, members)}]
+                TransactItems=[{"Update": update}, {"Put": self._ledger_put(ledger, members)}]
             )
         except ClientError as exc:
             if _is_conflict(exc):

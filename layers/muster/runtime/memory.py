@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, Timer, Workload
-from muster.runtime.ports import Conflict, Ledger, PodWrite, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
 
 
 def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
@@ -30,6 +30,7 @@ class _Item:
     version: int
     epoch: int
     outbox: tuple[Effect, ...]
+    ready_count: int = 0
 
 
 @dataclass
@@ -59,20 +60,45 @@ class MemoryStore:
             item.epoch,
             {n: rev for n, (_, rev, _) in stored.items()},
             item.outbox,
+            item.ready_count,
         )
 
-    def write_pods(self, key: str, epoch: int, writes: Sequence[PodWrite]) -> None:
+    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+        item = self.items.get(key)
+        if item is None:
+            return None
+        stored = self.pods.get(key, {}).get(pod) if pod else None
+        return PodSnapshot(
+            item.workload,
+            item.version,
+            item.epoch,
+            item.ready_count,
+            item.outbox,
+            settle_pod(stored[0], stored[2], item.epoch) if stored else None,
+            stored[1] if stored else None,
+        )
+
+    def _check_pod(self, key: str, write: PodWrite) -> None:
+        current = self.pods.get(key, {}).get(write.name)
+        if (current[1] if current else None) != write.expected:
+            raise Conflict(f"pod {write.name}")
+
+    def _apply_pod(self, key: str, write: PodWrite, epoch: int) -> None:
         stored = self.pods.setdefault(key, {})
-        for w in writes:
-            self._maybe_conflict()
-            current = stored.get(w.name)
-            if (current[1] if current else None) != w.expected:
-                raise Conflict(f"pod {w.name}")
-            self.writes += 1
-            if w.pod is None:
-                del stored[w.name]
-            else:
-                stored[w.name] = (w.pod, (w.expected or 0) + 1, epoch)
+        self.writes += 1
+        if write.pod is None:
+            stored.pop(write.name, None)
+        else:
+            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch)
+
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+        self._maybe_conflict()
+        self._check_pod(key, write)
+        item = self.items[key]
+        if ready_delta and item.epoch != epoch:
+            raise Conflict(f"{key}: evicted meanwhile")
+        self._apply_pod(key, write, epoch)
+        item.ready_count += ready_delta
 
     def write_workload(
         self,
@@ -81,15 +107,26 @@ class MemoryStore:
         epoch: int,
         outbox: Sequence[Effect],
         now: float,
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
     ) -> int:
         self._maybe_conflict()
         current = self.items.get(after.key)
         expected = before.version if before else None
         if (current.version if current else None) != expected:
             raise Conflict(after.key)
+        for write in pods:
+            self._check_pod(after.key, write)
+        for write in pods:
+            self._apply_pod(after.key, write, epoch)
+        count = current.ready_count if current else 0
+        if current is not None and current.epoch != epoch:
+            count = 0  # an eviction retired every pod
         version = (expected or 0) + 1
         self.writes += 1
-        self.items[after.key] = _Item(replace(after, pods={}), version, epoch, tuple(outbox))
+        self.items[after.key] = _Item(
+            replace(after, pods={}), version, epoch, tuple(outbox), count + ready_delta
+        )
         return version
 
     def clear_outbox(self, key: str, version: int) -> None:

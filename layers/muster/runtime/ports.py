@@ -33,6 +33,25 @@ class Snapshot:
     epoch: int = 0
     pod_revs: Mapping[str, int] = field(default_factory=dict)
     outbox: tuple[Effect, ...] = ()
+    ready_count: int = 0  # pods counting ready, kept beside the pods by every pod write
+
+
+@dataclass(frozen=True, slots=True)
+class PodSnapshot:
+    """The workload item without the gang, and one pod: what a pod event needs first.
+
+    `ready_count` is maintained atomically with every pod write, so a pod event
+    loads the whole gang only when the count says the gang may have become whole
+    (or stopped being whole).
+    """
+
+    workload: Workload  # without pods
+    version: int
+    epoch: int
+    ready_count: int
+    outbox: tuple[Effect, ...] = ()
+    pod: Pod | None = None
+    rev: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +78,13 @@ class Ledger:
 class WorkloadStore(Protocol):
     def load(self, key: str) -> Snapshot | None: ...
 
-    def write_pods(self, key: str, epoch: int, writes: Sequence[PodWrite]) -> None: ...
+    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+        """The workload item and (when named) one pod item, read consistently."""
+        ...
+
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+        """One pod; with a non-zero delta, atomically with the ready count (same epoch only)."""
+        ...
 
     def write_workload(
         self,
@@ -68,7 +93,11 @@ class WorkloadStore(Protocol):
         epoch: int,
         outbox: Sequence[Effect],
         now: float,
-    ) -> int: ...
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
+    ) -> int:
+        """The workload (on its version) with its pod writes, atomically; a new epoch resets the count."""
+        ...
 
     def clear_outbox(self, key: str, version: int) -> None: ...
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from muster.core import (
     ACTIVE_PHASES,
+    NOT_READY_PHASES,
     AdmissionGranted,
     Admit,
     Effect,
@@ -33,6 +34,7 @@ from muster.core import (
     NodeObserved,
     Outcome,
     Phase,
+    Pod,
     PodObserved,
     Publish,
     Reason,
@@ -45,6 +47,7 @@ from muster.core import (
     WorkloadFinished,
     decide,
     plan_admission,
+    pod_update,
     reassess,
 )
 from muster.ports import ClusterActions, WorkloadGone
@@ -121,6 +124,10 @@ class ControlPlane:
         raise TooManyConflicts(f"{event.workload}: gave up after {self.max_conflicts} conflicts")
 
     def _attempt(self, event: Event) -> Outcome:
+        if isinstance(event, PodObserved):
+            outcome = self._pod_event(event)
+            if outcome is not None:
+                return outcome
         key = event.workload
         snap = self._settled(key)
         settings = self.settings()
@@ -129,10 +136,6 @@ class ControlPlane:
         decision = decide(before, event, settings, now, draw=self.draw())
         if decision.outcome is not Outcome.APPLIED:
             self._count_outcome(decision.outcome, key, type(event).__name__, decision.note)
-            if snap is not None and isinstance(event, PodObserved | NodeObserved):
-                # The pod may have been written by an attempt that crashed before
-                # it wrote the workload: re-derive readiness from what is stored.
-                self._rederive(snap, settings, now)
             if decision.outcome is Outcome.UNKNOWN_WORKLOAD and isinstance(event, PodObserved):
                 raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
             return decision.outcome
@@ -142,19 +145,63 @@ class ControlPlane:
         evicted = before is not None and _is_eviction(before, after)
         epoch = (snap.epoch + 1 if evicted else snap.epoch) if snap else 0
         writes = _pod_writes(snap, after, evicted)
-        if writes:
-            self.store.write_pods(key, epoch, writes)
+        delta = 0 if evicted or before is None else after.ready_pods - before.ready_pods
         effects = decision.effects
-        if snap is None or _state(before) != _state(after) or _needs_outbox(effects):
-            version = self.store.write_workload(snap, after, epoch, effects, now)
+        if snap is None or writes or _state(before) != _state(after) or _needs_outbox(effects):
+            version = self.store.write_workload(
+                snap, after, epoch, effects, now, pods=writes, ready_delta=delta
+            )
             self._carry_out(after, version, effects)
-            return Outcome.APPLIED
-        self._carry_out(after, None, effects)
-        if before is not None and before.ready_pods != after.ready_pods:
-            fresh = self._settled(key)
-            if fresh is not None:
-                self._rederive(fresh, settings, now)
+            if writes or (before is not None and before.phase is not after.phase):
+                self._check_readiness(key, settings, now)
+        else:
+            self._carry_out(after, None, effects)
         return Outcome.APPLIED
+
+    def _pod_event(self, event: PodObserved) -> Outcome | None:
+        """A pod event without loading the gang: one pod written, the ready count moved.
+
+        Returns None when the full path is needed (a pod group, whose admission
+        depends on its live pods, or a workload with an unfinished outbox).
+        """
+        key = event.workload
+        light = self.store.load_pod(key, event.pod)
+        if light is None:
+            self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
+            raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
+        if light.outbox or light.workload.kind is Kind.POD_GROUP:
+            return None
+        outcome, pod, note = pod_update(light.pod, event)
+        if outcome is not Outcome.APPLIED:
+            self._count_outcome(outcome, key, "PodObserved", note)
+            if outcome is Outcome.DUPLICATE:
+                # A redelivery after a crash between the pod write and the gang's
+                # transition: check the gang again.
+                self._check_readiness(key, self.settings(), self.clock())
+            return outcome
+        delta = _counts(pod) - _counts(light.pod)
+        self.store.write_pod(key, PodWrite(event.pod, pod, light.rev), light.epoch, delta)
+        self._count_outcome(Outcome.APPLIED)
+        if delta:
+            self._check_readiness(key, self.settings(), self.clock())
+        return Outcome.APPLIED
+
+    def _check_readiness(self, key: str, settings: Settings, now: float) -> None:
+        """After a write, read the count back; load the gang only if it may have changed state.
+
+        Every writer reads after its own write, so of two concurrent "last" pods
+        the one written second sees the gang whole.
+        """
+        light = self.store.load_pod(key, None)
+        if light is None:
+            return
+        w, count = light.workload, light.ready_count
+        maybe_whole = w.phase in NOT_READY_PHASES and count >= w.gang_size
+        maybe_broken = w.phase is Phase.RUNNING and count < w.gang_size
+        if maybe_whole or maybe_broken:
+            snap = self._settled(key)
+            if snap is not None:
+                self._rederive(snap, settings, now)
 
     def _rederive(self, snap: Snapshot, settings: Settings, now: float) -> None:
         current: Snapshot | None = snap
@@ -360,6 +407,10 @@ class ControlPlane:
 def _state(w: Workload | None) -> Workload | None:
     """The workload without its pods: what the workload item stores."""
     return None if w is None else replace(w, pods={})
+
+
+def _counts(pod: Pod | None) -> int:
+    return int(pod is not None and pod.counts_ready)
 
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
