@@ -75,12 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import boto3
-
-    from functions.ingest.handler import handler
     from muster.aws.config import RuntimeConfig
     from muster.aws.wiring import build_control_plane
     from muster.ports import RecordingCluster
     from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
+
+    from functions.ingest.handler import handler
     from tests.integration.conftest import create_resources
     from tests.lambda_events import LambdaContext, sqs_event
 
