@@ -396,3 +396,10 @@ def test_pod_events_load_the_gang_only_when_it_may_become_whole():
         rig.pod(KEY, f"p{i}", 2, ready=True)
     assert rig.phase(KEY) == "Running"
     assert store.full_loads <= 2  # the last pod, and its settled re-read
+
+
+def test_one_pass_admits_every_admissible_workload(rig: Rig):
+    for i in range(130):
+        rig.submit(f"ns/w{i:03d}", 1, created_at=float(i))
+    admitted = rig.admit()
+    assert len(admitted) == 130 and admitted[:2] == ["ns/w000", "ns/w001"]

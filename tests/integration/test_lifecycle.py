@@ -107,10 +107,10 @@ def test_timeout_evicts_requeues_with_backoff_and_readmits(aws: ControlPlaneOnMo
     aws.settings = FAST
     # GIVEN an admitted gang with a pod that cannot be scheduled
     submit(aws, "team-a/stuck", 2)
-    aws.settle()
+    aws.settle(timers=False)
     pod(aws, "team-a/stuck", "p0", 1, True)
     pod(aws, "team-a/stuck", "p1", 1, False, node=None, reason="Unschedulable", message="0/4 nodes")
-    aws.settle()
+    aws.settle(timers=False)
     admitted_at = time.time()
     # WHEN its one-second deadline passes (the execution really waits)
     aws.until("team-a/stuck", "Requeued")
@@ -158,7 +158,7 @@ def test_recovery_timeout_evicts(aws: ControlPlaneOnMoto):
     aws.settings = {"timeout": "30s", "recoveryTimeout": "1s"}
     running(aws, "team-a/lost", 2)
     pod(aws, "team-a/lost", "p0", 2, False, reason="ContainersNotReady")
-    aws.settle()
+    aws.settle(timers=False)
     assert aws.state("team-a/lost")["phase"] == "Recovering"
     aws.until("team-a/lost", "Requeued")
     state = aws.state("team-a/lost")

@@ -44,7 +44,7 @@ def queue_depth(aws: ControlPlaneOnMoto, url: str) -> int:
 def test_crash_between_eviction_and_requeue_is_repaired_by_redelivery(aws: ControlPlaneOnMoto):
     aws.settings = FAST
     submit(aws, "team-a/crash", 1)
-    aws.settle()
+    aws.settle(timers=False)
     # GIVEN the requeue send will fail once, after the eviction has been carried out
     injected = fail_once(aws.plane("timer").messages.client, "SendMessage")
     # WHEN the deadline fires (the failed record is redelivered by SQS)

@@ -254,7 +254,8 @@ class ControlPlane:
         excluded: set[str] = set()
         repaired: set[str] = set()
         hinted = set(hints)
-        for _ in range(self.max_conflicts * 4):
+        conflicts = 0
+        while conflicts <= self.max_conflicts:
             settings = self.settings()
             now = self.clock()
             ledger = self.store.ledger()
@@ -302,6 +303,7 @@ class ControlPlane:
                 )
             except Conflict:
                 self.stats.conflicts += 1
+                conflicts += 1
                 continue
             admitted.append(key)
             self.stats.admitted.append(key)
