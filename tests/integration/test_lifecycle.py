@@ -8,9 +8,12 @@ out their SQS delay.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
+from muster.core import parse_settings
+from muster.runtime.settings import update_settings
 from muster.schema import (
     NODE_OBSERVED,
     POD_OBSERVED,
@@ -218,3 +221,47 @@ def test_pod_event_before_its_workload_is_applied_on_redelivery(aws: ControlPlan
     aws.redeliver("ingest")
     aws.settle()
     assert aws.state("team-a/late")["phase"] == "Running"
+
+
+def test_settings_record_in_the_table_overrides_the_deployment(aws: ControlPlaneOnMoto):
+    # GIVEN the deployment says 30 minutes, and an administrator set 1 s for one queue
+    aws.settings = {"timeout": "30m"}
+    store = aws.plane("ingest").store
+    update_settings(
+        store, parse_settings(aws.settings), {"queues": {"research": {"timeout": "1s"}}}
+    )
+    # WHEN a workload of that queue is admitted
+    submit(aws, "team-a/quick", 1)
+    aws.settle(timers=False)
+    # THEN its deadline is one second away, and it is evicted when nothing became ready
+    state = aws.state("team-a/quick")
+    admitted = next(h for h in state["history"] if h["event"] == "Admitted")
+    assert admitted["detail"]["timeoutSeconds"] == 1
+    aws.until("team-a/quick", "Requeued")
+
+
+def test_lifecycle_events_and_history_carry_what_consumers_need(aws: ControlPlaneOnMoto):
+    aws.settings = {"timeout": "30s"}
+    submit(aws, "team-a/seen", 1)
+    aws.settle()
+    sqs = aws.session.client("sqs")
+    bodies = [
+        json.loads(m["Body"])
+        for m in sqs.receive_message(QueueUrl=aws.resources["observer"], MaxNumberOfMessages=10)[
+            "Messages"
+        ]
+    ]
+    admitted = next(b for b in bodies if b["detail-type"] == "Workload Admitted")
+    assert admitted["source"] == "muster.controlplane"
+    detail = admitted["detail"]
+    assert detail["cluster"] == CLUSTER and detail["workload"] == "team-a/seen"
+    assert detail["attempt"] == 1 and detail["id"].startswith("team-a/seen/")
+    # history entries expire with the table's TTL
+    items = aws.session.client("dynamodb").query(
+        TableName=aws.resources["MUSTER_TABLE_NAME"],
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :h)",
+        ExpressionAttributeValues={":pk": {"S": "WL#team-a/seen"}, ":h": {"S": "HIST#"}},
+    )["Items"]
+    assert items and all(
+        int(i["expiresAt"]["N"]) - float(i["at"]["N"]) >= 30 * 86400 - 1 for i in items
+    )
