@@ -129,3 +129,18 @@ def test_bad_settings_are_refused_naming_the_field():
     assert store.settings_record() is None
     with pytest.raises(SettingsError, match="MUSTER_SETTINGS"):
         settings_from_json("{nope")
+
+
+def test_emf_metrics_carry_the_service_and_the_named_dimensions(capsys):
+    from muster.aws.metrics import EmfMetrics
+
+    metrics = EmfMetrics(namespace="Muster", service="muster")
+    metrics.count("Evictions", reason="PodsReadyTimeout", cause="WaitForStart")
+    metrics.seconds("AdmittedToReadySeconds", 42.5)
+    first, second = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    meta = first["_aws"]["CloudWatchMetrics"][0]
+    assert meta["Namespace"] == "Muster"
+    assert sorted(meta["Dimensions"][0]) == ["cause", "reason", "service"]
+    assert first["reason"] == "PodsReadyTimeout" and first["Evictions"] == [1.0]
+    assert second["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"] == "Seconds"
+    assert second["AdmittedToReadySeconds"] == [42.5]

@@ -29,7 +29,7 @@ def reject(plane: ControlPlane, source: str, error: str, body: str) -> None:
         f"rejected {source} message: {error}",
         extra={"error": error, "body": body[:1024], "source": source},
     )
-    plane.metrics.count("InvalidEvents", source=source)
+    plane.metrics.count("InvalidEvents")
 
 
 def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
