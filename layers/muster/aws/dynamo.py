@@ -11,8 +11,10 @@ Layout (partition key `pk`, sort key `sk`; index `gsi1` on `gsi1pk`/`gsi1sk`):
 | settings record | `SETTINGS` | `CLUSTER#<cluster>` | none |
 
 The workload item carries `version` (every write is conditional on it), `epoch`
-(bumped by an eviction; pods written under an older epoch are retired), `state`
-and `outbox` (JSON). A pod item carries `rev` (its writes are conditional on it).
+(bumped by an eviction; pods written under an older epoch are retired),
+`readyCount` (changed only by deltas, in the same transaction as the pod write
+that causes them), `state` and `outbox` (JSON). A pod item carries `rev` (its
+writes are conditional on it).
 """
 
 from __future__ import annotations
