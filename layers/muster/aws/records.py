@@ -127,6 +127,7 @@ def admission_batch(
             plane.messages.request_admission("retry after a failed pass", None)
         else:
             logger.info("admission pass done", extra={"admitted": admitted})
+        plane.take_admission_request()  # the pass itself ran until nothing more fitted
     return response
 
 
