@@ -56,6 +56,7 @@ class Rig:
             settings=self.settings,
             clock=self.clock,
             draw=lambda: 0.0,
+            sleep=lambda seconds: None,
             inline_admission=inline_admission,
         )
 

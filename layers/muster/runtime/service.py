@@ -96,6 +96,7 @@ class ControlPlane:
     settings: Callable[[], Settings]
     clock: Callable[[], float] = time.time
     draw: Callable[[], float] = random.random
+    sleep: Callable[[float], None] = time.sleep  # between retries of a lost race
     inline_admission: bool = False  # the admission function runs passes itself
     max_conflicts: int = 25
     stats: Stats = field(default_factory=Stats)
@@ -115,12 +116,14 @@ class ControlPlane:
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
-        for _ in range(self.max_conflicts):
+        for attempt in range(self.max_conflicts):
             try:
                 return self._attempt(event)
             except Conflict:
                 self.stats.conflicts += 1
                 log.info("write conflict, deciding again", extra={"workload": event.workload})
+                # Concurrent writers of one gang back off with jitter instead of colliding again.
+                self.sleep(min(0.02 * 2**attempt, 1.0) * self.draw())
         raise TooManyConflicts(f"{event.workload}: gave up after {self.max_conflicts} conflicts")
 
     def _attempt(self, event: Event) -> Outcome:
