@@ -10,7 +10,6 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from muster.core import NodeObserved, Phase, PodObserved
 from muster.runtime.memory import MemoryStore
 
