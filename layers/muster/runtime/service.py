@@ -6,10 +6,13 @@ decision are stored with the new state (the outbox) and cleared only after they
 were all carried out, so a crash between two effects is repaired by whoever next
 touches the workload (a retry of the same message, or any later event).
 
-Pods live in items of their own, so pod events of a large gang do not serialise
-on the workload item. A pod write that changes how many pods are ready is
-followed by a fresh read and `reassess`: of two concurrent "last" pods, the one
-written second sees both and makes the gang PodsReady.
+Pods live in items of their own, so pod events of a large gang neither rewrite
+nor reload the whole gang. A pod event reads the workload item and its one pod,
+applies the core's pod rules (`pod_update`), and writes the pod together with
+the change of the gang's ready count. It then reads the count back, and only
+when the count says the gang may have become whole (or stopped being whole)
+loads the gang and lets the core decide (`reassess`). Every writer reads after
+its own write, so of two concurrent "last" pods the one written second notices.
 """
 
 from __future__ import annotations
