@@ -1,10 +1,11 @@
 """Benchmark: a 1,024-pod gang's status events through the ingest path on moto.
 
 Every pod is reported Pending, then Running, then Ready (3,072 events), in SQS
-batches of ten, to the ingest handler, as Lambda would deliver them. `--workers`
-function instances run at once, each with its own control plane and AWS clients,
-against one moto server on the loopback interface (so DynamoDB sees concurrent
-writers, as it would with several Lambda instances). The workload is submitted
+batches of ten, to the ingest function's record processing (the code its handler
+runs), as Lambda would deliver them. `--workers` function instances run at once,
+each with its own control plane, batch processor and AWS clients, against one moto
+server on the loopback interface (so DynamoDB sees concurrent writers, as it
+would with several Lambda instances). The workload is submitted
 and admitted first, so the last Ready pod makes the gang PodsReady.
 
 Prints events per second, DynamoDB write requests per pod event (counted from
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import socket
 import sys
 import threading
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     import boto3
     from muster.aws.config import RuntimeConfig
+    from muster.aws.records import ingest_record, process_sqs, sqs_processor
     from muster.aws.wiring import build_control_plane
     from muster.ports import RecordingCluster
     from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
@@ -148,30 +151,44 @@ def run(args: argparse.Namespace) -> int:
         ]
         waves.append([events[i : i + args.batch] for i in range(0, len(events), args.batch)])
 
-    workers = [plane() for _ in range(args.workers)]
+    # One control plane and one batch processor per function instance: like Lambda
+    # instances, they share nothing but the AWS services.
+    workers = [(plane(), sqs_processor()) for _ in range(args.workers)]
     failures = 0
 
-    def deliver(index_batch: tuple[int, list[dict[str, Any]]]) -> int:
-        index, batch = index_batch
-        worker = workers[index % len(workers)]
-        response = handler(sqs_event(*batch), context, plane=worker, cluster_name=CLUSTER)
-        return len(response["batchItemFailures"])
+    def instance(worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]]) -> int:
+        control_plane, processor = worker
+        failed = 0
+        while True:
+            try:
+                batch = batches.get_nowait()
+            except queue.Empty:
+                return failed
+            response = process_sqs(
+                sqs_event(*batch),
+                context,
+                processor,
+                lambda body: ingest_record(control_plane, CLUSTER, body),
+            )
+            failed += len(response["batchItemFailures"])
 
     started = time.perf_counter()
-    if args.workers == 1:
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
         for wave in waves:  # every pod Pending, then Running, then Ready
-            failures += sum(map(deliver, enumerate(wave)))
-    else:
-        with ThreadPoolExecutor(max_workers=args.workers) as pool:
-            for wave in waves:
-                failures += sum(pool.map(deliver, enumerate(wave)))
+            batches: queue.SimpleQueue[list[dict[str, Any]]] = queue.SimpleQueue()
+            for batch in wave:
+                batches.put(batch)
+            failures += sum(pool.map(instance, workers, [batches] * len(workers)))
     elapsed = time.perf_counter() - started
 
     pod_events = 3 * args.pods
     writes = sum(n for op, n in calls.items() if op in WRITES)
-    conflicts = sum(w.stats.conflicts for w in workers)
+    conflicts = sum(w.stats.conflicts for w, _ in workers)
     final = setup.store.load(KEY)
     phase = final.workload.phase.value if final else "missing"
+    ready = (
+        f"{final.workload.ready_pods} ready pods, ready count {final.ready_count}" if final else ""
+    )
     print(f"pods: {args.pods}  pod events: {pod_events}  function instances: {args.workers}")
     print(f"elapsed: {elapsed:.2f} s")
     print(f"events per second: {pod_events / elapsed:.1f}")
@@ -179,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"DynamoDB requests by operation: {dict(sorted(calls.items()))}")
     print(f"write conflicts retried: {conflicts}")
     print(f"records reported failed: {failures}")
-    print(f"final phase: {phase}")
+    print(f"final phase: {phase} ({ready})")
     return 0 if phase == "Running" and failures == 0 else 1
 
 
