@@ -148,6 +148,6 @@ def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> N
     }
     common = set(re.findall(r"^\| `(\w+)` \|", doc.split("### ")[0], re.M))
     for title, built in sections.items():
-        body = doc.split(f"### `{title}`")[1].split("###")[0]
+        body = doc.split(f"### `{title}`")[1].split("\n#")[0]
         documented = set(re.findall(r"^\| `(\w+)` \|", body, re.M)) | common
         assert documented == set(built), title

@@ -12,6 +12,8 @@ from muster.core.decide import (
     admissible,
     backoff_delay,
     decide,
+    pod_update,
+    reassess,
 )
 from muster.core.durations import DurationError, format_duration, parse_duration
 from muster.core.model import (
@@ -108,5 +110,7 @@ __all__ = [
     "parse_duration",
     "parse_settings",
     "plan_admission",
+    "pod_update",
     "queue_order_key",
+    "reassess",
 ]

@@ -239,33 +239,61 @@ def admissible(w: Workload, now: float) -> bool:
 def _observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
-    known = w.pods.get(e.pod)
+    outcome, pod, note = pod_update(w.pods.get(e.pod), e)
+    if outcome is not Outcome.APPLIED:
+        return Decision(w, outcome=outcome, note=note)
+    pods = dict(w.pods)
+    if pod is None:
+        del pods[e.pod]
+    else:
+        pods[e.pod] = pod
+    updated = replace(w, pods=pods)
+    return _readiness(w, updated, qs, now)
+
+
+def pod_update(known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, str]:
+    """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
+
+    None with APPLIED means the pod is gone. Shells that store pods apart from the
+    workload use this to write one pod without loading the whole gang.
+    """
     if known is not None:
         same_incarnation = not e.uid or not known.uid or e.uid == known.uid
         if same_incarnation and e.seq <= known.seq:
             outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
-            return Decision(w, outcome=outcome)
+            return outcome, known, ""
         if same_incarnation and known.retired and not e.deleted:
             # The pod belongs to an evicted attempt; only its deletion matters now.
-            return Decision(w, outcome=Outcome.IGNORED, note=f"pod {e.pod} of an evicted attempt")
-    pods = dict(w.pods)
+            return Outcome.IGNORED, known, f"pod {e.pod} of an evicted attempt"
     if e.deleted:
         if known is None:
-            return Decision(w, outcome=Outcome.IGNORED, note=f"deletion of unknown pod {e.pod}")
-        del pods[e.pod]
-    else:
-        pods[e.pod] = Pod(
-            name=e.pod,
-            seq=e.seq,
-            uid=e.uid,
-            phase=e.phase,
-            ready=e.ready,
-            node=e.node,
-            reason=e.reason,
-            message=e.message,
-        )
-    updated = replace(w, pods=pods)
-    return _readiness(w, updated, qs, now)
+            return Outcome.IGNORED, None, f"deletion of unknown pod {e.pod}"
+        return Outcome.APPLIED, None, ""
+    pod = Pod(
+        name=e.pod,
+        seq=e.seq,
+        uid=e.uid,
+        phase=e.phase,
+        ready=e.ready,
+        node=e.node,
+        reason=e.reason,
+        message=e.message,
+    )
+    return Outcome.APPLIED, pod, ""
+
+
+def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
+    """The transitions that follow from the gang's pods as they are now.
+
+    For shells that store pods apart from the workload: after writing one pod they
+    re-read the gang and ask again, so that of two concurrent "last" pods the one
+    written second notices that the gang became whole. Outcome IGNORED when
+    nothing follows.
+    """
+    decision = _readiness(workload, workload, settings.for_queue(workload.queue), now)
+    if decision.workload == workload and not decision.effects:
+        return Decision(workload, outcome=Outcome.IGNORED, note="readiness unchanged")
+    return decision
 
 
 def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:

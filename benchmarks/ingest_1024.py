@@ -1,0 +1,204 @@
+"""Benchmark: a 1,024-pod gang's status events through the ingest path on moto.
+
+Every pod is reported Pending, then Running, then Ready (3,072 events), in SQS
+batches of ten, to the ingest function's record processing (the code its handler
+runs), as Lambda would deliver them. `--workers` function instances run at once,
+each with its own control plane, batch processor and AWS clients, against one moto
+server on the loopback interface (so DynamoDB sees concurrent writers, as it
+would with several Lambda instances). The workload is submitted
+and admitted first, so the last Ready pod makes the gang PodsReady.
+
+Prints events per second, DynamoDB write requests per pod event (counted from
+the real API calls with botocore event hooks), and write conflicts retried.
+
+    .venv/bin/python benchmarks/ingest_1024.py [--pods 1024] [--workers 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "layers")]
+
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "benchmark",
+        "AWS_SECRET_ACCESS_KEY": "benchmark",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "LOG_LEVEL": "WARNING",
+        "POWERTOOLS_METRICS_NAMESPACE": "Muster",
+        "POWERTOOLS_SERVICE_NAME": "muster",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+    }
+)
+
+WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+KEY = "bench/gang-1024"
+CLUSTER = "bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=4, help="concurrent function instances")
+    parser.add_argument("--batch", type=int, default=10, help="SQS batch size")
+    args = parser.parse_args(argv)
+
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+    try:
+        return run(args)
+    finally:
+        server.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    import boto3
+    from muster.aws.config import RuntimeConfig
+    from muster.aws.records import ingest_record, process_sqs, sqs_processor
+    from muster.aws.wiring import build_control_plane
+    from muster.ports import RecordingCluster
+    from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
+
+    from functions.ingest.handler import handler
+    from tests.integration.conftest import create_resources
+    from tests.lambda_events import LambdaContext, sqs_event
+
+    session = boto3.Session()
+    resources = create_resources(session, "bench")
+    env = {k: v for k, v in resources.items() if k.startswith("MUSTER_")}
+    env["MUSTER_CLUSTER_NAME"] = CLUSTER
+    env["MUSTER_SETTINGS"] = json.dumps({"timeout": "30m"})
+    config = RuntimeConfig.from_env(env)
+    cluster = RecordingCluster()
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def count(model: Any, **_: Any) -> None:
+        with lock:
+            calls[model.name] += 1
+
+    def plane(inline: bool = False) -> Any:
+        p = build_control_plane(
+            config, cluster=lambda _c: cluster, session=boto3.Session(), inline_admission=inline
+        )
+        p.store.client.meta.events.register("before-call.dynamodb.*", count)
+        return p
+
+    def envelope(detail_type: str, detail: dict[str, Any]) -> dict[str, Any]:
+        return {"source": "muster.agent", "detail-type": detail_type, "detail": detail}
+
+    context = LambdaContext()
+    # The workload is submitted and admitted before its pods report.
+    setup = plane(inline=True)
+    submit = workload_detail(
+        cluster=CLUSTER, workload=KEY, kind="PyTorchJob", queue="bench", gang_size=args.pods, seq=1
+    )
+    handler(
+        sqs_event(envelope(WORKLOAD_OBSERVED, submit)), context, plane=setup, cluster_name=CLUSTER
+    )
+    assert setup.admission_pass() == [KEY], "the gang was not admitted"
+    calls.clear()
+
+    names = [f"gang-1024-worker-{i}" for i in range(args.pods)]
+    waves = []
+    for seq, (phase, ready) in enumerate(
+        (("Pending", False), ("Running", False), ("Running", True)), 1
+    ):
+        events = [
+            envelope(
+                POD_OBSERVED,
+                pod_detail(
+                    cluster=CLUSTER,
+                    workload=KEY,
+                    pod=name,
+                    seq=seq,
+                    uid=f"{name}-uid",
+                    phase=phase,
+                    ready=ready,
+                    node=f"node-{i // 8}" if phase != "Pending" else None,
+                    reason="ContainersNotReady" if phase == "Running" and not ready else None,
+                ),
+            )
+            for i, name in enumerate(names)
+        ]
+        waves.append([events[i : i + args.batch] for i in range(0, len(events), args.batch)])
+
+    # One control plane and one batch processor per function instance: like Lambda
+    # instances, they share nothing but the AWS services.
+    workers = [(plane(), sqs_processor()) for _ in range(args.workers)]
+    failures = 0
+
+    def instance(worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]]) -> int:
+        control_plane, processor = worker
+        failed = 0
+        while True:
+            try:
+                batch = batches.get_nowait()
+            except queue.Empty:
+                return failed
+            response = process_sqs(
+                sqs_event(*batch),
+                context,
+                processor,
+                lambda body: ingest_record(control_plane, CLUSTER, body),
+            )
+            failed += len(response["batchItemFailures"])
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for wave in waves:  # every pod Pending, then Running, then Ready
+            batches: queue.SimpleQueue[list[dict[str, Any]]] = queue.SimpleQueue()
+            for batch in wave:
+                batches.put(batch)
+            failures += sum(pool.map(instance, workers, [batches] * len(workers)))
+    elapsed = time.perf_counter() - started
+
+    pod_events = 3 * args.pods
+    writes = sum(n for op, n in calls.items() if op in WRITES)
+    conflicts = sum(w.stats.conflicts for w, _ in workers)
+    final = setup.store.load(KEY)
+    phase = final.workload.phase.value if final else "missing"
+    ready = (
+        f"{final.workload.ready_pods} ready pods, ready count {final.ready_count}" if final else ""
+    )
+    print(f"pods: {args.pods}  pod events: {pod_events}  function instances: {args.workers}")
+    print(f"elapsed: {elapsed:.2f} s")
+    print(f"events per second: {pod_events / elapsed:.1f}")
+    print(f"DynamoDB write requests per pod event: {writes / pod_events:.3f} ({writes} writes)")
+    print(f"DynamoDB requests by operation: {dict(sorted(calls.items()))}")
+    print(f"write conflicts retried: {conflicts}")
+    print(f"records reported failed: {failures}")
+    print(f"final phase: {phase} ({ready})")
+    return 0 if phase == "Running" and failures == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""AWS adapters of the runtime ports: DynamoDB, Step Functions, SQS, EventBridge, EMF."""

@@ -1,0 +1,56 @@
+"""Builds the control plane from the functions' environment (once per Lambda container)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from muster.aws.config import RuntimeConfig
+from muster.aws.dynamo import DynamoStore
+from muster.aws.eventbridge import EventBridgeBus
+from muster.aws.metrics import EmfMetrics
+from muster.aws.sqs import SqsMessages
+from muster.aws.stepfunctions import StepFunctionsTimers
+from muster.ports import ClusterActions
+from muster.runtime.service import ControlPlane
+from muster.runtime.settings import RuntimeSettings, settings_from_json
+
+ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
+
+
+def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
+    """The one place where the Lambdas' real cluster adapter is built.
+
+    `muster.kube.adapter.from_environment` reads `MUSTER_CLUSTER_NAME`, asks EKS
+    for the endpoint (`eks:DescribeCluster`) and authenticates with the function's
+    role, which an EKS access entry maps to the `muster-controlplane` group.
+    """
+    adapter = importlib.import_module("muster.kube.adapter")
+    actions: ClusterActions = adapter.from_environment()
+    return actions
+
+
+def build_control_plane(
+    config: RuntimeConfig,
+    *,
+    cluster: ClusterFactory = kubernetes_cluster,
+    session: Any = None,
+    inline_admission: bool = False,
+) -> ControlPlane:
+    import boto3
+
+    session = session or boto3.session.Session()
+    store = DynamoStore(
+        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+    )
+    return ControlPlane(
+        store=store,
+        timers=StepFunctionsTimers(session.client("stepfunctions"), config.timer_state_machine_arn),
+        messages=SqsMessages(session.client("sqs"), config.requeue_queue_url),
+        bus=EventBridgeBus(session.client("events"), config.event_bus_name, config.cluster_name),
+        metrics=EmfMetrics(),
+        cluster=cluster(config),
+        settings=RuntimeSettings(settings_from_json(config.settings_json), store),
+        inline_admission=inline_admission,
+    )

@@ -1,0 +1,18 @@
+"""The control plane's service layer: state, the core, effects, through small ports."""
+
+from muster.runtime.ports import Conflict, Ledger, PodWrite, Snapshot
+from muster.runtime.service import ControlPlane, Stats, TooManyConflicts, WorkloadNotYetKnown
+from muster.runtime.views import describe, status
+
+__all__ = [
+    "Conflict",
+    "ControlPlane",
+    "Ledger",
+    "PodWrite",
+    "Snapshot",
+    "Stats",
+    "TooManyConflicts",
+    "WorkloadNotYetKnown",
+    "describe",
+    "status",
+]

@@ -1,0 +1,153 @@
+"""Workloads, pods and effects as JSON-safe dictionaries, for storage and messages.
+
+The workload item stores its state and its outbox (effects not yet carried out) as
+JSON text, so floats survive DynamoDB without Decimal conversions and a new core
+field needs no schema change. Decoding is the exact inverse of encoding.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields, replace
+from typing import Any
+
+from muster.core import (
+    Admit,
+    Effect,
+    Evict,
+    Kind,
+    LogEvent,
+    Phase,
+    Pod,
+    Publish,
+    Reason,
+    Requeue,
+    RunAdmission,
+    StartTimer,
+    StopTimer,
+    Timer,
+    TimerKind,
+    Workload,
+)
+
+_WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload) if f.name != "pods")
+
+
+def encode_pod(pod: Pod) -> dict[str, Any]:
+    return {f.name: getattr(pod, f.name) for f in fields(Pod)}
+
+
+def decode_pod(doc: dict[str, Any]) -> Pod:
+    return Pod(**{f.name: doc[f.name] for f in fields(Pod) if f.name in doc})
+
+
+def encode_timer(timer: Timer | None) -> dict[str, Any] | None:
+    if timer is None:
+        return None
+    return {
+        "kind": timer.kind.value,
+        "attempt": timer.attempt,
+        "episode": timer.episode,
+        "deadline": timer.deadline,
+    }
+
+
+def decode_timer(doc: dict[str, Any] | None) -> Timer | None:
+    if doc is None:
+        return None
+    return Timer(TimerKind(doc["kind"]), int(doc["attempt"]), int(doc["episode"]), doc["deadline"])
+
+
+def encode_workload(w: Workload) -> dict[str, Any]:
+    """Everything but the pods, which are stored as items of their own."""
+    doc = {name: getattr(w, name) for name in _WORKLOAD_FIELDS}
+    doc["kind"] = w.kind.value
+    doc["phase"] = w.phase.value
+    doc["timer"] = encode_timer(w.timer)
+    doc["evictions"] = dict(w.evictions)
+    return doc
+
+
+def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> Workload:
+    values = {name: doc[name] for name in _WORKLOAD_FIELDS if name in doc}
+    values["kind"] = Kind(values["kind"])
+    values["phase"] = Phase(values["phase"])
+    values["timer"] = decode_timer(values.get("timer"))
+    return replace(
+        Workload(key=doc["key"], queue=doc["queue"], gang_size=1), **values, pods=pods or {}
+    )
+
+
+def encode_effect(effect: Effect) -> dict[str, Any]:
+    match effect:
+        case Admit():
+            return {
+                "type": "Admit",
+                "workload": effect.workload,
+                "attempt": effect.attempt,
+                "kind": effect.kind.value,
+            }
+        case Evict():
+            return {
+                "type": "Evict",
+                "workload": effect.workload,
+                "attempt": effect.attempt,
+                "kind": effect.kind.value,
+                "reason": effect.reason.value,
+                "cause": effect.cause.value if effect.cause else None,
+                "notReady": [encode_pod(p) for p in effect.not_ready[:50]],
+            }
+        case StartTimer() | StopTimer():
+            return {
+                "type": type(effect).__name__,
+                "workload": effect.workload,
+                "timer": encode_timer(effect.timer),
+            }
+        case Requeue():
+            return {
+                "type": "Requeue",
+                "workload": effect.workload,
+                "count": effect.count,
+                "delay": effect.delay,
+                "requeueAt": effect.requeue_at,
+            }
+        case Publish():
+            return {
+                "type": "Publish",
+                "event": effect.event.value,
+                "workload": effect.workload,
+                "detail": dict(effect.detail),
+            }
+        case RunAdmission():
+            return {"type": "RunAdmission", "reason": effect.reason}
+    raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover - exhaustive match
+
+
+def decode_effect(doc: dict[str, Any]) -> Effect:
+    kind = doc["type"]
+    if kind == "Admit":
+        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]))
+    if kind == "Evict":
+        return Evict(
+            doc["workload"],
+            int(doc["attempt"]),
+            Kind(doc["kind"]),
+            Reason(doc["reason"]),
+            Reason(doc["cause"]) if doc.get("cause") else None,
+            tuple(decode_pod(p) for p in doc.get("notReady", ())),
+        )
+    if kind in ("StartTimer", "StopTimer"):
+        timer = decode_timer(doc["timer"])
+        assert timer is not None
+        return (StartTimer if kind == "StartTimer" else StopTimer)(doc["workload"], timer)
+    if kind == "Requeue":
+        return Requeue(doc["workload"], int(doc["count"]), doc["delay"], doc["requeueAt"])
+    if kind == "Publish":
+        return Publish(LogEvent(doc["event"]), doc["workload"], doc.get("detail", {}))
+    if kind == "RunAdmission":
+        return RunAdmission(doc["reason"])
+    raise ValueError(f"unknown effect type {kind!r}")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)

@@ -1,0 +1,277 @@
+"""In-memory adapters of the runtime ports, for unit tests and local runs.
+
+`MemoryStore` keeps the same conditional-write rules as the DynamoDB store (a
+version per workload, a revision per pod, an epoch that retires an evicted
+attempt's pods), and can be told to lose the next race (`conflict_next`) so that
+tests exercise the retry paths.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, Timer, Workload
+from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
+
+
+def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
+    """A pod written before the workload's last eviction belongs to the evicted attempt."""
+    if pod_epoch < epoch and not pod.retired:
+        return replace(pod, retired=True, ready=False)
+    return pod
+
+
+@dataclass
+class _Item:
+    workload: Workload
+    version: int
+    epoch: int
+    outbox: tuple[Effect, ...]
+    ready_count: int = 0
+
+
+@dataclass
+class MemoryStore:
+    items: dict[str, _Item] = field(default_factory=dict)
+    pods: dict[str, dict[str, tuple[Pod, int, int]]] = field(default_factory=dict)  # rev, epoch
+    histories: dict[str, dict[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
+    ledger_state: Ledger = field(default_factory=Ledger)
+    settings_doc: tuple[dict[str, Any], int] | None = None
+    conflict_next: int = 0
+    writes: int = 0
+
+    def _maybe_conflict(self) -> None:
+        if self.conflict_next > 0:
+            self.conflict_next -= 1
+            raise Conflict("injected")
+
+    def load(self, key: str) -> Snapshot | None:
+        item = self.items.get(key)
+        if item is None:
+            return None
+        stored = self.pods.get(key, {})
+        pods = {n: settle_pod(p, e, item.epoch) for n, (p, _, e) in stored.items()}
+        return Snapshot(
+            replace(item.workload, pods=pods),
+            item.version,
+            item.epoch,
+            {n: rev for n, (_, rev, _) in stored.items()},
+            item.outbox,
+            item.ready_count,
+        )
+
+    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+        item = self.items.get(key)
+        if item is None:
+            return None
+        stored = self.pods.get(key, {}).get(pod) if pod else None
+        return PodSnapshot(
+            item.workload,
+            item.version,
+            item.epoch,
+            item.ready_count,
+            item.outbox,
+            settle_pod(stored[0], stored[2], item.epoch) if stored else None,
+            stored[1] if stored else None,
+        )
+
+    def _check_pod(self, key: str, write: PodWrite) -> None:
+        current = self.pods.get(key, {}).get(write.name)
+        if (current[1] if current else None) != write.expected:
+            raise Conflict(f"pod {write.name}")
+
+    def _apply_pod(self, key: str, write: PodWrite, epoch: int) -> None:
+        stored = self.pods.setdefault(key, {})
+        self.writes += 1
+        if write.pod is None:
+            stored.pop(write.name, None)
+        else:
+            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch)
+
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+        self._maybe_conflict()
+        self._check_pod(key, write)
+        item = self.items[key]
+        if ready_delta and item.epoch != epoch:
+            raise Conflict(f"{key}: evicted meanwhile")
+        self._apply_pod(key, write, epoch)
+        item.ready_count += ready_delta
+
+    def write_workload(
+        self,
+        before: Snapshot | None,
+        after: Workload,
+        epoch: int,
+        outbox: Sequence[Effect],
+        now: float,
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
+    ) -> int:
+        self._maybe_conflict()
+        current = self.items.get(after.key)
+        expected = before.version if before else None
+        if (current.version if current else None) != expected:
+            raise Conflict(after.key)
+        for write in pods:
+            self._check_pod(after.key, write)
+        for write in pods:
+            self._apply_pod(after.key, write, epoch)
+        count = current.ready_count if current else 0
+        if current is not None and current.epoch != epoch:
+            count = 0  # an eviction retired every pod
+        version = (expected or 0) + 1
+        self.writes += 1
+        self.items[after.key] = _Item(
+            replace(after, pods={}), version, epoch, tuple(outbox), count + ready_delta
+        )
+        return version
+
+    def clear_outbox(self, key: str, version: int) -> None:
+        item = self.items[key]
+        if item.version != version:
+            raise Conflict(key)
+        item.outbox = ()
+
+    def workloads_on_node(self, node: str) -> list[str]:
+        return sorted(
+            key
+            for key, pods in self.pods.items()
+            if key in self.items and any(p.node == node for p, _, _ in pods.values())
+        )
+
+    def pending(self) -> list[Workload]:
+        return self.by_phase(Phase.PENDING.value)
+
+    def by_phase(self, phase: str) -> list[Workload]:
+        return [i.workload for i in self.items.values() if i.workload.phase.value == phase]
+
+    def get_workloads(
+        self, keys: Iterable[str], unsettled: set[str] | None = None
+    ) -> list[Workload]:
+        found = [self.items[k] for k in keys if k in self.items]
+        if unsettled is not None:
+            unsettled.update(i.workload.key for i in found if i.outbox)
+        return [i.workload for i in found]
+
+    def ledger(self) -> Ledger:
+        return self.ledger_state
+
+    def admit(
+        self,
+        before: Snapshot,
+        after: Workload,
+        outbox: Sequence[Effect],
+        ledger: Ledger,
+        members: frozenset[str],
+        now: float,
+    ) -> int:
+        self._maybe_conflict()
+        if self.ledger_state.version != ledger.version:
+            raise Conflict("ledger")
+        version = self.write_workload(before, after, before.epoch, outbox, now)
+        self.ledger_state = Ledger(members, ledger.version + 1)
+        return version
+
+    def set_ledger(self, ledger: Ledger, members: frozenset[str]) -> None:
+        if self.ledger_state.version != ledger.version:
+            raise Conflict("ledger")
+        self.ledger_state = Ledger(members, ledger.version + 1)
+
+    def append_history(
+        self,
+        key: str,
+        version: int,
+        index: int,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        at: float,
+    ) -> None:
+        self.histories.setdefault(key, {})[(version, index)] = {
+            "event": event.value,
+            "at": at,
+            "version": version,
+            "detail": copy.deepcopy(dict(detail)),
+        }
+
+    def history(self, key: str) -> list[dict[str, Any]]:
+        entries = self.histories.get(key, {})
+        return [entries[k] for k in sorted(entries)]
+
+    def settings_record(self) -> tuple[dict[str, Any], int] | None:
+        return self.settings_doc
+
+    def put_settings_record(self, doc: Mapping[str, Any], expected: int | None) -> None:
+        current = self.settings_doc[1] if self.settings_doc else None
+        if current != expected:
+            raise Conflict("settings")
+        self.settings_doc = (dict(doc), (expected or 0) + 1)
+
+    def active(self) -> list[Workload]:
+        return [i.workload for i in self.items.values() if i.workload.phase in ACTIVE_PHASES]
+
+
+@dataclass
+class MemoryTimers:
+    running: dict[tuple[str, int, str, int], Timer] = field(default_factory=dict)
+    started: list[tuple[str, Timer]] = field(default_factory=list)
+    stopped: list[tuple[str, Timer]] = field(default_factory=list)
+
+    def start(self, workload: str, timer: Timer) -> None:
+        name = (workload, timer.attempt, timer.kind.value, timer.episode)
+        if name not in self.running and (workload, timer) not in self.started:
+            self.started.append((workload, timer))
+            self.running[name] = timer
+
+    def stop(self, workload: str, timer: Timer) -> None:
+        self.running.pop((workload, timer.attempt, timer.kind.value, timer.episode), None)
+        self.stopped.append((workload, timer))
+
+
+@dataclass
+class MemoryMessages:
+    requeues: list[tuple[str, int, float]] = field(default_factory=list)
+    admission_requests: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def requeue(self, workload: str, count: int, delay: float) -> None:
+        self.requeues.append((workload, count, delay))
+
+    def request_admission(self, reason: str, workload: str | None) -> None:
+        self.admission_requests.append((reason, workload))
+
+
+@dataclass
+class MemoryBus:
+    events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+
+    def publish(
+        self, event: LogEvent, workload: str, detail: Mapping[str, Any], event_id: str, at: float
+    ) -> None:
+        self.events.append((event.value, workload, dict(detail)))
+        self.ids.append(event_id)
+
+    def names(self, workload: str | None = None) -> list[str]:
+        return [e for e, w, _ in self.events if workload is None or w == workload]
+
+
+@dataclass
+class MemoryMetrics:
+    counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
+        key = (name, tuple(sorted(dimensions.items())))
+        self.counts[key] = self.counts.get(key, 0) + value
+
+    def seconds(self, name: str, value: float, **dimensions: str) -> None:
+        self.samples.setdefault(name, []).append(value)
+
+    def total(self, name: str, **dimensions: str) -> float:
+        return sum(
+            v
+            for (n, dims), v in self.counts.items()
+            if n == name and all((k, d) in dims for k, d in dimensions.items())
+        )

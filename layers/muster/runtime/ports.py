@@ -1,0 +1,170 @@
+"""The ports of the runtime: state, timers, queues, the bus and metrics.
+
+`ControlPlane` depends on these small interfaces only; `muster.aws` implements
+them with DynamoDB, Step Functions, SQS, EventBridge and CloudWatch EMF, and
+`muster.runtime.memory` with dictionaries for unit tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from muster.core import Effect, LogEvent, Pod, Timer, Workload
+
+
+class Conflict(Exception):
+    """A conditional write lost a race; re-read and decide again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A workload as read (consistently), with what conditional writes need.
+
+    `version` guards the workload item; `pod_revs` guard each pod item; `epoch` is
+    bumped by every eviction so that all pods of the evicted attempt count as
+    retired without rewriting each of them; `outbox` holds effects of the last
+    committed decision that were not yet carried out.
+    """
+
+    workload: Workload
+    version: int
+    epoch: int = 0
+    pod_revs: Mapping[str, int] = field(default_factory=dict)
+    outbox: tuple[Effect, ...] = ()
+    ready_count: int = 0  # pods counting ready, kept beside the pods by every pod write
+
+
+@dataclass(frozen=True, slots=True)
+class PodSnapshot:
+    """The workload item without the gang, and one pod: what a pod event needs first.
+
+    `ready_count` is maintained atomically with every pod write, so a pod event
+    loads the whole gang only when the count says the gang may have become whole
+    (or stopped being whole).
+    """
+
+    workload: Workload  # without pods
+    version: int
+    epoch: int
+    ready_count: int
+    outbox: tuple[Effect, ...] = ()
+    pod: Pod | None = None
+    rev: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodWrite:
+    """Put `pod` (or delete `name` when `pod` is None) if its revision is still `expected`."""
+
+    name: str
+    pod: Pod | None
+    expected: int | None  # None: the pod must not exist yet
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Workloads admitted and possibly still holding quota (a superset of the active ones).
+
+    Only the admission pass adds to it, in the same transaction as the admission,
+    and only on its `version`, so two racing passes cannot both admit.
+    """
+
+    members: frozenset[str] = frozenset()
+    version: int = 0
+
+
+class WorkloadStore(Protocol):
+    def load(self, key: str) -> Snapshot | None: ...
+
+    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+        """The workload item and (when named) one pod item, read consistently."""
+        ...
+
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+        """One pod; with a non-zero delta, atomically with the ready count (same epoch only)."""
+        ...
+
+    def write_workload(
+        self,
+        before: Snapshot | None,
+        after: Workload,
+        epoch: int,
+        outbox: Sequence[Effect],
+        now: float,
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
+    ) -> int:
+        """The workload (on its version) with its pod writes, atomically; a new epoch resets the count."""
+        ...
+
+    def clear_outbox(self, key: str, version: int) -> None: ...
+
+    def workloads_on_node(self, node: str) -> list[str]: ...
+
+    def pending(self) -> list[Workload]: ...
+
+    def get_workloads(
+        self, keys: Iterable[str], unsettled: set[str] | None = None
+    ) -> list[Workload]:
+        """Consistent reads without pods; adds to `unsettled` the keys with an outbox."""
+        ...
+
+    def ledger(self) -> Ledger: ...
+
+    def admit(
+        self,
+        before: Snapshot,
+        after: Workload,
+        outbox: Sequence[Effect],
+        ledger: Ledger,
+        members: frozenset[str],
+        now: float,
+    ) -> int: ...
+
+    def set_ledger(self, ledger: Ledger, members: frozenset[str]) -> None: ...
+
+    def append_history(
+        self,
+        key: str,
+        version: int,
+        index: int,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        at: float,
+    ) -> None: ...
+
+    def history(self, key: str) -> list[dict[str, Any]]: ...
+
+    def by_phase(self, phase: str) -> list[Workload]: ...
+
+    def settings_record(self) -> tuple[dict[str, Any], int] | None: ...
+
+    def put_settings_record(self, doc: Mapping[str, Any], expected: int | None) -> None: ...
+
+
+class Timers(Protocol):
+    def start(self, workload: str, timer: Timer) -> None: ...
+
+    def stop(self, workload: str, timer: Timer) -> None: ...
+
+
+class Messages(Protocol):
+    """The requeue queue: delayed requeues and admission-pass requests."""
+
+    def requeue(self, workload: str, count: int, delay: float) -> None: ...
+
+    def request_admission(self, reason: str, workload: str | None) -> None: ...
+
+
+class Bus(Protocol):
+    def publish(
+        self, event: LogEvent, workload: str, detail: Mapping[str, Any], event_id: str, at: float
+    ) -> None: ...
+
+
+class Metrics(Protocol):
+    def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
+
+    def seconds(self, name: str, value: float, **dimensions: str) -> None: ...

@@ -1,0 +1,460 @@
+"""The control plane as a service: load a workload, ask the core, persist, act.
+
+Every change is a conditional write (the workload item on its `version`, each pod
+item on its `rev`); a lost race re-reads and decides again. The effects of a
+decision are stored with the new state (the outbox) and cleared only after they
+were all carried out, so a crash between two effects is repaired by whoever next
+touches the workload (a retry of the same message, or any later event).
+
+Pods live in items of their own, so pod events of a large gang neither rewrite
+nor reload the whole gang. A pod event reads the workload item and its one pod,
+applies the core's pod rules (`pod_update`), and writes the pod together with
+the change of the gang's ready count. It then reads the count back, and only
+when the count says the gang may have become whole (or stopped being whole)
+loads the gang and lets the core decide (`reassess`). Every writer reads after
+its own write, so of two concurrent "last" pods the one written second notices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from muster.core import (
+    ACTIVE_PHASES,
+    NOT_READY_PHASES,
+    AdmissionGranted,
+    Admit,
+    Effect,
+    Event,
+    Evict,
+    Kind,
+    LogEvent,
+    NodeObserved,
+    Outcome,
+    Phase,
+    Pod,
+    PodObserved,
+    Publish,
+    Reason,
+    Requeue,
+    RunAdmission,
+    Settings,
+    StartTimer,
+    StopTimer,
+    Workload,
+    WorkloadFinished,
+    decide,
+    plan_admission,
+    pod_update,
+    reassess,
+)
+from muster.ports import ClusterActions, WorkloadGone
+from muster.runtime.ports import (
+    Bus,
+    Conflict,
+    Messages,
+    Metrics,
+    PodWrite,
+    Snapshot,
+    Timers,
+    WorkloadStore,
+)
+
+log = logging.getLogger("muster.runtime")
+
+
+class WorkloadNotYetKnown(Exception):
+    """A pod event arrived before its workload's: worth a retry once the workload is known."""
+
+
+class TooManyConflicts(Exception):
+    """The workload kept changing under us; the message is retried later."""
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters of one control plane (for logs and the benchmark)."""
+
+    events: int = 0
+    conflicts: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    admitted: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ControlPlane:
+    """Feeds events to the core and carries out its effects through the ports."""
+
+    store: WorkloadStore
+    timers: Timers
+    messages: Messages
+    bus: Bus
+    metrics: Metrics
+    cluster: ClusterActions
+    settings: Callable[[], Settings]
+    clock: Callable[[], float] = time.time
+    draw: Callable[[], float] = random.random
+    sleep: Callable[[float], None] = time.sleep  # between retries of a lost race
+    inline_admission: bool = False  # the admission function runs passes itself
+    max_conflicts: int = 25
+    stats: Stats = field(default_factory=Stats)
+    admission_wanted: set[str] = field(default_factory=set)
+    _admission_requested: bool = False
+
+    # ------------------------------------------------------------------ events
+
+    def handle(self, event: Event) -> list[Outcome]:
+        """Apply one event; a node event goes to every workload with pods on that node."""
+        if isinstance(event, NodeObserved) and not event.workload:
+            keys = self.store.workloads_on_node(event.node)
+            if not keys:
+                self._count_outcome(Outcome.IGNORED)
+            return [self._handle_one(replace(event, workload=key)) for key in keys]
+        return [self._handle_one(event)]
+
+    def _handle_one(self, event: Event) -> Outcome:
+        self.stats.events += 1
+        for attempt in range(self.max_conflicts):
+            try:
+                return self._attempt(event)
+            except Conflict:
+                self.stats.conflicts += 1
+                log.info("write conflict, deciding again", extra={"workload": event.workload})
+                # Concurrent writers of one gang back off with jitter instead of colliding again.
+                self.sleep(min(0.02 * 2**attempt, 1.0) * self.draw())
+        raise TooManyConflicts(f"{event.workload}: gave up after {self.max_conflicts} conflicts")
+
+    def _attempt(self, event: Event) -> Outcome:
+        if isinstance(event, PodObserved):
+            outcome = self._pod_event(event)
+            if outcome is not None:
+                return outcome
+        key = event.workload
+        snap = self._settled(key)
+        settings = self.settings()
+        now = self.clock()
+        before = snap.workload if snap else None
+        decision = decide(before, event, settings, now, draw=self.draw())
+        if decision.outcome is not Outcome.APPLIED:
+            self._count_outcome(decision.outcome, key, type(event).__name__, decision.note)
+            if decision.outcome is Outcome.UNKNOWN_WORKLOAD and isinstance(event, PodObserved):
+                raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
+            return decision.outcome
+        after = decision.workload
+        assert after is not None
+        self._count_outcome(Outcome.APPLIED)
+        evicted = before is not None and _is_eviction(before, after)
+        epoch = (snap.epoch + 1 if evicted else snap.epoch) if snap else 0
+        writes = _pod_writes(snap, after, evicted)
+        delta = 0 if evicted or before is None else after.ready_pods - before.ready_pods
+        effects = decision.effects
+        if snap is None or writes or _state(before) != _state(after) or _needs_outbox(effects):
+            version = self.store.write_workload(
+                snap, after, epoch, effects, now, pods=writes, ready_delta=delta
+            )
+            self._carry_out(after, version, effects)
+            if writes or (before is not None and before.phase is not after.phase):
+                self._check_readiness(key, settings, now)
+        else:
+            self._carry_out(after, None, effects)
+        return Outcome.APPLIED
+
+    def _pod_event(self, event: PodObserved) -> Outcome | None:
+        """A pod event without loading the gang: one pod written, the ready count moved.
+
+        Returns None when the full path is needed (a pod group, whose admission
+        depends on its live pods, or a workload with an unfinished outbox).
+        """
+        key = event.workload
+        light = self.store.load_pod(key, event.pod)
+        if light is None:
+            self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
+            raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
+        if light.outbox or light.workload.kind is Kind.POD_GROUP:
+            return None
+        outcome, pod, note = pod_update(light.pod, event)
+        if outcome is not Outcome.APPLIED:
+            self._count_outcome(outcome, key, "PodObserved", note)
+            if outcome is Outcome.DUPLICATE:
+                # A redelivery after a crash between the pod write and the gang's
+                # transition: check the gang again.
+                self._check_readiness(key, self.settings(), self.clock())
+            return outcome
+        delta = _counts(pod) - _counts(light.pod)
+        self.store.write_pod(key, PodWrite(event.pod, pod, light.rev), light.epoch, delta)
+        self._count_outcome(Outcome.APPLIED)
+        if delta:
+            self._check_readiness(key, self.settings(), self.clock())
+        return Outcome.APPLIED
+
+    def _check_readiness(self, key: str, settings: Settings, now: float) -> None:
+        """After a write, read the count back; load the gang only if it may have changed state.
+
+        Every writer reads after its own write, so of two concurrent "last" pods
+        the one written second sees the gang whole.
+        """
+        light = self.store.load_pod(key, None)
+        if light is None:
+            return
+        w, count = light.workload, light.ready_count
+        maybe_whole = w.phase in NOT_READY_PHASES and count >= w.gang_size
+        maybe_broken = w.phase is Phase.RUNNING and count < w.gang_size
+        if maybe_whole or maybe_broken:
+            snap = self._settled(key)
+            if snap is not None:
+                self._rederive(snap, settings, now)
+
+    def _rederive(self, snap: Snapshot, settings: Settings, now: float) -> None:
+        current: Snapshot | None = snap
+        for _ in range(self.max_conflicts):
+            if current is None:
+                return
+            decision = reassess(current.workload, settings, now)
+            if decision.outcome is not Outcome.APPLIED or decision.workload is None:
+                return
+            try:
+                version = self.store.write_workload(
+                    current, decision.workload, current.epoch, decision.effects, now
+                )
+            except Conflict:
+                self.stats.conflicts += 1
+                current = self._settled(current.workload.key)
+                continue
+            log.info(
+                "readiness re-derived after a pod write",
+                extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
+            )
+            self._carry_out(decision.workload, version, decision.effects)
+            return
+        raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
+
+    def _settled(self, key: str) -> Snapshot | None:
+        """The workload with no effects left over from an interrupted decision."""
+        snap = self.store.load(key)
+        if snap is not None and snap.outbox:
+            log.warning(
+                "carrying out effects left by an interrupted decision",
+                extra={"workload": key, "effects": [type(e).__name__ for e in snap.outbox]},
+            )
+            self._carry_out(snap.workload, snap.version, snap.outbox)
+            snap = self.store.load(key)
+        return snap
+
+    # ------------------------------------------------------------------ admission
+
+    def admission_pass(self, hints: Iterable[str] = ()) -> list[str]:
+        """Admit what may be admitted now, one workload per conditional transaction.
+
+        Candidates come from the queue index (eventually consistent) plus `hints`
+        (workloads that just became admissible); every candidate and every
+        workload in the ledger is re-read consistently before planning, and the
+        admission commits only if the ledger is unchanged, so two racing passes
+        can never both admit (nor both take the `blockAdmission` lock).
+        """
+        admitted: list[str] = []
+        excluded: set[str] = set()
+        repaired: set[str] = set()
+        hinted = set(hints)
+        conflicts = 0
+        while conflicts <= self.max_conflicts:
+            settings = self.settings()
+            now = self.clock()
+            ledger = self.store.ledger()
+            unsettled: set[str] = set()
+            members = self.store.get_workloads(ledger.members, unsettled)
+            keys = {w.key for w in self.store.pending()} | hinted
+            candidates = self.store.get_workloads(sorted(keys - excluded), unsettled)
+            if unsettled - repaired:
+                # An earlier pass or event stopped halfway (e.g. its timer was not
+                # started): finish it before planning on its state.
+                for key in sorted(unsettled - repaired):
+                    self._settled(key)
+                repaired |= unsettled
+                continue
+            active = [w for w in members if w.phase in ACTIVE_PHASES]
+            queued = [w for w in candidates if w.phase is Phase.PENDING]
+            queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
+            plan = plan_admission(queued, active, settings, now)
+            holding = frozenset(w.key for w in active)
+            if not plan.admit:
+                if plan.blocked_by or plan.skipped:
+                    log.info(
+                        "admission pass admitted nothing more",
+                        extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
+                    )
+                if holding != ledger.members:
+                    try:
+                        self.store.set_ledger(ledger, holding)
+                    except Conflict:
+                        self.stats.conflicts += 1
+                return admitted
+            key = plan.admit[0]
+            snap = self._settled(key)
+            if snap is None:
+                excluded.add(key)
+                continue
+            grant = AdmissionGranted(key, snap.workload.attempt + 1)
+            decision = decide(snap.workload, grant, settings, now, draw=self.draw())
+            if decision.outcome is not Outcome.APPLIED or decision.workload is None:
+                excluded.add(key)
+                continue
+            try:
+                version = self.store.admit(
+                    snap, decision.workload, decision.effects, ledger, holding | {key}, now
+                )
+            except Conflict:
+                self.stats.conflicts += 1
+                conflicts += 1
+                continue
+            admitted.append(key)
+            self.stats.admitted.append(key)
+            self._carry_out(decision.workload, version, decision.effects)
+        raise TooManyConflicts("admission pass did not settle")
+
+    def _with_pods(self, w: Workload) -> Workload:
+        snap = self.store.load(w.key)
+        return snap.workload if snap else w
+
+    def take_admission_request(self) -> tuple[bool, set[str]]:
+        """(was a pass asked for, the workloads named) since the last call."""
+        wanted, hints = self._admission_requested, set(self.admission_wanted)
+        self._admission_requested = False
+        self.admission_wanted.clear()
+        return wanted, hints
+
+    # ------------------------------------------------------------------ effects
+
+    def _carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
+        gone = False
+        for index, effect in enumerate(effects):
+            try:
+                self._do(w, version or 0, index, effect)
+            except WorkloadGone:
+                gone = True
+        if version is not None:
+            if not gone:
+                try:
+                    self.cluster.record(w.key, w.kind, _view(w))
+                except WorkloadGone:
+                    gone = True
+            if effects:
+                # On a conflict a later decision was committed; its writer carries on.
+                with contextlib.suppress(Conflict):
+                    self.store.clear_outbox(w.key, version)
+        if gone and w.phase is not Phase.FINISHED:
+            log.info("workload deleted from the cluster", extra={"workload": w.key})
+            self._handle_one(WorkloadFinished(w.key, Reason.DELETED))
+
+    def _do(self, w: Workload, version: int, index: int, effect: Effect) -> None:
+        match effect:
+            case Admit():
+                self.cluster.admit(effect)
+            case Evict():
+                self.cluster.evict(effect)
+            case StartTimer():
+                self.timers.start(effect.workload, effect.timer)
+            case StopTimer():
+                self.timers.stop(effect.workload, effect.timer)
+            case Requeue():
+                self.messages.requeue(effect.workload, effect.count, effect.delay)
+            case Publish():
+                self._publish(effect, version, index)
+            case RunAdmission():
+                if self.inline_admission:
+                    self._admission_requested = True
+                    self.admission_wanted.add(w.key)
+                else:
+                    self.messages.request_admission(effect.reason, w.key)
+
+    def _publish(self, effect: Publish, version: int, index: int) -> None:
+        now = self.clock()
+        detail = dict(effect.detail)
+        self.store.append_history(effect.workload, version, index, effect.event, detail, now)
+        self.bus.publish(
+            effect.event, effect.workload, detail, f"{effect.workload}/{version}/{index}", now
+        )
+        log.info(
+            f"workload {effect.event.value}",
+            extra={"workload": effect.workload, "event": effect.event.value, "detail": detail},
+        )
+        match effect.event:
+            case LogEvent.ADMITTED:
+                self.metrics.count("Admissions")
+            case LogEvent.EVICTED if not detail.get("dryRun"):
+                self.metrics.count(
+                    "Evictions",
+                    reason=str(detail.get("reason")),
+                    cause=str(detail.get("cause") or "None"),
+                )
+            case LogEvent.REQUEUED:
+                self.metrics.count("Requeues")
+            case LogEvent.DEACTIVATED:
+                self.metrics.count("Deactivations")
+            case LogEvent.PODS_READY:
+                self.metrics.count("PodsReady")
+                if "secondsSinceAdmission" in detail:
+                    self.metrics.seconds("AdmittedToReadySeconds", detail["secondsSinceAdmission"])
+
+    def _count_outcome(
+        self, outcome: Outcome, workload: str = "", event: str = "", note: str = ""
+    ) -> None:
+        self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
+        if outcome is not Outcome.APPLIED:
+            self.metrics.count("IgnoredEvents", outcome=outcome.value)
+            log.info(
+                f"event {outcome.value}",
+                extra={"workload": workload, "eventType": event, "note": note},
+            )
+
+
+def _state(w: Workload | None) -> Workload | None:
+    """The workload without its pods: what the workload item stores."""
+    return None if w is None else replace(w, pods={})
+
+
+def _counts(pod: Pod | None) -> int:
+    return int(pod is not None and pod.counts_ready)
+
+
+def _needs_outbox(effects: Sequence[Effect]) -> bool:
+    return any(not isinstance(e, RunAdmission) for e in effects)
+
+
+def _is_eviction(before: Workload, after: Workload) -> bool:
+    """All pods retired at once: the core withdrew the attempt."""
+    return any(not p.retired for p in before.pods.values()) and all(
+        p.retired for p in after.pods.values()
+    )
+
+
+def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[PodWrite]:
+    """The pod items to put or delete; an eviction retires pods by the epoch instead."""
+    before = snap.workload.pods if snap else {}
+    revs = snap.pod_revs if snap else {}
+    writes: list[PodWrite] = []
+    for name, pod in after.pods.items():
+        old = before.get(name)
+        if old == pod:
+            continue
+        if evicted and old is not None and pod == replace(old, retired=True, ready=False):
+            continue
+        writes.append(PodWrite(name, pod, revs.get(name)))
+    for name in before:
+        if name not in after.pods:
+            writes.append(PodWrite(name, None, revs.get(name)))
+    return writes
+
+
+def _view(w: Workload) -> dict[str, str]:
+    """Muster's view, written onto the workload for `kubectl` users."""
+    return {
+        "phase": w.phase.value,
+        "attempt": str(w.attempt),
+        "requeueCount": str(w.requeue_count),
+        "reason": w.reason or "",
+    }

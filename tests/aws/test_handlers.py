@@ -1,0 +1,137 @@
+"""The three handlers on in-memory adapters, fed SQS batch events."""
+
+from __future__ import annotations
+
+import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from muster.core import Outcome
+
+from functions.admission.handler import handler as admission_handler
+from functions.ingest.handler import handler as ingest_handler
+from functions.timer.handler import handler as timer_handler
+
+from ..lambda_events import LambdaContext, sample, sqs_event
+from .conftest import Rig
+
+KEY = "team-a/bert-large"
+CTX = LambdaContext()
+
+
+def _ingest(rig: Rig, *bodies: object) -> dict:
+    plane = rig.plane()
+    return ingest_handler(sqs_event(*bodies), CTX, plane=plane, cluster_name="training")  # type: ignore[arg-type]
+
+
+def test_ingest_applies_agent_events(rig: Rig):
+    # GIVEN the sample workload and pod events as EventBridge delivers them to SQS
+    response = _ingest(rig, sample("workload_observed.json"), sample("pod_observed.json"))
+    # THEN both are applied and the batch reports no failures
+    assert response == {"batchItemFailures": []}
+    snap = rig.store.load(KEY)
+    assert snap is not None
+    assert snap.workload.gpus == 16 and snap.workload.priority == 10
+    assert snap.workload.pods["bert-large-worker-0"].node == "hyperpod-i-0abc123"
+
+
+def test_malformed_event_is_rejected_counted_and_not_retried(rig: Rig):
+    bad = sample("pod_observed_malformed.json")
+    response = _ingest(rig, sample("workload_observed.json"), bad, "{not json")
+    assert response == {"batchItemFailures": []}  # a retry cannot mend them
+    assert rig.metrics.total("InvalidEvents") == 2
+    assert rig.store.load(KEY) is not None  # the good event in the batch was applied
+
+
+def test_malformed_event_log_names_the_field(rig: Rig, caplog):
+    _ingest(rig, sample("pod_observed_malformed.json"))
+    line = next(r for r in caplog.records if "rejected" in r.getMessage())
+    assert "ready: expected true or false, got 'yes'" in line.getMessage()
+    assert line.levelname == "WARNING"
+
+
+def test_unknown_detail_type_and_foreign_cluster_are_rejected(rig: Rig):
+    other = sample("workload_observed.json")
+    other["detail"]["cluster"] = "someone-else"
+    odd = sample("workload_observed.json")
+    odd["detail-type"] = "Workload Exploded"
+    assert _ingest(rig, other, odd) == {"batchItemFailures": []}
+    assert rig.metrics.total("InvalidEvents") == 2
+    assert rig.store.load(KEY) is None
+
+
+def test_pod_before_its_workload_is_reported_for_redelivery(rig: Rig):
+    response = _ingest(rig, sample("pod_observed.json"), sample("workload_observed.json"))
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m0"}]}
+    # The redelivery then finds the workload.
+    assert _ingest(rig, sample("pod_observed.json")) == {"batchItemFailures": []}
+
+
+def test_transient_failure_fails_only_that_record(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    rig.store.conflict_next = 100  # the workload keeps changing under us
+    second = sample("workload_observed.json")
+    second["detail"]["seq"] = 2
+    second["detail"]["priority"] = 20
+    response = _ingest(rig, second, sample("workload_observed.json"))
+    # THEN only the record that could not be written goes back to the queue
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m0"}]}
+
+
+def test_a_batch_that_fails_entirely_fails_the_invocation(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    rig.store.conflict_next = 100
+    second = sample("workload_observed.json")
+    second["detail"]["seq"] = 2
+    with pytest.raises(BatchProcessingError):
+        _ingest(rig, second)
+
+
+def test_timer_handler_evicts_on_the_current_attempt_only(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    rig.admit()
+    rig.clock.now += 300
+    body = sample("deadline_reached.json")
+    stale = {**body, "attempt": 7}
+    bad = {**body, "kind": "lunch"}
+    plane = rig.plane()
+    response = timer_handler(sqs_event(stale, bad, body, queue="muster-timer"), CTX, plane=plane)
+    assert response == {"batchItemFailures": []}
+    assert rig.phase(KEY) == "Requeued"
+    assert plane.stats.outcomes == {Outcome.STALE.value: 1, Outcome.APPLIED.value: 1}
+    assert rig.metrics.total("InvalidEvents") == 1
+
+
+def test_admission_handler_runs_one_pass_for_the_batch(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    plane = rig.plane(inline_admission=True)
+    event = sqs_event(
+        sample("admission_request.json"), sample("admission_request.json"), queue="muster-requeue"
+    )
+    assert admission_handler(event, CTX, plane=plane) == {"batchItemFailures": []}
+    assert rig.cluster.calls == [("admit", KEY, 1)]
+
+
+def test_admission_handler_requeue_then_admits(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    rig.admit()
+    rig.clock.now += 300
+    timer_handler(sqs_event(sample("deadline_reached.json")), CTX, plane=rig.plane())
+    rig.clock.now += 60
+    plane = rig.plane(inline_admission=True)
+    event = sqs_event(sample("requeue.json"), sample("requeue.json"), queue="muster-requeue")
+    assert admission_handler(event, CTX, plane=plane) == {"batchItemFailures": []}
+    assert rig.cluster.calls[-1] == ("admit", KEY, 2)
+
+
+def test_admission_pass_failure_asks_for_another(rig: Rig):
+    _ingest(rig, sample("workload_observed.json"))
+    plane = rig.plane(inline_admission=True)
+    rig.cluster.fail_next = ConnectionError("API server unreachable")
+    admission_handler(sqs_event(sample("admission_request.json")), CTX, plane=plane)
+    assert rig.messages.admission_requests[-1] == ("retry after a failed pass", None)
+
+
+@pytest.mark.parametrize("body", ['{"type": "requeue", "workload": "a/b"}', "[]", '{"type": 3}'])
+def test_malformed_requeue_messages_are_rejected(rig: Rig, body: str):
+    plane = rig.plane(inline_admission=True)
+    assert admission_handler(sqs_event(body), CTX, plane=plane) == {"batchItemFailures": []}
+    assert rig.metrics.total("InvalidEvents") == 1
