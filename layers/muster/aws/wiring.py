@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,22 @@ from muster.runtime.settings import RuntimeSettings, settings_from_json
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
 
 
+_cluster_override: ClusterFactory | None = None
+
+
+def use_cluster(factory: ClusterFactory | None) -> None:
+    """Point the functions of this process at another cluster (None: EKS again).
+
+    The local mode runs the handlers in-process against its simulated cluster.
+    """
+    global _cluster_override
+    _cluster_override = factory
+
+
+def default_cluster(config: RuntimeConfig) -> ClusterActions:
+    return (_cluster_override or kubernetes_cluster)(config)
+
+
 def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
     """The one place where the Lambdas' real cluster adapter is built.
 
@@ -26,15 +41,15 @@ def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
     for the endpoint (`eks:DescribeCluster`) and authenticates with the function's
     role, which an EKS access entry maps to the `muster-controlplane` group.
     """
-    adapter = importlib.import_module("muster.kube.adapter")
-    actions: ClusterActions = adapter.from_environment()
-    return actions
+    from muster.kube.adapter import from_environment
+
+    return from_environment()
 
 
 def build_control_plane(
     config: RuntimeConfig,
     *,
-    cluster: ClusterFactory = kubernetes_cluster,
+    cluster: ClusterFactory = default_cluster,
     session: Any = None,
     inline_admission: bool = False,
 ) -> ControlPlane:

@@ -76,7 +76,7 @@ class Settings:
         doc: dict[str, Any] = {"blockAdmission": self.block_admission}
         if self.gpu_quota is not None:
             doc["gpuQuota"] = self.gpu_quota
-        doc.update(_queue_doc(self.defaults))
+        doc.update(queue_document(self.defaults))
         if self.raw_queues:
             doc["queues"] = {name: dict(raw) for name, raw in self.raw_queues.items()}
         return doc
@@ -286,7 +286,8 @@ def _bool(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
     return value
 
 
-def _queue_doc(q: QueueSettings) -> dict[str, Any]:
+def queue_document(q: QueueSettings) -> dict[str, Any]:
+    """The settings document of one resolved queue (a queue's `gpuQuota` included)."""
     strategy: dict[str, Any] = {
         "timestamp": q.timestamp.value,
         "backoffBaseSeconds": q.backoff_base_seconds,
@@ -307,6 +308,8 @@ def _queue_doc(q: QueueSettings) -> dict[str, Any]:
         doc["recoveryTimeout"] = format_duration(q.recovery_timeout)
     if q.max_timeout is not None:
         doc["maxTimeout"] = format_duration(q.max_timeout)
+    if q.gpu_quota is not None:
+        doc["gpuQuota"] = q.gpu_quota
     return doc
 
 

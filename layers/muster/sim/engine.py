@@ -95,7 +95,9 @@ class RunResult:
 
 
 @dataclass(slots=True)
-class _Tracking:
+class Tracking:
+    """When one workload was submitted, first PodsReady, finished (for the summary)."""
+
     submitted: float
     first_ready: float | None = None
     finished: float | None = None
@@ -124,7 +126,7 @@ class Simulation:
         order = {w.name: i for i, w in enumerate(sc.workloads)}
         specs = {w.name: w for w in sc.workloads}
         cancelled: set[tuple[str, int, str, int]] = set()
-        tracking: dict[str, _Tracking] = {}
+        tracking: dict[str, Tracking] = {}
         delivered = 0
         outcomes: dict[str, int] = {}
         evictions = requeues = 0
@@ -256,7 +258,7 @@ class Simulation:
                         w.never_ready,
                     )
                 )
-                tracking[w.name] = _Tracking(now)
+                tracking[w.name] = Tracking(now)
                 return deliver(
                     WorkloadObserved(
                         w.name,
@@ -318,17 +320,17 @@ class Simulation:
             end = now
         kube.finish_accounting(end)
         wall = time.perf_counter() - started
-        summary = _summary(sc, kube, tracking, end, evictions, requeues, delivered, outcomes, wall)
+        summary = summarize(sc, kube, tracking, end, evictions, requeues, delivered, outcomes, wall)
         summary["policy"] = self.policy
         return RunResult(
             sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end
         )
 
 
-def _summary(
+def summarize(
     sc: Scenario,
     kube: SimulatedCluster,
-    tracking: Mapping[str, _Tracking],
+    tracking: Mapping[str, Tracking],
     end: float,
     evictions: int,
     requeues: int,

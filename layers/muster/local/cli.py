@@ -1,0 +1,134 @@
+"""`muster local`: run a scenario through the whole control plane on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from muster.local.moto_server import PortInUse
+from muster.local.run import LocalModeError, LocalResult, print_event, run_local
+from muster.sim.engine import RunResult, Tracking, summarize
+from muster.sim.kube import GpuSample
+from muster.sim.report import summary_table, write_outputs
+from muster.sim.scenario import Scenario, ScenarioError, load_builtin, load_scenario
+
+DEFAULT_SCENARIO = "local-story"
+EXIT_BAD_INPUT = 2
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "local",
+        help="run a scenario through the real control plane on this machine (moto, no AWS account)",
+        description=(
+            "Deploy the stack's own template into a local moto server, run the real "
+            "Lambda handlers against a simulated EKS cluster, play a scenario in scaled "
+            "time and write the same files as `muster simulate`. With no scenario it "
+            f"plays the built-in '{DEFAULT_SCENARIO}'."
+        ),
+    )
+    p.add_argument("scenario", nargs="?", help="scenario file (YAML), as for `muster simulate`")
+    p.add_argument("--builtin", metavar="NAME", help="a built-in scenario instead of a file")
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=10.0,
+        help="how many times faster than the scenario's clock to run (default 10: a 60s timeout takes 6 s)",
+    )
+    p.add_argument("--port", type=int, help="port of the local AWS endpoint (default: a free one)")
+    p.add_argument("--out", type=Path, default=Path("out/local"), help="where to write the results")
+    p.add_argument("--quiet", action="store_true", help="no live view")
+    p.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    try:
+        scenario = _scenario(args)
+    except (ScenarioError, OSError) as exc:
+        print(f"muster local: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.scale <= 0:
+        print("muster local: --scale must be above 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(
+        f"muster local: {scenario.name}, {len(scenario.workloads)} workloads, "
+        f"{args.scale:g}x faster than scenario time; setting up the local AWS endpoint and stack...",
+        file=sys.stderr,
+    )
+    try:
+        result = run_local(
+            scenario,
+            scale=args.scale,
+            port=args.port,
+            on_event=None if args.quiet else print_event(sys.stdout),
+        )
+    except PortInUse as exc:
+        print(f"muster local: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LocalModeError as exc:
+        print(f"muster local: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("muster local: interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+    run = as_run_result(scenario, result)
+    written = write_outputs([run], args.out)
+    print()
+    print(summary_table([run]))
+    print(f"\nwall {result.wall_seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
+    if result.runner_errors:
+        print(f"{len(result.runner_errors)} function errors (retried): {result.runner_errors[:3]}", file=sys.stderr)
+    return 0
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    if args.scenario and args.builtin:
+        raise ScenarioError("give a scenario file or --builtin, not both")
+    if args.scenario:
+        return load_scenario(Path(args.scenario))
+    return load_builtin(args.builtin or DEFAULT_SCENARIO)
+
+
+def as_run_result(scenario: Scenario, result: LocalResult) -> RunResult:
+    """The local run in the simulator's terms (scenario time), for the same reports."""
+    cluster = result.cluster
+    assert cluster is not None
+    scale = result.scale
+    tracking = {w.name: Tracking(w.submit_at / scale) for w in scenario.workloads}
+    evictions = requeues = 0
+    for e in result.events:
+        t = e["t"] / scale
+        track = tracking.get(e["workload"])
+        if track is None:
+            continue
+        if e["event"] == "PodsReady" and track.first_ready is None:
+            track.first_ready = t
+        elif e["event"] == "Finished":
+            track.finished = t
+        elif e["event"] == "Deactivated":
+            track.deactivated = True
+        elif e["event"] == "Evicted" and not e.get("dryRun"):
+            evictions += 1
+        elif e["event"] == "Requeued":
+            requeues += 1
+    end = max([cluster.now(), *(e["t"] / scale for e in result.events)])
+    kube = cluster.kube
+    kube.finish_accounting(end)
+    scaled = replace(scenario, workloads=scenario.workloads)
+    summary = summarize(
+        scaled, kube, tracking, end, evictions, requeues, len(result.events), {}, result.wall_seconds
+    )
+    for key in ("usefulGpuHours", "wastedGpuHours", "idleGpuHours"):
+        summary[key] = round(summary[key] * scale, 3)
+    for key in ("queueDelaySeconds", "jctSeconds"):
+        summary[key] = {k: None if v is None else round(v * scale, 3) for k, v in summary[key].items()}
+    summary["makespanSeconds"] = round(summary["makespanSeconds"] * scale, 3)
+    summary["policy"] = "local"
+    summary["timeScale"] = scale
+    samples = [GpuSample(s.t * scale, s.useful, s.held, s.available) for s in kube.samples]
+    return RunResult(
+        scenario.name, "local", scenario.seed, result.events, summary, samples, kube.total_gpus, end * scale
+    )

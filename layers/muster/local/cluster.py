@@ -1,0 +1,230 @@
+"""A simulated EKS cluster in wall-clock time, for the local mode.
+
+This is a stand-in: no Kubernetes API server runs here. It is the simulator's
+`SimulatedCluster` (nodes with GPUs, job controllers, a scheduler, kubelets, node
+faults) driven by the real clock instead of an event heap, behind the same
+`ClusterActions` port the Lambdas use against EKS. What an agent would see (pods,
+workloads, nodes) goes to the bus through the agent's own outbox and sender, as
+events built by `muster.schema`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.core import Admit, Evict, Kind
+from muster.kube.sender import Entry, Outbox, Sender
+from muster.ports import WorkloadGone
+from muster.schema import (
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    node_detail,
+    pod_detail,
+    workload_detail,
+)
+from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
+from muster.sim.scenario import Scenario
+
+NAMESPACE = "default"
+
+
+def workload_key(name: str) -> str:
+    return f"{NAMESPACE}/{name}"
+
+
+def job_name(key: str) -> str:
+    return key.split("/", 1)[1] if "/" in key else key
+
+
+class LocalCluster:
+    """The scenario's cluster and workloads, played in real time (seconds since `start`)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        sender: Sender,
+        *,
+        cluster_name: str = "local",
+        coalescing_window: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.scenario = scenario
+        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        self.cluster_name = cluster_name
+        self.views: dict[str, dict[str, str]] = {}
+        self.finished: set[str] = set()
+        self._sender = sender
+        self._outbox = Outbox(window=coalescing_window)
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._send_lock = threading.Lock()
+        self._heap: list[tuple[float, int, int, tuple[Any, ...]]] = []
+        self._counter = itertools.count()
+        self._seq = itertools.count(1)
+        self._t0 = 0.0
+        self._epoch0 = 0.0
+        self._specs = {w.name: w for w in scenario.workloads}
+
+    # ------------------------------------------------------------------ time
+
+    def start(self) -> None:
+        """Start the clock: submissions and faults are due from now on."""
+        self._t0 = self._clock()
+        self._epoch0 = time.time()
+        for i, w in enumerate(self.scenario.workloads):
+            self._push(w.submit_at, i, ("submit", w.name))
+        for i, f in enumerate(self.scenario.faults):
+            self._push(f.at, i, ("fail", f.node))
+            if math.isfinite(f.repair_after):
+                self._push(f.at + f.repair_after, i, ("repair", f.node))
+
+    @property
+    def started_at(self) -> float:
+        """The wall-clock (epoch) time of the scenario's second 0."""
+        return self._epoch0
+
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    def step(self) -> None:
+        """Carry out everything due by now, then send what the agent would send."""
+        with self._lock:
+            now = self.now()
+            while self._heap and self._heap[0][0] <= now:
+                _, _, _, item = heapq.heappop(self._heap)
+                self._handle(item, now)
+            self._settle(now)
+        self.flush()
+
+    def flush(self, everything: bool = False) -> None:
+        with self._lock:
+            due = self._outbox.due(self.now(), everything=everything)
+        if due:
+            with self._send_lock:
+                self._sender.send(due)
+
+    # ------------------------------------------------------------------ ClusterActions
+
+    def admit(self, effect: Admit) -> None:
+        with self._lock:
+            name = self._known(effect.workload)
+            self.kube.unsuspend(name)
+            self._settle(self.now())
+
+    def evict(self, effect: Evict) -> None:
+        with self._lock:
+            name = self._known(effect.workload)
+            self.kube.suspend(name, self.now())
+            self._settle(self.now())
+
+    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
+        with self._lock:
+            self._known(workload)
+            self.views[workload] = dict(view)
+
+    def _known(self, key: str) -> str:
+        name = job_name(key)
+        if name not in self._specs or name in self.finished:
+            raise WorkloadGone(key)
+        return name
+
+    # ------------------------------------------------------------------ the cluster's life
+
+    def _push(self, at: float, tie: int, item: tuple[Any, ...]) -> None:
+        heapq.heappush(self._heap, (at, tie, next(self._counter), item))
+
+    def _handle(self, item: tuple[Any, ...], now: float) -> None:
+        what = item[0]
+        if what == "submit":
+            w = self._specs[item[1]]
+            self.kube.add_job(
+                JobSpec(w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready)
+            )
+            self._workload_event(w.name, "Active")
+        elif what == "ready":
+            self.kube.pod_ready(item[1], item[2], now)
+        elif what == "complete":
+            if self.kube.complete(item[1], item[2], now):
+                self._drain(now)
+                self.finished.add(item[1])
+                self._workload_event(item[1], "Succeeded")
+        elif what == "fail":
+            self._node_event(item[1], ready=False)
+            self.kube.fail_node(item[1], now)
+        elif what == "repair":
+            self.kube.repair_node(item[1], now)
+            self._node_event(item[1], ready=True)
+
+    def _settle(self, now: float) -> None:
+        self.kube.reconcile()
+        self._drain(now)
+        self.kube.bind_pending(now)
+        self._drain(now)
+
+    def _drain(self, now: float) -> None:
+        while self.kube.outbox:
+            batch, self.kube.outbox[:] = list(self.kube.outbox), []
+            for item in batch:
+                if isinstance(item, Wakeup):
+                    self._schedule(item)
+                else:
+                    self._pod_event(item, now)
+
+    def _schedule(self, w: Wakeup) -> None:
+        tie = list(self._specs).index(w.job)
+        self._push(w.at, tie, (w.what, w.job, w.ref))
+
+    # ------------------------------------------------------------------ what the agent sends
+
+    def _when(self, seconds: float) -> datetime:
+        return datetime.fromtimestamp(self._epoch0 + seconds, UTC)
+
+    def _pod_event(self, change: PodChange, now: float) -> None:
+        detail = pod_detail(
+            cluster=self.cluster_name,
+            workload=workload_key(change.workload),
+            pod=change.pod,
+            seq=change.seq,
+            uid=change.uid,
+            phase=change.phase,
+            ready=change.ready,
+            node=change.node,
+            deleted=change.deleted,
+            observed_at=self._when(now),
+        )
+        self._outbox.put(Entry(f"pod:{change.pod}", POD_OBSERVED, detail), now)
+
+    def _workload_event(self, name: str, status: str) -> None:
+        w = self._specs[name]
+        detail = workload_detail(
+            cluster=self.cluster_name,
+            workload=workload_key(name),
+            kind=Kind.JOB,
+            queue=w.queue,
+            gang_size=w.pods,
+            gpus=w.gpus,
+            priority=w.priority,
+            seq=next(self._seq),
+            created_at=self._when(w.submit_at),
+            status=status,
+            observed_at=self._when(self.now()),
+        )
+        self._outbox.put(Entry(f"workload:{name}", WORKLOAD_OBSERVED, detail), self.now())
+
+    def _node_event(self, node: str, *, ready: bool) -> None:
+        detail = node_detail(
+            cluster=self.cluster_name,
+            node=node,
+            seq=next(self._seq),
+            ready=ready,
+            observed_at=self._when(self.now()),
+        )
+        self._outbox.put(Entry(f"node:{node}", NODE_OBSERVED, detail), self.now())

@@ -1,0 +1,242 @@
+"""`muster local`: the deployed control plane on this machine, a scenario in, a story out.
+
+1. A moto server on localhost serves the AWS APIs (timers really wait and fire).
+2. The CDK app is synthesised and its template deployed into it: the bus, rules,
+   queues, table and state machine are the ones `cdk deploy` creates.
+3. `LambdaRunner` plays Lambda's event source mappings and calls the real handlers.
+4. `LocalCluster` (a simulated EKS cluster, the simulator's model) sits behind the
+   handlers' `ClusterActions` port and sends what an agent would see to the bus.
+5. A rule of our own taps the control plane's lifecycle events: they are the live
+   view and the event log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from muster.local.cluster import LocalCluster, job_name
+from muster.local.moto_server import Endpoint, moto_server
+from muster.local.runner import LambdaRunner, discover, resolver_for
+from muster.local.scaling import scale_scenario
+from muster.sim.scenario import Scenario
+
+STACK = "MusterLocal"
+CLUSTER = "local"
+TAP_QUEUE = "muster-local-lifecycle-tap"
+LOG_FIELDS = ("attempt", "reason", "cause", "count", "requeueAt", "readyPods", "gangSize", "node", "dryRun")
+DONE_EVENTS = ("Finished", "Deactivated")
+
+
+class LocalModeError(RuntimeError):
+    """The local control plane could not be set up; the message says which step."""
+
+
+def repo_root() -> Path:
+    """The checkout `muster` is installed from (the local mode runs the repo's own stack)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / "app.py").is_file() or not (root / "functions").is_dir():
+        raise LocalModeError(
+            f"the local mode runs from a checkout of the repository; {root} has no app.py"
+        )
+    return root
+
+
+@dataclass
+class LocalResult:
+    scenario: str
+    scale: float
+    events: list[dict[str, Any]] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    cluster: LocalCluster | None = None
+    runner_errors: list[str] = field(default_factory=list)
+
+
+def synthesize(root: Path, out: Path, settings_doc: dict[str, Any]) -> None:
+    """`python app.py` with the local context; the same app `cdk deploy` runs."""
+    context = {
+        "muster:clusterName": CLUSTER,
+        "muster:stackName": STACK,
+        "muster:settings": settings_doc,
+        "muster:removalPolicy": "destroy",
+        "muster:createEksAccessEntries": False,
+    }
+    env = dict(os.environ, CDK_OUTDIR=str(out), CDK_CONTEXT_JSON=json.dumps(context))
+    env.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    done = subprocess.run(
+        [sys.executable, "app.py"], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise LocalModeError(f"cdk synth failed:\n{done.stderr[-4000:]}")
+
+
+def deploy(root: Path, assembly: Path, endpoint: Endpoint) -> dict[str, str]:
+    """Deploy the synthesised stack into the local endpoint; returns the stack's outputs."""
+    env = dict(os.environ, **endpoint.environment())
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "infra.deploy_local",
+            "--assembly",
+            str(assembly),
+            "--stack",
+            STACK,
+            "--endpoint-url",
+            endpoint.url,
+            "--region",
+            endpoint.region,
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise LocalModeError(f"deploying the stack into the local endpoint failed:\n{done.stderr[-4000:]}")
+    outputs: dict[str, str] = json.loads(done.stdout)["outputs"]
+    return outputs
+
+
+def tap_lifecycle(endpoint: Endpoint, bus_name: str) -> str:
+    """A queue that receives every lifecycle event of the bus (a user's own rule would do the same)."""
+    sqs, events = endpoint.client("sqs"), endpoint.client("events")
+    url: str = sqs.create_queue(QueueName=TAP_QUEUE)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(
+        Name="muster-local-tap",
+        EventBusName=bus_name,
+        EventPattern=json.dumps({"source": ["muster.controlplane"]}),
+    )
+    events.put_targets(Rule="muster-local-tap", EventBusName=bus_name, Targets=[{"Id": "tap", "Arn": arn}])
+    return url
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_local(
+    scenario: Scenario,
+    *,
+    scale: float = 10.0,
+    port: int | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    tick: float = 0.02,
+) -> LocalResult:
+    """Run `scenario` (in scenario time) through the local control plane, `scale` times faster."""
+    from muster.aws import wiring
+    from muster.kube.sender import EventBridgeSender
+
+    root = repo_root()
+    scaled = scale_scenario(scenario, scale)
+    result = LocalResult(scenario.name, scale)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="muster-local-") as tmp, moto_server(port=port) as endpoint:
+        with _environment(endpoint.environment()):
+            synthesize(root, Path(tmp) / "cdk.out", scaled.settings.to_dict())
+            result.outputs = deploy(root, Path(tmp) / "cdk.out", endpoint)
+            bus = _output(result.outputs, "EventBusName")
+            tap = tap_lifecycle(endpoint, bus)
+            sqs = endpoint.client("sqs")
+            cluster = LocalCluster(scaled, EventBridgeSender(endpoint.client("events"), bus), cluster_name=CLUSTER)
+            result.cluster = cluster
+            wiring.use_cluster(lambda _config: cluster)
+            runner = LambdaRunner(
+                sqs, discover(endpoint.client("lambda"), sqs, resolver_for(root / "functions")), retry_visibility=1
+            )
+            open_workloads = {w.name for w in scaled.workloads}
+            runner.start(interval=tick)
+            try:
+                cluster.start()
+                while open_workloads and cluster.now() <= scaled.until:
+                    cluster.step()
+                    for entry in _read_tap(sqs, tap, cluster.started_at, scale):
+                        result.events.append(entry)
+                        if entry["event"] in DONE_EVENTS:
+                            open_workloads.discard(entry["workload"])
+                        if on_event is not None:
+                            on_event(entry)
+                    time.sleep(tick)
+            finally:
+                runner.stop()
+                wiring.use_cluster(None)
+            result.runner_errors = list(runner.stats.errors)
+    result.events.sort(key=lambda e: (e["t"], e.get("_order", 0)))
+    for e in result.events:
+        e.pop("_order", None)
+    result.wall_seconds = time.perf_counter() - started
+    return result
+
+
+def _output(outputs: dict[str, str], suffix: str) -> str:
+    for key, value in outputs.items():
+        if key.endswith(suffix):
+            return value
+    raise LocalModeError(f"the deployed stack has no output ending in {suffix!r}: {sorted(outputs)}")
+
+
+def _read_tap(sqs: Any, url: str, epoch0: float, scale: float) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        if not messages:
+            return out
+        for m in messages:
+            event = json.loads(m["Body"])
+            out.append(lifecycle_entry(event["detail"], epoch0, scale))
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def lifecycle_entry(detail: dict[str, Any], epoch0: float, scale: float) -> dict[str, Any]:
+    """A bus lifecycle event as an event-log line in scenario time (the simulator's format)."""
+    from muster.schema import parse_time
+
+    at = parse_time(detail["at"], "at")
+    entry: dict[str, Any] = {
+        "t": round((at - epoch0) * scale, 3),
+        "workload": job_name(detail["workload"]),
+        "event": detail["event"],
+    }
+    for key in LOG_FIELDS:
+        value = detail.get(key)
+        if value is None:
+            continue
+        if key == "requeueAt" and isinstance(value, int | float):
+            value = round((value - epoch0) * scale, 3)
+        entry[key] = value
+    return entry
+
+
+def print_event(stream: TextIO) -> Callable[[dict[str, Any]], None]:
+    """The live view: one line per lifecycle event, as it happens."""
+
+    def show(e: dict[str, Any]) -> None:
+        extra = " ".join(
+            f"{k}={e[k]}" for k in ("attempt", "reason", "cause", "count") if k in e
+        )
+        stream.write(f"[{e['t']:>8.1f}s] {e['workload']:<16} {e['event']:<16} {extra}\n")
+        stream.flush()
+
+    return show
