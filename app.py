@@ -1,0 +1,23 @@
+#!/usr/bin/env python3
+"""CDK entry point: `npx cdk synth` / `npx cdk deploy`, or `python app.py`.
+
+Configuration comes from cdk.json context; see the README's Deploy section.
+Run directly (without the CDK CLI), the app reads cdk.json's context itself
+and writes to `$CDK_OUTDIR` (default `cdk.out`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import aws_cdk as cdk
+
+from infra.app import build_app, cdk_json_context
+
+if "CDK_CONTEXT_JSON" in os.environ or (
+    "CDK_OUTDIR" in os.environ and "CDK_CLI_VERSION" in os.environ
+):
+    app = cdk.App()  # under the CDK CLI: it passes context and the output folder
+else:
+    app = cdk.App(context=cdk_json_context(), outdir=os.environ.get("CDK_OUTDIR") or "cdk.out")
+build_app(app).synth()
