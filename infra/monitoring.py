@@ -164,7 +164,7 @@ class Monitoring(Construct):
         }
         return cw.MathExpression(
             expression=" + ".join(f"FILL({key}, 0)" for key in metrics),
-            using_metrics=metrics,  # type: ignore[arg-type]
+            using_metrics=metrics,
             label="Readiness-timeout evictions",
             period=period,
         )
