@@ -81,6 +81,7 @@ def deploy_assembly(
     resources = {
         r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
         for r in cfn.describe_stack_resources(StackName=name)["StackResources"]
+        if "LogicalResourceId" in r
     }
     return DeployedStack(name=name, outputs=outputs, resources=resources)
 

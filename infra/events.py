@@ -31,6 +31,10 @@ class EventBus(Construct):
         super().__init__(scope, construct_id)
         self._agent_role = agent_role
         self.bus = events.EventBus(self, c.ID_BUS, description="Muster: agent and lifecycle events")
+        # The bus name as `Fn::GetAtt Name` rather than `Ref`: the same value on AWS,
+        # and one that AWS emulators (the local mode) resolve too.
+        cfn_bus: events.CfnEventBus = self.bus.node.default_child  # type: ignore[assignment]
+        self.bus_name: str = cfn_bus.attr_name
         # The agent's role may put events (also from another account, if it lives there).
         self.bus.add_to_resource_policy(
             iam.PolicyStatement(
@@ -55,6 +59,8 @@ class EventBus(Construct):
                 )
             ],
         )
+        cfn_rule: events.CfnRule = self.agent_rule.node.default_child  # type: ignore[assignment]
+        cfn_rule.add_property_override("EventBusName", self.bus_name)
 
     def restrict_put_events(self, publishers: list[iam.IRole]) -> None:
         """Deny PutEvents to every principal but the agent and the control plane's roles.

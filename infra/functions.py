@@ -35,6 +35,7 @@ class FunctionWiring:
 
     table: dynamodb.ITable
     bus: events.IEventBus
+    bus_name: str
     queues: dict[str, sqs.IQueue]  # by queue name
     state_machine: sfn.IStateMachine
     state_machine_name: str
@@ -56,7 +57,7 @@ class ControlPlaneFunctions(Construct):
         )
         environment = {
             c.ENV_TABLE_NAME: wiring.table.table_name,
-            c.ENV_EVENT_BUS_NAME: wiring.bus.event_bus_name,
+            c.ENV_EVENT_BUS_NAME: wiring.bus_name,
             c.ENV_REQUEUE_QUEUE_URL: wiring.queues[c.REQUEUE].queue_url,
             c.ENV_TIMER_STATE_MACHINE_ARN: wiring.state_machine.state_machine_arn,
             c.ENV_CLUSTER_NAME: config.cluster_name,

@@ -7,6 +7,8 @@ gangs healthy?" (evictions and deactivations above a threshold).
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -43,7 +45,7 @@ class Monitoring(Construct):
         super().__init__(scope, construct_id)
         self.thresholds: AlarmThresholds = config.alarm_thresholds
         self.topic = self._topic(config, removal_policy)
-        self.alarms: dict[str, cw.Alarm] = {}
+        self.alarms: dict[str, _NamedAlarm] = {}
 
         oldest = {
             c.INGEST: self.thresholds.ingest_oldest_message_seconds,
@@ -138,8 +140,10 @@ class Monitoring(Construct):
             topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
         return topic
 
-    def _alarm(self, name: str, metric: cw.IMetric, threshold: int, description: str) -> cw.Alarm:
-        alarm = cw.Alarm(
+    def _alarm(
+        self, name: str, metric: cw.IMetric, threshold: int, description: str
+    ) -> _NamedAlarm:
+        alarm = _NamedAlarm(
             self,
             name,
             alarm_name=f"{Stack.of(self).stack_name}-{name}",
@@ -275,9 +279,12 @@ class Monitoring(Construct):
                 width=12,
             ),
         )
-        dashboard.add_widgets(
-            cw.AlarmStatusWidget(alarms=list(self.alarms.values()), title="Alarms", width=24)
-        )
+        # Alarms by name rather than `Fn::GetAtt Arn`, which some AWS emulators cannot resolve.
+        by_name = [
+            cw.Alarm.from_alarm_name(self, f"{key}Status", alarm.alarm_name_literal)
+            for key, alarm in self.alarms.items()
+        ]
+        dashboard.add_widgets(cw.AlarmStatusWidget(alarms=by_name, title="Alarms", width=24))
         return dashboard
 
 
@@ -291,3 +298,13 @@ def _muster_metric(
         statistic=statistic,
         period=period,
     )
+
+
+class _NamedAlarm(cw.Alarm):
+    """An alarm that remembers the literal name it was given."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, alarm_name: str, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, alarm_name=alarm_name, **kwargs)
+        self.alarm_name_literal = alarm_name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack, Tags
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -65,8 +65,9 @@ class MusterStack(Stack):
         layer_builder: LayerBuilder | None = None,
         **kwargs: Any,
     ) -> None:
+        # Stack tags: the CLI applies them to every resource at deploy time.
+        kwargs.setdefault("tags", {"muster:cluster": config.cluster_name})
         super().__init__(scope, construct_id, **kwargs)
-        Tags.of(self).add("muster:cluster", config.cluster_name)
         removal = (
             RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
         )
@@ -98,6 +99,7 @@ class MusterStack(Stack):
             wiring=FunctionWiring(
                 table=table.table,
                 bus=bus.bus,
+                bus_name=bus.bus_name,
                 queues={name: pair.queue for name, pair in queues.by_name.items()},
                 state_machine=timers.state_machine,
                 state_machine_name=timers.state_machine_name,
@@ -132,7 +134,7 @@ class MusterStack(Stack):
             timer_state_machine_name=timers.state_machine_name,
         )
 
-        self._output(c.OUT_EVENT_BUS_NAME, bus.bus.event_bus_name, "Bus the agent puts events on")
+        self._output(c.OUT_EVENT_BUS_NAME, bus.bus_name, "Bus the agent puts events on")
         self._output(c.OUT_EVENT_BUS_ARN, bus.bus.event_bus_arn, "ARN of the bus")
         self._output(c.OUT_TABLE_NAME, table.table.table_name, "State table")
         for name, key in c.OUT_QUEUE_URLS.items():

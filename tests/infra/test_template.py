@@ -253,9 +253,7 @@ def test_the_timer_waits_until_the_deadline_then_signals_the_timer_queue(
     assert props["StateMachineName"] == "Muster-ReadinessTimers"
     assert props["LoggingConfiguration"]["Level"] == "ALL"
     assert props["TracingConfiguration"] == {"Enabled": True}
-    definition = json.loads(
-        _render(props["DefinitionString"]).replace('"<', '"<').replace('>"', '>"')
-    )
+    definition = json.loads(_render(props["DefinitionString"]))
     assert definition["StartAt"] == c.STATE_WAIT
     wait = definition["States"][c.STATE_WAIT]
     assert wait == {
