@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 
-import aws_cdk as cdk
+# Deprecation notices from inside aws-cdk-lib are not actionable here.
+os.environ.setdefault("JSII_DEPRECATED", "quiet")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from infra.app import build_app, cdk_json_context
+import aws_cdk as cdk  # noqa: E402
+
+from infra.app import build_app, cdk_json_context  # noqa: E402
 
 if "CDK_CONTEXT_JSON" in os.environ or (
     "CDK_OUTDIR" in os.environ and "CDK_CLI_VERSION" in os.environ

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("JSII_DEPRECATED", "quiet")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK = "Muster"
