@@ -14,9 +14,9 @@ import os
 os.environ.setdefault("JSII_DEPRECATED", "quiet")
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-import aws_cdk as cdk  # noqa: E402
+import aws_cdk as cdk
 
-from infra.app import build_app, cdk_json_context  # noqa: E402
+from infra.app import build_app, cdk_json_context
 
 if "CDK_CONTEXT_JSON" in os.environ or (
     "CDK_OUTDIR" in os.environ and "CDK_CLI_VERSION" in os.environ
