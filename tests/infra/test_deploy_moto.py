@@ -118,3 +118,53 @@ def test_the_stack_deploys_and_its_timer_signals_the_timer_queue(
         + ":team-a-llama-1-startup-0"
     )
     assert history["status"] == "SUCCEEDED"
+
+
+def test_a_local_moto_server_runs_the_same_stack(
+    synthesized: Synthesized, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a moto server in this process, as the local mode runs it
+    import socket
+
+    import moto.stepfunctions.models as sfn_models
+
+    from infra.deploy_local import start_local_aws
+
+    monkeypatch.setattr(sfn_models, "stepfunctions_backends", sfn_models.stepfunctions_backends)
+    monkeypatch.setenv("MOTO_PORT", "0")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = start_local_aws(port)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        session = boto3.Session(region_name=REGION)
+        # WHEN the assembly is deployed through the endpoint
+        deployed = deploy_assembly(
+            synthesized.assembly_dir, STACK, session=session, endpoint_url=endpoint
+        )
+        # THEN a timer started there signals the timer queue after its deadline
+        timer = {
+            "workload": "ns/job",
+            "attempt": 2,
+            "kind": "recovery",
+            "episode": 1,
+            "deadline": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        session.client("stepfunctions", endpoint_url=endpoint).start_execution(
+            stateMachineArn=deployed.outputs[c.OUT_TIMER_STATE_MACHINE_ARN],
+            name="ns-job-2-recovery-1",
+            input=json.dumps(timer),
+        )
+        sqs = session.client("sqs", endpoint_url=endpoint)
+        received: list[dict[str, Any]] = []
+        started = time.monotonic()
+        while not received and time.monotonic() - started < 15:
+            received = sqs.receive_message(
+                QueueUrl=deployed.outputs[c.OUT_TIMER_QUEUE_URL], WaitTimeSeconds=1
+            ).get("Messages", [])
+        assert received and json.loads(received[0]["Body"]) == timer
+    finally:
+        server.stop()
