@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import REPO_ROOT, STACK, Synthesized
+from tests.infra.conftest import REPO_ROOT, STACK, Synthesized, offline_env
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +32,14 @@ def test_cfn_lint_accepts_the_template(synthesized: Synthesized) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_npx_cdk_synth_works_with_the_pinned_cli(tmp_path: Path) -> None:
+def test_npx_cdk_synth_works_with_the_pinned_cli(synthesized: Synthesized, tmp_path: Path) -> None:
     if shutil.which("npx") is None:
         pytest.skip("Node.js (npx) is not installed")
     cli = REPO_ROOT / "node_modules" / ".bin" / "cdk"
     if not cli.exists():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=REPO_ROOT, check=True)
     pinned = json.loads((REPO_ROOT / "package.json").read_text())["devDependencies"]["aws-cdk"]
-    env = dict(os.environ)
-    # `python3` in cdk.json is this interpreter (the project's virtual environment).
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"] = "20"
-    env["CDK_DISABLE_VERSION_CHECK"] = "1"
+    env = offline_env()
     version = subprocess.run(
         ["npx", "--no-install", "cdk", "--version"],
         cwd=REPO_ROOT,

@@ -52,14 +52,18 @@ def test_an_existing_topic_without_access_entries_and_with_destroy(tmp_path: Any
         assert group["Properties"]["RetentionInDays"] == 7
 
 
-def test_settings_and_thresholds_reach_the_functions_and_alarms(tmp_path: Any) -> None:
+def test_settings_thresholds_and_alarm_email_reach_the_stack(tmp_path: Any) -> None:
     template = synth(
         tmp_path,
         **{
             c.CTX_SETTINGS: {"timeout": "15m", "blockAdmission": True},
             c.CTX_ALARM_THRESHOLDS: {"evictionsPerHour": 3},
             c.CTX_STACK_NAME: "MusterSpot",
+            c.CTX_ALARM_EMAIL: "platform@example.com",
         },
+    )
+    template.has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "platform@example.com"}
     )
     for function in template.find_resources("AWS::Lambda::Function").values():
         env = function["Properties"]["Environment"]["Variables"]
