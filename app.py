@@ -18,10 +18,8 @@ import aws_cdk as cdk
 
 from infra.app import build_app, cdk_json_context
 
-if "CDK_CONTEXT_JSON" in os.environ or (
-    "CDK_OUTDIR" in os.environ and "CDK_CLI_VERSION" in os.environ
-):
-    app = cdk.App()  # under the CDK CLI: it passes context and the output folder
+if "CDK_CLI_VERSION" in os.environ or "CDK_CONTEXT_JSON" in os.environ:
+    app = cdk.App()  # under the CDK CLI: it passes the context and the output folder
 else:
     app = cdk.App(context=cdk_json_context(), outdir=os.environ.get("CDK_OUTDIR") or "cdk.out")
 build_app(app).synth()
