@@ -27,12 +27,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) node_modules/.installed
+
+# The pinned CDK CLI (package.json); the infrastructure tests run `npx cdk synth`.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	touch $@
 
 demo: $(STAMP)
 	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/demo
 
-test: lint typecheck
+test: lint typecheck node_modules/.installed
 	$(BIN)/python -m pytest
 
 unit: $(STAMP)

@@ -80,7 +80,10 @@ def run_command(args: argparse.Namespace) -> int:
     print(summary_table([run]))
     print(f"\nwall {result.wall_seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
     if result.runner_errors:
-        print(f"{len(result.runner_errors)} function errors (retried): {result.runner_errors[:3]}", file=sys.stderr)
+        print(
+            f"{len(result.runner_errors)} function errors (retried): {result.runner_errors[:3]}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -119,16 +122,33 @@ def as_run_result(scenario: Scenario, result: LocalResult) -> RunResult:
     kube.finish_accounting(end)
     scaled = replace(scenario, workloads=scenario.workloads)
     summary = summarize(
-        scaled, kube, tracking, end, evictions, requeues, len(result.events), {}, result.wall_seconds
+        scaled,
+        kube,
+        tracking,
+        end,
+        evictions,
+        requeues,
+        len(result.events),
+        {},
+        result.wall_seconds,
     )
     for key in ("usefulGpuHours", "wastedGpuHours", "idleGpuHours"):
         summary[key] = round(summary[key] * scale, 3)
     for key in ("queueDelaySeconds", "jctSeconds"):
-        summary[key] = {k: None if v is None else round(v * scale, 3) for k, v in summary[key].items()}
+        summary[key] = {
+            k: None if v is None else round(v * scale, 3) for k, v in summary[key].items()
+        }
     summary["makespanSeconds"] = round(summary["makespanSeconds"] * scale, 3)
     summary["policy"] = "local"
     summary["timeScale"] = scale
     samples = [GpuSample(s.t * scale, s.useful, s.held, s.available) for s in kube.samples]
     return RunResult(
-        scenario.name, "local", scenario.seed, result.events, summary, samples, kube.total_gpus, end * scale
+        scenario.name,
+        "local",
+        scenario.seed,
+        result.events,
+        summary,
+        samples,
+        kube.total_gpus,
+        end * scale,
     )

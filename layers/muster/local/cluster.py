@@ -146,7 +146,9 @@ class LocalCluster:
         if what == "submit":
             w = self._specs[item[1]]
             self.kube.add_job(
-                JobSpec(w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready)
+                JobSpec(
+                    w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready
+                )
             )
             self._workload_event(w.name, "Active")
         elif what == "ready":

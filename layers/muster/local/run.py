@@ -33,7 +33,17 @@ from muster.sim.scenario import Scenario
 STACK = "MusterLocal"
 CLUSTER = "local"
 TAP_QUEUE = "muster-local-lifecycle-tap"
-LOG_FIELDS = ("attempt", "reason", "cause", "count", "requeueAt", "readyPods", "gangSize", "node", "dryRun")
+LOG_FIELDS = (
+    "attempt",
+    "reason",
+    "cause",
+    "count",
+    "requeueAt",
+    "readyPods",
+    "gangSize",
+    "node",
+    "dryRun",
+)
 DONE_EVENTS = ("Finished", "Deactivated")
 
 
@@ -104,7 +114,9 @@ def deploy(root: Path, assembly: Path, endpoint: Endpoint) -> dict[str, str]:
         check=False,
     )
     if done.returncode != 0:
-        raise LocalModeError(f"deploying the stack into the local endpoint failed:\n{done.stderr[-4000:]}")
+        raise LocalModeError(
+            f"deploying the stack into the local endpoint failed:\n{done.stderr[-4000:]}"
+        )
     outputs: dict[str, str] = json.loads(done.stdout)["outputs"]
     return outputs
 
@@ -113,13 +125,17 @@ def tap_lifecycle(endpoint: Endpoint, bus_name: str) -> str:
     """A queue that receives every lifecycle event of the bus (a user's own rule would do the same)."""
     sqs, events = endpoint.client("sqs"), endpoint.client("events")
     url: str = sqs.create_queue(QueueName=TAP_QUEUE)["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     events.put_rule(
         Name="muster-local-tap",
         EventBusName=bus_name,
         EventPattern=json.dumps({"source": ["muster.controlplane"]}),
     )
-    events.put_targets(Rule="muster-local-tap", EventBusName=bus_name, Targets=[{"Id": "tap", "Arn": arn}])
+    events.put_targets(
+        Rule="muster-local-tap", EventBusName=bus_name, Targets=[{"Id": "tap", "Arn": arn}]
+    )
     return url
 
 
@@ -153,36 +169,43 @@ def run_local(
     scaled = scale_scenario(scenario, scale)
     result = LocalResult(scenario.name, scale)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="muster-local-") as tmp, moto_server(port=port) as endpoint:
-        with _environment(endpoint.environment()):
-            synthesize(root, Path(tmp) / "cdk.out", scaled.settings.to_dict())
-            result.outputs = deploy(root, Path(tmp) / "cdk.out", endpoint)
-            bus = _output(result.outputs, "EventBusName")
-            tap = tap_lifecycle(endpoint, bus)
-            sqs = endpoint.client("sqs")
-            cluster = LocalCluster(scaled, EventBridgeSender(endpoint.client("events"), bus), cluster_name=CLUSTER)
-            result.cluster = cluster
-            wiring.use_cluster(lambda _config: cluster)
-            runner = LambdaRunner(
-                sqs, discover(endpoint.client("lambda"), sqs, resolver_for(root / "functions")), retry_visibility=1
-            )
-            open_workloads = {w.name for w in scaled.workloads}
-            runner.start(interval=tick)
-            try:
-                cluster.start()
-                while open_workloads and cluster.now() <= scaled.until:
-                    cluster.step()
-                    for entry in _read_tap(sqs, tap, cluster.started_at, scale):
-                        result.events.append(entry)
-                        if entry["event"] in DONE_EVENTS:
-                            open_workloads.discard(entry["workload"])
-                        if on_event is not None:
-                            on_event(entry)
-                    time.sleep(tick)
-            finally:
-                runner.stop()
-                wiring.use_cluster(None)
-            result.runner_errors = list(runner.stats.errors)
+    with (
+        tempfile.TemporaryDirectory(prefix="muster-local-") as tmp,
+        moto_server(port=port) as endpoint,
+        _environment(endpoint.environment()),
+    ):
+        synthesize(root, Path(tmp) / "cdk.out", scaled.settings.to_dict())
+        result.outputs = deploy(root, Path(tmp) / "cdk.out", endpoint)
+        bus = _output(result.outputs, "EventBusName")
+        tap = tap_lifecycle(endpoint, bus)
+        sqs = endpoint.client("sqs")
+        cluster = LocalCluster(
+            scaled, EventBridgeSender(endpoint.client("events"), bus), cluster_name=CLUSTER
+        )
+        result.cluster = cluster
+        wiring.use_cluster(lambda _config: cluster)
+        runner = LambdaRunner(
+            sqs,
+            discover(endpoint.client("lambda"), sqs, resolver_for(root / "functions")),
+            retry_visibility=1,
+        )
+        open_workloads = {w.name for w in scaled.workloads}
+        runner.start(interval=tick)
+        try:
+            cluster.start()
+            while open_workloads and cluster.now() <= scaled.until:
+                cluster.step()
+                for entry in _read_tap(sqs, tap, cluster.started_at, scale):
+                    result.events.append(entry)
+                    if entry["event"] in DONE_EVENTS:
+                        open_workloads.discard(entry["workload"])
+                    if on_event is not None:
+                        on_event(entry)
+                time.sleep(tick)
+        finally:
+            runner.stop()
+            wiring.use_cluster(None)
+        result.runner_errors = list(runner.stats.errors)
     result.events.sort(key=lambda e: (e["t"], e.get("_order", 0)))
     for e in result.events:
         e.pop("_order", None)
@@ -194,7 +217,9 @@ def _output(outputs: dict[str, str], suffix: str) -> str:
     for key, value in outputs.items():
         if key.endswith(suffix):
             return value
-    raise LocalModeError(f"the deployed stack has no output ending in {suffix!r}: {sorted(outputs)}")
+    raise LocalModeError(
+        f"the deployed stack has no output ending in {suffix!r}: {sorted(outputs)}"
+    )
 
 
 def _read_tap(sqs: Any, url: str, epoch0: float, scale: float) -> list[dict[str, Any]]:
@@ -233,9 +258,7 @@ def print_event(stream: TextIO) -> Callable[[dict[str, Any]], None]:
     """The live view: one line per lifecycle event, as it happens."""
 
     def show(e: dict[str, Any]) -> None:
-        extra = " ".join(
-            f"{k}={e[k]}" for k in ("attempt", "reason", "cause", "count") if k in e
-        )
+        extra = " ".join(f"{k}={e[k]}" for k in ("attempt", "reason", "cause", "count") if k in e)
         stream.write(f"[{e['t']:>8.1f}s] {e['workload']:<16} {e['event']:<16} {extra}\n")
         stream.flush()
 

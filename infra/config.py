@@ -1,0 +1,293 @@
+"""Deployment configuration read from CDK context (cdk.json or `cdk -c key=value`).
+
+Every key is documented in the README's Deploy section. Values given on the
+command line arrive as strings, so numbers, booleans and JSON documents are
+accepted in either form. Bad input raises `ConfigError` naming the key.
+
+The settings document is passed through to the functions as JSON
+(`MUSTER_SETTINGS`); the runtime validates it fully. Here it is only checked
+lightly (known keys, value shapes) so that a typo fails at synth rather than at
+the first event, without importing runtime code into the infrastructure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra import constants as c
+
+
+class ConfigError(ValueError):
+    """Unusable deployment configuration; the message names the context key."""
+
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192,
+    2557, 2922, 3288, 3653,
+)  # fmt: skip
+REMOVAL_POLICIES = ("retain", "destroy")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmThresholds:
+    """When the alarms fire; each is documented with its context key in the README."""
+
+    dlq_messages: int = 1
+    function_errors: int = 1
+    function_throttles: int = 10
+    ingest_oldest_message_seconds: int = 300
+    timer_oldest_message_seconds: int = 300
+    requeue_oldest_message_seconds: int = 1800
+    timer_executions_failed: int = 1
+    evictions_per_hour: int = 20
+    deactivations_per_hour: int = 1
+
+
+_THRESHOLD_KEYS = {
+    "dlqMessages": "dlq_messages",
+    "functionErrors": "function_errors",
+    "functionThrottles": "function_throttles",
+    "ingestOldestMessageSeconds": "ingest_oldest_message_seconds",
+    "timerOldestMessageSeconds": "timer_oldest_message_seconds",
+    "requeueOldestMessageSeconds": "requeue_oldest_message_seconds",
+    "timerExecutionsFailed": "timer_executions_failed",
+    "evictionsPerHour": "evictions_per_hour",
+    "deactivationsPerHour": "deactivations_per_hour",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MusterConfig:
+    """Everything a deployment may choose, resolved with defaults."""
+
+    cluster_name: str
+    stack_name: str = c.DEFAULT_STACK_NAME
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    alarm_email: str | None = None
+    alarm_topic_arn: str | None = None
+    alarm_thresholds: AlarmThresholds = field(default_factory=AlarmThresholds)
+    log_retention_days: int = 30
+    removal_policy: str = "retain"
+    create_eks_access_entries: bool = True
+    agent_namespace: str = c.DEFAULT_AGENT_NAMESPACE
+    agent_service_account: str = c.DEFAULT_AGENT_SERVICE_ACCOUNT
+    history_ttl_days: int = 30
+    log_level: str = "INFO"
+
+    @property
+    def settings_json(self) -> str:
+        return json.dumps(dict(self.settings), sort_keys=True, separators=(",", ":"))
+
+
+def load_config(get: Callable[[str], Any]) -> MusterConfig:
+    """Configuration from a context lookup such as `app.node.try_get_context`."""
+    cluster = _string(get, c.CTX_CLUSTER_NAME, None)
+    if not cluster:
+        raise ConfigError(
+            f"{c.CTX_CLUSTER_NAME}: required; the name of the EKS cluster Muster manages "
+            f"(set it in cdk.json or pass -c {c.CTX_CLUSTER_NAME}=NAME)"
+        )
+    if not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", cluster):
+        raise ConfigError(f"{c.CTX_CLUSTER_NAME}: {cluster!r} is not a valid EKS cluster name")
+    stack_name = _string(get, c.CTX_STACK_NAME, c.DEFAULT_STACK_NAME) or c.DEFAULT_STACK_NAME
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", stack_name):
+        raise ConfigError(f"{c.CTX_STACK_NAME}: {stack_name!r} is not a valid stack name")
+
+    settings = _document(get, c.CTX_SETTINGS)
+    check_settings(settings)
+
+    email = _string(get, c.CTX_ALARM_EMAIL, None) or None
+    if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
+        raise ConfigError(f"{c.CTX_ALARM_EMAIL}: {email!r} is not an e-mail address")
+    topic_arn = _string(get, c.CTX_ALARM_TOPIC_ARN, None) or None
+    if topic_arn is not None and not re.fullmatch(r"arn:aws[a-z-]*:sns:[^:]+:\d{12}:.+", topic_arn):
+        raise ConfigError(f"{c.CTX_ALARM_TOPIC_ARN}: {topic_arn!r} is not an SNS topic ARN")
+
+    thresholds = _thresholds(_document(get, c.CTX_ALARM_THRESHOLDS))
+
+    retention = _integer(get, c.CTX_LOG_RETENTION_DAYS, 30)
+    if retention not in LOG_RETENTION_DAYS:
+        raise ConfigError(
+            f"{c.CTX_LOG_RETENTION_DAYS}: {retention} is not a CloudWatch Logs retention; "
+            f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}"
+        )
+    removal = (_string(get, c.CTX_REMOVAL_POLICY, "retain") or "retain").lower()
+    if removal not in REMOVAL_POLICIES:
+        raise ConfigError(
+            f"{c.CTX_REMOVAL_POLICY}: must be one of {REMOVAL_POLICIES}, got {removal!r}"
+        )
+    level = (_string(get, c.CTX_LOG_LEVEL, "INFO") or "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
+    ttl = _integer(get, c.CTX_HISTORY_TTL_DAYS, 30)
+    if ttl < 1:
+        raise ConfigError(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
+    namespace = _string(get, c.CTX_AGENT_NAMESPACE, c.DEFAULT_AGENT_NAMESPACE)
+    account = _string(get, c.CTX_AGENT_SERVICE_ACCOUNT, c.DEFAULT_AGENT_SERVICE_ACCOUNT)
+    for key, value in ((c.CTX_AGENT_NAMESPACE, namespace), (c.CTX_AGENT_SERVICE_ACCOUNT, account)):
+        if not value or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+            raise ConfigError(f"{key}: {value!r} is not a Kubernetes name")
+
+    return MusterConfig(
+        cluster_name=cluster,
+        stack_name=stack_name,
+        settings=settings,
+        alarm_email=email,
+        alarm_topic_arn=topic_arn,
+        alarm_thresholds=thresholds,
+        log_retention_days=retention,
+        removal_policy=removal,
+        create_eks_access_entries=_boolean(get, c.CTX_CREATE_EKS_ACCESS, True),
+        agent_namespace=namespace or c.DEFAULT_AGENT_NAMESPACE,
+        agent_service_account=account or c.DEFAULT_AGENT_SERVICE_ACCOUNT,
+        history_ttl_days=ttl,
+        log_level=level,
+    )
+
+
+# ---------------------------------------------------------------- settings (light check)
+
+_DURATION = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms))+$|^\d+(\.\d+)?$")
+_STRATEGY = {
+    "timestamp": "timestamp",
+    "backoffLimitCount": "count",
+    "backoffLimitTimeout": "duration",
+    "backoffBaseSeconds": "number",
+    "backoffMaxSeconds": "number",
+    "backoffJitter": "number",
+}
+_QUEUE = {
+    "timeout": "duration",
+    "recoveryTimeout": "duration",
+    "requeuingStrategy": "strategy",
+    "maxTimeout": "duration",
+    "gpuQuota": "count",
+    "dryRun": "bool",
+    "nodeReplacementEviction": "bool",
+}
+_GLOBAL = {**_QUEUE, "blockAdmission": "bool", "queues": "queues"}
+
+
+def check_settings(doc: Mapping[str, Any], path: str = "") -> None:
+    """Shape check of a settings document (names of DESIGN.md's settings table)."""
+    allowed = _GLOBAL if not path else _QUEUE
+    for key, value in doc.items():
+        name = f"{c.CTX_SETTINGS}.{path}{key}"
+        kind = allowed.get(key)
+        if kind is None:
+            if path and key == "blockAdmission":
+                raise ConfigError(f"{name}: blockAdmission is cluster-wide, not per queue")
+            raise ConfigError(f"{name}: unknown setting; known: {', '.join(sorted(allowed))}")
+        _check_value(name, kind, value)
+        if kind == "strategy":
+            for sub, subvalue in value.items():
+                subkind = _STRATEGY.get(sub)
+                if subkind is None:
+                    raise ConfigError(
+                        f"{name}.{sub}: unknown setting; known: {', '.join(sorted(_STRATEGY))}"
+                    )
+                _check_value(f"{name}.{sub}", subkind, subvalue)
+        elif kind == "queues":
+            for queue, overrides in value.items():
+                if not isinstance(overrides, Mapping):
+                    raise ConfigError(f"{name}.{queue}: must be a mapping of settings")
+                check_settings(overrides, f"{path}queues.{queue}.")
+
+
+def _check_value(name: str, kind: str, value: Any) -> None:
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "duration":
+        ok = (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0) or (
+            isinstance(value, str) and bool(_DURATION.match(value))
+        )
+    elif kind == "count":
+        ok = value is None or (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        )
+    elif kind == "number":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    elif kind == "timestamp":
+        ok = value in ("Eviction", "Creation")
+    else:  # strategy, queues
+        ok = isinstance(value, Mapping)
+    if not ok:
+        expected = {
+            "bool": "true or false",
+            "duration": "a duration such as 90s, 5m, 1h30m or seconds",
+            "count": "a non-negative integer",
+            "number": "a non-negative number",
+            "timestamp": "Eviction or Creation",
+            "strategy": "a mapping",
+            "queues": "a mapping of queue name to settings",
+        }[kind]
+        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+
+
+# ---------------------------------------------------------------- context value helpers
+
+
+def _string(get: Callable[[str], Any], key: str, default: str | None) -> str | None:
+    value = get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value.strip()
+
+
+def _integer(get: Callable[[str], Any], key: str, default: int) -> int:
+    value = get(key)
+    if value is None:
+        return default
+    if isinstance(value, str) and re.fullmatch(r"\d+", value.strip()):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+
+
+def _boolean(get: Callable[[str], Any], key: str, default: bool) -> bool:
+    value = get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _document(get: Callable[[str], Any], key: str) -> dict[str, Any]:
+    value = get(key)
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{key}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a JSON object, got {value!r}")
+    return dict(value)
+
+
+def _thresholds(doc: Mapping[str, Any]) -> AlarmThresholds:
+    values: dict[str, int] = {}
+    for key, value in doc.items():
+        attr = _THRESHOLD_KEYS.get(key)
+        name = f"{c.CTX_ALARM_THRESHOLDS}.{key}"
+        if attr is None:
+            raise ConfigError(
+                f"{name}: unknown threshold; known: {', '.join(sorted(_THRESHOLD_KEYS))}"
+            )
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{name}: expected a whole number of at least 1, got {value!r}")
+        values[attr] = value
+    return AlarmThresholds(**values)

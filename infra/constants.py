@@ -1,0 +1,155 @@
+"""Names, construct ids, context keys and output keys of the Muster CDK app.
+
+The stack, its constructs and the infrastructure tests all import these, so a
+rename happens in one place. Nothing here imports runtime code.
+"""
+
+from __future__ import annotations
+
+SERVICE_NAME = "muster"
+METRICS_NAMESPACE = "Muster"
+DEFAULT_STACK_NAME = "Muster"
+
+# ---------------------------------------------------------------- context keys (cdk.json)
+CTX_STACK_NAME = "muster:stackName"
+CTX_CLUSTER_NAME = "muster:clusterName"
+CTX_SETTINGS = "muster:settings"
+CTX_ALARM_EMAIL = "muster:alarmEmail"
+CTX_ALARM_TOPIC_ARN = "muster:alarmTopicArn"
+CTX_ALARM_THRESHOLDS = "muster:alarmThresholds"
+CTX_LOG_RETENTION_DAYS = "muster:logRetentionDays"
+CTX_REMOVAL_POLICY = "muster:removalPolicy"
+CTX_CREATE_EKS_ACCESS = "muster:createEksAccessEntries"
+CTX_AGENT_NAMESPACE = "muster:agentNamespace"
+CTX_AGENT_SERVICE_ACCOUNT = "muster:agentServiceAccount"
+CTX_HISTORY_TTL_DAYS = "muster:historyTtlDays"
+CTX_LOG_LEVEL = "muster:logLevel"
+
+# ---------------------------------------------------------------- construct ids
+ID_EVENTS = "Events"
+ID_BUS = "Bus"
+ID_AGENT_RULE = "AgentEventsToIngest"
+ID_QUEUES = "Queues"
+ID_TABLE = "State"
+ID_TIMERS = "Timers"
+ID_STATE_MACHINE = "TimerStateMachine"
+ID_LAYER = "MusterLayer"
+ID_FUNCTIONS = "Functions"
+ID_MONITORING = "Monitoring"
+ID_SECURITY = "Security"
+ID_AGENT_ROLE = "AgentRole"
+ID_EKS_ACCESS = "EksAccess"
+
+# The three control-plane functions, their queue and the folder of their code.
+INGEST = "ingest"
+TIMER = "timer"
+ADMISSION = "admission"
+FUNCTION_NAMES = (INGEST, TIMER, ADMISSION)
+QUEUE_NAMES = (INGEST, TIMER, "requeue")
+REQUEUE = "requeue"
+# Which queue each function consumes.
+FUNCTION_QUEUE = {INGEST: INGEST, TIMER: TIMER, ADMISSION: REQUEUE}
+HANDLER = "handler.handler"
+PYTHON_RUNTIME = "python3.12"
+PYTHON_VERSION = "3.12"
+LAYER_PLATFORM = "manylinux2014_x86_64"
+
+# Function timeouts (seconds) and memory (MiB); each queue's visibility timeout is
+# VISIBILITY_FACTOR times its consumer's timeout, as AWS advises for SQS sources.
+FUNCTION_TIMEOUT_SECONDS = {INGEST: 30, TIMER: 30, ADMISSION: 60}
+FUNCTION_MEMORY_MB = {INGEST: 512, TIMER: 256, ADMISSION: 512}
+VISIBILITY_FACTOR = 6
+MAX_RECEIVE_COUNT = 5
+BATCH_SIZE = {INGEST: 10, TIMER: 10, ADMISSION: 10}
+ADMISSION_RESERVED_CONCURRENCY = 1
+DLQ_RETENTION_DAYS = 14
+
+# ---------------------------------------------------------------- event bus
+AGENT_SOURCE = "muster.agent"
+CONTROLPLANE_SOURCE = "muster.controlplane"
+AGENT_DETAIL_TYPES = ("Workload Observed", "Pod Observed", "Node Observed")
+AGENT_EVENT_PATTERN = {"source": [AGENT_SOURCE]}
+
+# ---------------------------------------------------------------- table
+PARTITION_KEY = "pk"
+SORT_KEY = "sk"
+TTL_ATTRIBUTE = "expiresAt"
+GSI1_NAME = "gsi1"
+GSI1_PARTITION_KEY = "gsi1pk"
+GSI1_SORT_KEY = "gsi1sk"
+
+# ---------------------------------------------------------------- timer state machine
+TIMER_STATE_MACHINE_SUFFIX = "ReadinessTimers"
+STATE_WAIT = "WaitUntilDeadline"
+STATE_SIGNAL = "SignalDeadlineReached"
+TIMER_DEADLINE_PATH = "$.deadline"
+
+# ---------------------------------------------------------------- EKS
+KUBERNETES_GROUP = "muster-controlplane"
+DEFAULT_AGENT_NAMESPACE = "muster-system"
+DEFAULT_AGENT_SERVICE_ACCOUNT = "muster-agent"
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+
+# ---------------------------------------------------------------- function environment
+ENV_TABLE_NAME = "MUSTER_TABLE_NAME"
+ENV_EVENT_BUS_NAME = "MUSTER_EVENT_BUS_NAME"
+ENV_REQUEUE_QUEUE_URL = "MUSTER_REQUEUE_QUEUE_URL"
+ENV_TIMER_STATE_MACHINE_ARN = "MUSTER_TIMER_STATE_MACHINE_ARN"
+ENV_CLUSTER_NAME = "MUSTER_CLUSTER_NAME"
+ENV_SETTINGS = "MUSTER_SETTINGS"
+ENV_HISTORY_TTL_DAYS = "MUSTER_HISTORY_TTL_DAYS"
+ENV_POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
+ENV_POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+ENV_LOG_LEVEL = "LOG_LEVEL"
+FUNCTION_ENVIRONMENT_KEYS = (
+    ENV_TABLE_NAME,
+    ENV_EVENT_BUS_NAME,
+    ENV_REQUEUE_QUEUE_URL,
+    ENV_TIMER_STATE_MACHINE_ARN,
+    ENV_CLUSTER_NAME,
+    ENV_SETTINGS,
+    ENV_HISTORY_TTL_DAYS,
+    ENV_POWERTOOLS_SERVICE_NAME,
+    ENV_POWERTOOLS_METRICS_NAMESPACE,
+    ENV_LOG_LEVEL,
+)
+
+# ---------------------------------------------------------------- metrics (namespace Muster)
+METRIC_ADMISSIONS = "Admissions"
+METRIC_EVICTIONS = "Evictions"
+METRIC_REQUEUES = "Requeues"
+METRIC_DEACTIVATIONS = "Deactivations"
+METRIC_PODS_READY = "PodsReady"
+METRIC_ADMITTED_TO_READY = "AdmittedToReadySeconds"
+METRIC_INVALID_EVENTS = "InvalidEvents"
+METRIC_IGNORED_EVENTS = "IgnoredEvents"
+# Eviction (reason, cause) pairs counted by the eviction alarm: the readiness
+# timeouts, which are what a bad timeout or a starved cluster produces.
+TIMEOUT_EVICTIONS = (("PodsReadyTimeout", "WaitForStart"), ("PodsReadyTimeout", "WaitForRecovery"))
+
+# ---------------------------------------------------------------- stack outputs
+OUT_EVENT_BUS_NAME = "EventBusName"
+OUT_EVENT_BUS_ARN = "EventBusArn"
+OUT_TABLE_NAME = "TableName"
+OUT_INGEST_QUEUE_URL = "IngestQueueUrl"
+OUT_TIMER_QUEUE_URL = "TimerQueueUrl"
+OUT_REQUEUE_QUEUE_URL = "RequeueQueueUrl"
+OUT_TIMER_STATE_MACHINE_ARN = "TimerStateMachineArn"
+OUT_AGENT_ROLE_ARN = "AgentRoleArn"
+OUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
+OUT_DASHBOARD_NAME = "DashboardName"
+OUT_FUNCTION_ROLE_ARNS = {
+    INGEST: "IngestFunctionRoleArn",
+    TIMER: "TimerFunctionRoleArn",
+    ADMISSION: "AdmissionFunctionRoleArn",
+}
+OUT_FUNCTION_NAMES = {
+    INGEST: "IngestFunctionName",
+    TIMER: "TimerFunctionName",
+    ADMISSION: "AdmissionFunctionName",
+}
+OUT_QUEUE_URLS = {
+    INGEST: OUT_INGEST_QUEUE_URL,
+    TIMER: OUT_TIMER_QUEUE_URL,
+    REQUEUE: OUT_REQUEUE_QUEUE_URL,
+}

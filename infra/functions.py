@@ -1,0 +1,149 @@
+"""The three control-plane functions, each behind its queue and with its own role.
+
+Handlers are thin (`functions/<name>/handler.py`); every decision lives in the
+`muster` package of the layer. All three carry out the core's effects (write
+state, publish lifecycle events, start and stop timers, request requeues and
+admission passes, act on the cluster), so each role gets the same narrow set of
+named resources, plus consuming its own queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra import constants as c
+from infra.config import MusterConfig
+from infra.layer import REPO_ROOT
+
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+
+
+@dataclass(frozen=True)
+class FunctionWiring:
+    """What the functions read and write (passed in so the construct stays a leaf)."""
+
+    table: dynamodb.ITable
+    bus: events.IEventBus
+    bus_name: str
+    queues: dict[str, sqs.IQueue]  # by queue name
+    state_machine: sfn.IStateMachine
+    state_machine_name: str
+    layer: lambda_.ILayerVersion
+    log_retention: logs.RetentionDays
+    removal_policy: RemovalPolicy
+
+
+class ControlPlaneFunctions(Construct):
+    """`ingest`, `timer` and `admission`."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, config: MusterConfig, wiring: FunctionWiring
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.cluster_arn = stack.format_arn(
+            service="eks", resource="cluster", resource_name=config.cluster_name
+        )
+        environment = {
+            c.ENV_TABLE_NAME: wiring.table.table_name,
+            c.ENV_EVENT_BUS_NAME: wiring.bus_name,
+            c.ENV_REQUEUE_QUEUE_URL: wiring.queues[c.REQUEUE].queue_url,
+            c.ENV_TIMER_STATE_MACHINE_ARN: wiring.state_machine.state_machine_arn,
+            c.ENV_CLUSTER_NAME: config.cluster_name,
+            c.ENV_SETTINGS: config.settings_json,
+            c.ENV_HISTORY_TTL_DAYS: str(config.history_ttl_days),
+            c.ENV_POWERTOOLS_SERVICE_NAME: c.SERVICE_NAME,
+            c.ENV_POWERTOOLS_METRICS_NAMESPACE: c.METRICS_NAMESPACE,
+            c.ENV_LOG_LEVEL: config.log_level,
+        }
+        self.functions: dict[str, lambda_.Function] = {}
+        self.roles: dict[str, iam.Role] = {}
+        for name in c.FUNCTION_NAMES:
+            self.functions[name], self.roles[name] = self._function(name, environment, wiring)
+
+    def _function(
+        self, name: str, environment: dict[str, str], wiring: FunctionWiring
+    ) -> tuple[lambda_.Function, iam.Role]:
+        title = name.capitalize()
+        role = iam.Role(
+            self,
+            f"{title}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"Muster {name} function",
+        )
+        log_group = logs.LogGroup(
+            self,
+            f"{title}Logs",
+            retention=wiring.log_retention,
+            removal_policy=wiring.removal_policy,
+        )
+        function = lambda_.Function(
+            self,
+            title,
+            description=f"Muster {name}: consumes the {c.FUNCTION_QUEUE[name]} queue",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.X86_64,
+            handler=c.HANDLER,
+            code=lambda_.Code.from_asset(
+                str(FUNCTIONS_DIR / name), exclude=["__pycache__", "*.pyc"]
+            ),
+            layers=[wiring.layer],
+            role=role,
+            log_group=log_group,
+            timeout=Duration.seconds(c.FUNCTION_TIMEOUT_SECONDS[name]),
+            memory_size=c.FUNCTION_MEMORY_MB[name],
+            tracing=lambda_.Tracing.ACTIVE,
+            environment=environment,
+            # One admission pass at a time: passes read and write the queue index.
+            reserved_concurrent_executions=(
+                c.ADMISSION_RESERVED_CONCURRENCY if name == c.ADMISSION else None
+            ),
+        )
+        log_group.grant_write(role)
+        function.add_event_source(
+            sources.SqsEventSource(
+                wiring.queues[c.FUNCTION_QUEUE[name]],
+                batch_size=c.BATCH_SIZE[name],
+                report_batch_item_failures=True,
+            )
+        )
+        self._grant_runtime_rights(role, wiring)
+        return function, role
+
+    def _grant_runtime_rights(self, role: iam.Role, wiring: FunctionWiring) -> None:
+        wiring.table.grant_read_write_data(role)
+        wiring.bus.grant_put_events_to(role)
+        wiring.queues[c.REQUEUE].grant_send_messages(role)
+        wiring.state_machine.grant_start_execution(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="StopReadinessTimers",
+                actions=["states:StopExecution", "states:DescribeExecution"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="states",
+                        resource="execution",
+                        resource_name=f"{wiring.state_machine_name}:*",
+                        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                    )
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DescribeManagedCluster",
+                actions=["eks:DescribeCluster"],
+                resources=[self.cluster_arn],
+            )
+        )

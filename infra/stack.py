@@ -1,0 +1,160 @@
+"""The Muster stack: one per EKS cluster. It only wires the constructs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra import constants as c
+from infra.config import LOG_RETENTION_DAYS, MusterConfig
+from infra.events import EventBus
+from infra.functions import ControlPlaneFunctions, FunctionWiring
+from infra.layer import LayerBuilder, MusterLayer
+from infra.monitoring import Monitoring
+from infra.nag import acknowledge_findings
+from infra.queues import Queues
+from infra.security import AgentRole, EksAccess
+from infra.table import StateTable
+from infra.timers import TimerStateMachine
+
+R = logs.RetentionDays
+RETENTION = dict(
+    zip(
+        LOG_RETENTION_DAYS,
+        (
+            R.ONE_DAY,
+            R.THREE_DAYS,
+            R.FIVE_DAYS,
+            R.ONE_WEEK,
+            R.TWO_WEEKS,
+            R.ONE_MONTH,
+            R.TWO_MONTHS,
+            R.THREE_MONTHS,
+            R.FOUR_MONTHS,
+            R.FIVE_MONTHS,
+            R.SIX_MONTHS,
+            R.ONE_YEAR,
+            R.THIRTEEN_MONTHS,
+            R.EIGHTEEN_MONTHS,
+            R.TWO_YEARS,
+            R.THREE_YEARS,
+            R.FIVE_YEARS,
+            R.SIX_YEARS,
+            R.SEVEN_YEARS,
+            R.EIGHT_YEARS,
+            R.NINE_YEARS,
+            R.TEN_YEARS,
+        ),
+        strict=True,
+    )
+)
+
+
+class MusterStack(Stack):
+    """Bus, queues, table, timers, functions, monitoring and access for one cluster."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: MusterConfig,
+        layer_builder: LayerBuilder | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # Stack tags: the CLI applies them to every resource at deploy time.
+        kwargs.setdefault("tags", {"muster:cluster": config.cluster_name})
+        super().__init__(scope, construct_id, **kwargs)
+        removal = (
+            RemovalPolicy.RETAIN if config.removal_policy == "retain" else RemovalPolicy.DESTROY
+        )
+        retention = RETENTION[config.log_retention_days]
+
+        queues = Queues(self, c.ID_QUEUES)
+        table = StateTable(self, c.ID_TABLE, removal_policy=removal)
+        agent = AgentRole(self, c.ID_AGENT_ROLE)
+        bus = EventBus(
+            self,
+            c.ID_EVENTS,
+            ingest_queue=queues.ingest,
+            ingest_dlq=queues.by_name[c.INGEST].dlq,
+            agent_role=agent.role,
+        )
+        agent.allow_put_events(bus.bus)
+        timers = TimerStateMachine(
+            self,
+            c.ID_TIMERS,
+            timer_queue=queues.timer,
+            log_retention=retention,
+            removal_policy=removal,
+        )
+        layer = MusterLayer(self, c.ID_LAYER, builder=layer_builder)
+        functions = ControlPlaneFunctions(
+            self,
+            c.ID_FUNCTIONS,
+            config=config,
+            wiring=FunctionWiring(
+                table=table.table,
+                bus=bus.bus,
+                bus_name=bus.bus_name,
+                queues={name: pair.queue for name, pair in queues.by_name.items()},
+                state_machine=timers.state_machine,
+                state_machine_name=timers.state_machine_name,
+                layer=layer.layer,
+                log_retention=retention,
+                removal_policy=removal,
+            ),
+        )
+        bus.restrict_put_events(list(functions.roles.values()))
+        if config.create_eks_access_entries:
+            EksAccess(
+                self,
+                c.ID_EKS_ACCESS,
+                cluster_name=config.cluster_name,
+                function_roles=dict(functions.roles),
+                agent_role=agent.role,
+                agent_namespace=config.agent_namespace,
+                agent_service_account=config.agent_service_account,
+            )
+        monitoring = Monitoring(
+            self,
+            c.ID_MONITORING,
+            config=config,
+            queues=queues.by_name,
+            functions=functions.functions,
+            state_machine=timers.state_machine,
+            removal_policy=removal,
+        )
+        acknowledge_findings(
+            self,
+            table=table.table.node.default_child,  # type: ignore[arg-type]
+            timer_state_machine_name=timers.state_machine_name,
+        )
+
+        self._output(c.OUT_EVENT_BUS_NAME, bus.bus_name, "Bus the agent puts events on")
+        self._output(c.OUT_EVENT_BUS_ARN, bus.bus.event_bus_arn, "ARN of the bus")
+        self._output(c.OUT_TABLE_NAME, table.table.table_name, "State table")
+        for name, key in c.OUT_QUEUE_URLS.items():
+            self._output(key, queues.by_name[name].queue.queue_url, f"The {name} queue")
+        self._output(
+            c.OUT_TIMER_STATE_MACHINE_ARN,
+            timers.state_machine.state_machine_arn,
+            "Readiness timers",
+        )
+        self._output(
+            c.OUT_AGENT_ROLE_ARN, agent.role.role_arn, "The agent's IAM role (Pod Identity)"
+        )
+        for name, key in c.OUT_FUNCTION_ROLE_ARNS.items():
+            self._output(key, functions.roles[name].role_arn, f"Role of the {name} function")
+        for name, key in c.OUT_FUNCTION_NAMES.items():
+            self._output(key, functions.functions[name].function_name, f"The {name} function")
+        self._output(c.OUT_ALARM_TOPIC_ARN, monitoring.topic.topic_arn, "Topic the alarms notify")
+        self._output(
+            c.OUT_DASHBOARD_NAME, monitoring.dashboard.dashboard_name, "CloudWatch dashboard"
+        )
+
+    def _output(self, key: str, value: str, description: str) -> None:
+        CfnOutput(self, key, value=value, description=description)
