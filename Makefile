@@ -8,17 +8,20 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent clean
 
 help:
-	@echo "make demo       run the built-in demonstration (sets everything up)"
+	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
+	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission"
 	@echo "make test       lint, type-check and run the whole test suite"
 	@echo "make unit       only the fast unit tests"
 	@echo "make lint       ruff"
 	@echo "make typecheck  mypy"
 	@echo "make format     ruff format + autofix"
-	@echo "make bench      run the benchmarks"
+	@echo "make bench      run all benchmarks"
 	@echo "make bench-sim  simulator throughput and the Philly week's wall time"
+	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
+	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -34,8 +37,11 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --silent
 	touch $@
 
-demo: $(STAMP)
-	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/demo
+demo: venv
+	$(BIN)/muster local --out out/demo
+
+simulate: $(STAMP)
+	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/simulate
 
 test: lint typecheck node_modules/.installed
 	$(BIN)/python -m pytest
@@ -54,11 +60,16 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+bench: bench-sim bench-ingest bench-agent
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
+
+bench-ingest: $(STAMP)
+	$(BIN)/python benchmarks/ingest_1024.py
+
+bench-agent: $(STAMP)
+	$(BIN)/python benchmarks/agent_burst.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from muster.local.moto_server import PortInUse
-from muster.local.run import LocalModeError, LocalResult, print_event, run_local
+from muster.local.moto_server import Endpoint, PortInUse
+from muster.local.run import STACK, LocalModeError, LocalResult, print_event, run_local
 from muster.sim.engine import RunResult, Tracking, summarize
 from muster.sim.kube import GpuSample
 from muster.sim.report import summary_table, write_outputs
@@ -41,6 +40,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, help="port of the local AWS endpoint (default: a free one)")
     p.add_argument("--out", type=Path, default=Path("out/local"), help="where to write the results")
     p.add_argument("--quiet", action="store_true", help="no live view")
+    p.add_argument("--verbose", action="store_true", help="also show the functions' own logs")
+    p.add_argument(
+        "--hold",
+        action="store_true",
+        help="after the scenario, keep the control plane serving (for muster status, describe, ...) until Ctrl-C",
+    )
     p.set_defaults(handler=run_command)
 
 
@@ -64,6 +69,8 @@ def run_command(args: argparse.Namespace) -> int:
             scale=args.scale,
             port=args.port,
             on_event=None if args.quiet else print_event(sys.stdout),
+            verbose=args.verbose,
+            hold=_announce if args.hold else None,
         )
     except PortInUse as exc:
         print(f"muster local: {exc}", file=sys.stderr)
@@ -85,6 +92,15 @@ def run_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _announce(endpoint: Endpoint) -> None:
+    print(
+        f"\nthe scenario is over; the control plane keeps serving on {endpoint.url} until Ctrl-C:\n"
+        f"  muster status --endpoint {endpoint.url} --stack {STACK}\n"
+        f"  muster describe default/WORKLOAD --endpoint {endpoint.url} --stack {STACK}",
+        flush=True,
+    )
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -117,12 +133,11 @@ def as_run_result(scenario: Scenario, result: LocalResult) -> RunResult:
             evictions += 1
         elif e["event"] == "Requeued":
             requeues += 1
-    end = max([cluster.now(), *(e["t"] / scale for e in result.events)])
+    end = result.end
     kube = cluster.kube
     kube.finish_accounting(end)
-    scaled = replace(scenario, workloads=scenario.workloads)
     summary = summarize(
-        scaled,
+        scenario,
         kube,
         tracking,
         end,

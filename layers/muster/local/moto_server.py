@@ -7,9 +7,11 @@ CloudFormation) it serves over real HTTP, so the handlers make real API calls.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,18 +95,27 @@ def moto_server(host: str = "127.0.0.1", port: int | None = None) -> Iterator[En
     previous = os.environ.get("MOTO_PORT")
     os.environ["MOTO_PORT"] = str(port)  # Step Functions tasks call back here
     _enable_state_machine_execution()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
     endpoint = Endpoint(f"http://{host}:{port}")
     try:
         _wait_until_serving(host, port)
+        _reset(endpoint)  # moto's state is per process: start from nothing
         yield endpoint
     finally:
+        _reset(endpoint)
         server.stop()
         if previous is None:
             os.environ.pop("MOTO_PORT", None)
         else:
             os.environ["MOTO_PORT"] = previous
+
+
+def _reset(endpoint: Endpoint) -> None:
+    request = urllib.request.Request(f"{endpoint.url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
 
 
 def _wait_until_serving(host: str, port: int, timeout: float = 10.0) -> None:

@@ -68,6 +68,7 @@ class LocalResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    end: float = 0.0  # local seconds (scaled) at which the scenario was over
     cluster: LocalCluster | None = None
     runner_errors: list[str] = field(default_factory=list)
 
@@ -160,6 +161,8 @@ def run_local(
     port: int | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     tick: float = 0.02,
+    verbose: bool = False,
+    hold: Callable[[Endpoint], None] | None = None,
 ) -> LocalResult:
     """Run `scenario` (in scenario time) through the local control plane, `scale` times faster."""
     from muster.aws import wiring
@@ -169,10 +172,11 @@ def run_local(
     scaled = scale_scenario(scenario, scale)
     result = LocalResult(scenario.name, scale)
     started = time.perf_counter()
+    quiet = {} if verbose else {"POWERTOOLS_LOG_LEVEL": "WARNING", "LOG_LEVEL": "WARNING"}
     with (
         tempfile.TemporaryDirectory(prefix="muster-local-") as tmp,
         moto_server(port=port) as endpoint,
-        _environment(endpoint.environment()),
+        _environment({**endpoint.environment(), **quiet}),
     ):
         synthesize(root, Path(tmp) / "cdk.out", scaled.settings.to_dict())
         result.outputs = deploy(root, Path(tmp) / "cdk.out", endpoint)
@@ -187,29 +191,40 @@ def run_local(
         runner = LambdaRunner(
             sqs,
             discover(endpoint.client("lambda"), sqs, resolver_for(root / "functions")),
+            base_environment=quiet,
             retry_visibility=1,
         )
         open_workloads = {w.name for w in scaled.workloads}
+
+        def advance() -> None:
+            cluster.step()
+            for entry in _read_tap(sqs, tap, cluster.started_at, scale):
+                result.events.append(entry)
+                if entry["event"] in DONE_EVENTS:
+                    open_workloads.discard(entry["workload"])
+                if on_event is not None:
+                    on_event(entry)
+            time.sleep(tick)
+
         runner.start(interval=tick)
         try:
             cluster.start()
             while open_workloads and cluster.now() <= scaled.until:
-                cluster.step()
-                for entry in _read_tap(sqs, tap, cluster.started_at, scale):
-                    result.events.append(entry)
-                    if entry["event"] in DONE_EVENTS:
-                        open_workloads.discard(entry["workload"])
-                    if on_event is not None:
-                        on_event(entry)
-                time.sleep(tick)
+                advance()
+            result.wall_seconds = time.perf_counter() - started
+            result.end = min(cluster.now(), scaled.until)
+            if hold is not None:
+                hold(endpoint)
+                while True:  # until Ctrl-C: the admin commands work against the endpoint
+                    advance()
+        except KeyboardInterrupt:
+            if hold is None:
+                raise
         finally:
             runner.stop()
             wiring.use_cluster(None)
         result.runner_errors = list(runner.stats.errors)
-    result.events.sort(key=lambda e: (e["t"], e.get("_order", 0)))
-    for e in result.events:
-        e.pop("_order", None)
-    result.wall_seconds = time.perf_counter() - started
+    result.events.sort(key=lambda e: e["t"])
     return result
 
 
