@@ -5,9 +5,9 @@ command line arrive as strings, so numbers, booleans and JSON documents are
 accepted in either form. Bad input raises `ConfigError` naming the key.
 
 The settings document is passed through to the functions as JSON
-(`MUSTER_SETTINGS`); the runtime validates it fully. Here it is only checked
-lightly (known keys, value shapes) so that a typo fails at synth rather than at
-the first event, without importing runtime code into the infrastructure.
+(`MUSTER_SETTINGS`) and validated here by the decision core's settings parser,
+the one pure module of the `muster` package the infrastructure uses, so that a
+typo fails at synth rather than at the first event, with the same message.
 """
 
 from __future__ import annotations
@@ -151,83 +151,21 @@ def load_config(get: Callable[[str], Any]) -> MusterConfig:
     )
 
 
-# ---------------------------------------------------------------- settings (light check)
-
-_DURATION = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms))+$|^\d+(\.\d+)?$")
-_STRATEGY = {
-    "timestamp": "timestamp",
-    "backoffLimitCount": "count",
-    "backoffLimitTimeout": "duration",
-    "backoffBaseSeconds": "number",
-    "backoffMaxSeconds": "number",
-    "backoffJitter": "number",
-}
-_QUEUE = {
-    "timeout": "duration",
-    "recoveryTimeout": "duration",
-    "requeuingStrategy": "strategy",
-    "maxTimeout": "duration",
-    "gpuQuota": "count",
-    "dryRun": "bool",
-    "nodeReplacementEviction": "bool",
-}
-_GLOBAL = {**_QUEUE, "blockAdmission": "bool", "queues": "queues"}
+# ---------------------------------------------------------------- settings
 
 
-def check_settings(doc: Mapping[str, Any], path: str = "") -> None:
-    """Shape check of a settings document (names of DESIGN.md's settings table)."""
-    allowed = _GLOBAL if not path else _QUEUE
-    for key, value in doc.items():
-        name = f"{c.CTX_SETTINGS}.{path}{key}"
-        kind = allowed.get(key)
-        if kind is None:
-            if path and key == "blockAdmission":
-                raise ConfigError(f"{name}: blockAdmission is cluster-wide, not per queue")
-            raise ConfigError(f"{name}: unknown setting; known: {', '.join(sorted(allowed))}")
-        _check_value(name, kind, value)
-        if kind == "strategy":
-            for sub, subvalue in value.items():
-                subkind = _STRATEGY.get(sub)
-                if subkind is None:
-                    raise ConfigError(
-                        f"{name}.{sub}: unknown setting; known: {', '.join(sorted(_STRATEGY))}"
-                    )
-                _check_value(f"{name}.{sub}", subkind, subvalue)
-        elif kind == "queues":
-            for queue, overrides in value.items():
-                if not isinstance(overrides, Mapping):
-                    raise ConfigError(f"{name}.{queue}: must be a mapping of settings")
-                check_settings(overrides, f"{path}queues.{queue}.")
+def check_settings(doc: Mapping[str, Any]) -> None:
+    """Validate the settings document with the decision core's own parser.
 
+    `muster.core.settings` is pure (no AWS, no I/O), so synth rejects exactly what
+    the functions would reject, with the same message, prefixed by the context key.
+    """
+    from muster.core.settings import SettingsError, parse_settings
 
-def _check_value(name: str, kind: str, value: Any) -> None:
-    if kind == "bool":
-        ok = isinstance(value, bool)
-    elif kind == "duration":
-        ok = (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0) or (
-            isinstance(value, str) and bool(_DURATION.match(value))
-        )
-    elif kind == "count":
-        ok = value is None or (
-            isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        )
-    elif kind == "number":
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-    elif kind == "timestamp":
-        ok = value in ("Eviction", "Creation")
-    else:  # strategy, queues
-        ok = isinstance(value, Mapping)
-    if not ok:
-        expected = {
-            "bool": "true or false",
-            "duration": "a duration such as 90s, 5m, 1h30m or seconds",
-            "count": "a non-negative integer",
-            "number": "a non-negative number",
-            "timestamp": "Eviction or Creation",
-            "strategy": "a mapping",
-            "queues": "a mapping of queue name to settings",
-        }[kind]
-        raise ConfigError(f"{name}: expected {expected}, got {value!r}")
+    try:
+        parse_settings(doc)
+    except SettingsError as exc:
+        raise ConfigError(f"{c.CTX_SETTINGS}.{exc}") from None
 
 
 # ---------------------------------------------------------------- context value helpers
