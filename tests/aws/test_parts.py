@@ -144,3 +144,14 @@ def test_emf_metrics_carry_the_service_and_the_named_dimensions(capsys):
     assert first["reason"] == "PodsReadyTimeout" and first["Evictions"] == [1.0]
     assert second["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"] == "Seconds"
     assert second["AdmittedToReadySeconds"] == [42.5]
+
+
+def test_metrics_honour_powertools_switch(monkeypatch, capsys) -> None:
+    from muster.aws.metrics import EmfMetrics
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    EmfMetrics().count("Admissions")
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    EmfMetrics().count("Admissions")
+    assert '"Admissions"' in capsys.readouterr().out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 NAMESPACE = "Muster"
 
@@ -20,6 +21,8 @@ class EmfMetrics:
         self.service = service or os.environ.get("POWERTOOLS_SERVICE_NAME", "muster")
 
     def _emit(self, name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
+        if is_metrics_disabled():  # Powertools' switch, which `single_metric` ignores
+            return
         with single_metric(
             name=name,
             unit=unit,

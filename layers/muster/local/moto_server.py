@@ -12,6 +12,7 @@ import os
 import socket
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -96,6 +97,9 @@ def moto_server(host: str = "127.0.0.1", port: int | None = None) -> Iterator[En
     os.environ["MOTO_PORT"] = str(port)  # Step Functions tasks call back here
     _enable_state_machine_execution()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    # moto says, once per resource, that it skips policies and alarms (the README says so once).
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
     endpoint = Endpoint(f"http://{host}:{port}")

@@ -172,7 +172,15 @@ def run_local(
     scaled = scale_scenario(scenario, scale)
     result = LocalResult(scenario.name, scale)
     started = time.perf_counter()
-    quiet = {} if verbose else {"POWERTOOLS_LOG_LEVEL": "WARNING", "LOG_LEVEL": "WARNING"}
+    quiet = (
+        {}
+        if verbose
+        else {
+            "POWERTOOLS_LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": "WARNING",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+    )
     with (
         tempfile.TemporaryDirectory(prefix="muster-local-") as tmp,
         moto_server(port=port) as endpoint,
