@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from muster.local.moto_server import Endpoint, PortInUse
-from muster.local.run import STACK, LocalModeError, LocalResult, print_event, run_local
+from muster.local.run import (
+    STACK,
+    LocalModeError,
+    LocalResult,
+    print_board,
+    print_event,
+    run_local,
+)
 from muster.sim.engine import RunResult, Tracking, summarize
 from muster.sim.kube import GpuSample
 from muster.sim.report import summary_table, write_outputs
@@ -69,6 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
             scale=args.scale,
             port=args.port,
             on_event=None if args.quiet else print_event(sys.stdout),
+            on_board=None if args.quiet else print_board(sys.stdout),
             verbose=args.verbose,
             hold=_announce if args.hold else None,
         )

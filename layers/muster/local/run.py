@@ -163,6 +163,7 @@ def run_local(
     tick: float = 0.02,
     verbose: bool = False,
     hold: Callable[[Endpoint], None] | None = None,
+    on_board: Callable[[float, dict[str, list[str]]], None] | None = None,
 ) -> LocalResult:
     """Run `scenario` (in scenario time) through the local control plane, `scale` times faster."""
     from muster.aws import wiring
@@ -203,9 +204,11 @@ def run_local(
             retry_visibility=1,
         )
         open_workloads = {w.name for w in scaled.workloads}
+        board = Board(endpoint, _output(result.outputs, "TableName"), on_board, scale)
 
         def advance() -> None:
             cluster.step()
+            board.poll(cluster.now())
             for entry in _read_tap(sqs, tap, cluster.started_at, scale):
                 result.events.append(entry)
                 if entry["event"] in DONE_EVENTS:
@@ -234,6 +237,52 @@ def run_local(
         result.runner_errors = list(runner.stats.errors)
     result.events.sort(key=lambda e: e["t"])
     return result
+
+
+class Board:
+    """The live view of the workloads' states, read from the control plane's table."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        table: str,
+        show: Callable[[float, dict[str, list[str]]], None] | None,
+        scale: float,
+        every: float = 1.0,
+    ) -> None:
+        from muster.aws.dynamo import DynamoStore
+
+        self._store = DynamoStore(endpoint.client("dynamodb"), table, CLUSTER)
+        self._show = show
+        self._scale = scale
+        self._every = every
+        self._last: dict[str, list[str]] = {}
+        self._next = 0.0
+
+    def poll(self, now: float) -> None:
+        if self._show is None or now < self._next:
+            return
+        self._next = now + self._every
+        from muster.runtime.views import status
+
+        phases = status(self._store)["phases"]
+        current = {
+            phase: sorted(job_name(w["workload"]) for w in items)
+            for phase, items in phases.items()
+            if items
+        }
+        if current != self._last:
+            self._last = current
+            self._show(now * self._scale, current)
+
+
+def print_board(stream: TextIO) -> Callable[[float, dict[str, list[str]]], None]:
+    def show(t: float, phases: dict[str, list[str]]) -> None:
+        cells = "  |  ".join(f"{phase}: {', '.join(names)}" for phase, names in phases.items())
+        stream.write(f"{'':12}{cells}\n")
+        stream.flush()
+
+    return show
 
 
 def _output(outputs: dict[str, str], suffix: str) -> str:
