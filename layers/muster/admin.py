@@ -156,7 +156,9 @@ def status_command(args: argparse.Namespace, out: TextIO) -> int:
     from muster.runtime.views import status
 
     deployment = _connect(args)
-    doc = status(deployment.store())
+    store = deployment.store()
+    doc = status(store)
+    _fill_ready_counts(store, doc)
     doc["cluster"] = deployment.config.cluster_name
     doc["blockAdmission"] = _effective(deployment).block_admission
     if args.json:
@@ -164,6 +166,15 @@ def status_command(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(format_status(doc, include_finished=args.all))
     return EXIT_OK
+
+
+def _fill_ready_counts(store: Any, doc: dict[str, Any]) -> None:
+    """The phase index holds workload items without their pods: read each active gang's count."""
+    for phase in (Phase.ADMITTED, Phase.RUNNING, Phase.RECOVERING):
+        for w in doc["phases"].get(phase.value, []):
+            light = store.load_pod(w["workload"], None)
+            if light is not None:
+                w["readyPods"] = light.ready_count
 
 
 def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> str:
@@ -329,7 +340,7 @@ def _history_line(entry: Mapping[str, Any]) -> str:
         parts.append(f"node={d['node']}")
     if d.get("dryRun"):
         parts.append("dryRun")
-    return " ".join(parts)
+    return " ".join(parts).rstrip()
 
 
 def _pod_line(pod: Any) -> str:
