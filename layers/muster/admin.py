@@ -651,6 +651,11 @@ def reactivate_command(args: argparse.Namespace, out: TextIO) -> int:
             f"{key} reactivated: Pending again with its requeue count reset; "
             "admission requested (the admission function admits it when there is room)\n"
         )
+        if cluster.skipped_views:
+            out.write(
+                "  its muster.io status on the cluster object still says Deactivated until "
+                "the admission function admits it\n"
+            )
         return EXIT_OK
     if outcome is Outcome.UNKNOWN_WORKLOAD:
         raise AdminError(f"no workload {key} in cluster {deployment.config.cluster_name}")
