@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from typing import Any, TextIO
 import yaml
 
 from muster.core import (
+    ACTIVE_PHASES,
     Admit,
     Evict,
     Kind,
@@ -36,6 +38,7 @@ from muster.core import (
     SettingsError,
     load_settings_text,
     merge_settings,
+    plan_admission,
 )
 from muster.runtime.ports import Conflict
 
@@ -160,12 +163,21 @@ def status_command(args: argparse.Namespace, out: TextIO) -> int:
     doc = status(store)
     _fill_ready_counts(store, doc)
     doc["cluster"] = deployment.config.cluster_name
-    doc["blockAdmission"] = _effective(deployment).block_admission
+    settings = _effective(deployment, store)
+    doc["blockAdmission"] = settings.block_admission
+    doc["admission"] = admission_outlook(store, settings)
     if args.json:
         out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     else:
         out.write(format_status(doc, include_finished=args.all))
     return EXIT_OK
+
+
+def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
+    """What the core's admission planner would do now: who is admissible, who waits and why."""
+    active = [w for p in ACTIVE_PHASES for w in store.by_phase(p.value)]
+    plan = plan_admission(store.pending(), active, settings, time.time())
+    return {"admissible": list(plan.admit), "blockedBy": plan.blocked_by, "waiting": plan.skipped}
 
 
 def _fill_ready_counts(store: Any, doc: dict[str, Any]) -> None:
@@ -219,20 +231,17 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
     lines.append(
         "Admission held by: " + (", ".join(admitted) if admitted else "nobody (all quota free)")
     )
-    if doc.get("blockAdmission"):
-        waiting = [
-            w["workload"]
-            for p in (Phase.ADMITTED.value, Phase.RECOVERING.value)
-            for w in doc["phases"].get(p, [])
-        ]
+    outlook = doc.get("admission") or {}
+    if outlook.get("blockedBy"):
+        lines.append(f"blockAdmission: no admission until {outlook['blockedBy']} is PodsReady")
+    elif doc.get("blockAdmission"):
+        lines.append("blockAdmission: on; nothing is holding it")
+    if outlook.get("admissible"):
         lines.append(
-            "blockAdmission is on: "
-            + (
-                f"no admission until {', '.join(waiting)} {'is' if len(waiting) == 1 else 'are'} PodsReady"
-                if waiting
-                else "the next workload may be admitted"
-            )
+            "Admissible now (the next admission pass admits): " + ", ".join(outlook["admissible"])
         )
+    for key, why in sorted((outlook.get("waiting") or {}).items()):
+        lines.append(f"Waiting: {key}: {why}")
     return "\n".join(lines) + "\n"
 
 

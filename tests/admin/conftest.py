@@ -20,8 +20,11 @@ from muster.aws.config import RuntimeConfig
 from muster.aws.wiring import build_control_plane
 from muster.core import (
     DeadlineReached,
+    Phase,
     PodObserved,
+    Reason,
     RequeueDue,
+    WorkloadFinished,
     WorkloadObserved,
 )
 from muster.ports import RecordingCluster
@@ -71,8 +74,10 @@ class Deployed:
 
     # ------------------------------------------------------------------ driving
 
-    def submit(self, key: str, gang: int = 2, queue: str = "default") -> None:
-        self.plane().handle(WorkloadObserved(key, queue, gang, seq=1, created_at=self.clock.now))
+    def submit(self, key: str, gang: int = 2, queue: str = "default", gpus: int = 0) -> None:
+        self.plane().handle(
+            WorkloadObserved(key, queue, gang, gpus=gpus, seq=1, created_at=self.clock.now)
+        )
 
     def admit(self) -> list[str]:
         return self.plane(inline_admission=True).admission_pass()
@@ -103,6 +108,15 @@ class Deployed:
     def phase_attempt(self, key: str) -> int:
         snap = self.store.load(key)
         return snap.workload.attempt if snap else 0
+
+    def finish_all(self) -> None:
+        """Every workload of earlier tests deleted, and the admission ledger settled."""
+        plane = self.plane()
+        for phase in Phase:
+            if phase is not Phase.FINISHED:
+                for w in plane.store.by_phase(phase.value):
+                    plane.handle(WorkloadFinished(w.key, Reason.DELETED))
+        self.admit()
 
     # ------------------------------------------------------------------ looking
 
@@ -165,8 +179,9 @@ def deployed(synthesized: Synthesized) -> Iterator[Deployed]:  # noqa: F811 (fix
 
 @pytest.fixture
 def aws(deployed: Deployed) -> Iterator[Deployed]:
-    """Each test starts with no settings record and an empty requeue queue."""
+    """Each test starts with no settings record, no unfinished workload and an empty requeue queue."""
     deployed.clear_settings_record()
+    deployed.finish_all()
     deployed.requeue_messages()
     yield deployed
     deployed.clear_settings_record()

@@ -264,8 +264,7 @@ def test_status_lists_workloads_by_queue_and_phase(
     assert "Admission held by:" in out
     held = out.split("Admission held by:")[1].splitlines()[0]
     assert "team-c/slow" in held and "team-c/ready" in held
-    assert "blockAdmission is on: no admission until" in out
-    assert "team-c/slow" in out.split("blockAdmission is on:")[1]
+    assert "blockAdmission: no admission until team-c/slow is PodsReady" in out
 
     code, out, _ = run(capsys, "status", "--json")
     doc = json.loads(out)
@@ -274,6 +273,22 @@ def test_status_lists_workloads_by_queue_and_phase(
     assert doc["blockAdmission"] is True
     assert "team-c/waiting" in [w["workload"] for w in doc["phases"]["Pending"]]
     assert doc["counts"]["Running"] >= 1
+    assert doc["admission"]["blockedBy"] == "team-c/slow"
+
+
+def test_status_says_why_a_pending_workload_waits(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a queue whose GPU quota is smaller than a workload's request
+    assert run(capsys, "settings", "set", "queues.small.gpuQuota=4")[0] == 0
+    aws.submit("team-d/big", gang=2, queue="small", gpus=8)
+    aws.submit("team-d/fits", gang=1, queue="small", gpus=2)
+    # WHEN the administrator looks before the admission function's next pass
+    code, out, err = run(capsys, "status")
+    # THEN the core's planner says who is admissible and why the other waits
+    assert code == 0, err
+    assert "Admissible now (the next admission pass admits): team-d/fits" in out
+    assert "Waiting: team-d/big: needs 8 GPUs, queue small quota has 4 free" in out
 
 
 def test_a_missing_stack_is_a_clear_error(
