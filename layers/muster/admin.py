@@ -774,10 +774,23 @@ def _run(
     """A handler that prints an `AdminError` as one line on stderr and returns its exit code."""
 
     def handler(args: argparse.Namespace) -> int:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         try:
             return command(args, sys.stdout)
         except AdminError as exc:
             print(f"muster {args.command}: {exc}", file=sys.stderr)
             return exc.exit_code
+        except ClientError as exc:  # e.g. AccessDenied on the table: name the call
+            error = exc.response.get("Error", {})
+            print(
+                f"muster {args.command}: {exc.operation_name} failed: "
+                f"{error.get('Code', '')} {error.get('Message', '')}".rstrip(),
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+        except BotoCoreError as exc:
+            print(f"muster {args.command}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
 
     return handler

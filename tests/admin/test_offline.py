@@ -132,3 +132,21 @@ def test_status_hides_finished_workloads_unless_asked() -> None:
     assert "ns/new" in format_status(doc)
     assert "ns/done" in format_status(doc, include_finished=True)
     assert "Admission held by: nobody" in format_status(doc)
+
+
+def test_an_aws_error_names_the_call_and_exits_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from botocore.exceptions import ClientError
+
+    class Denied:
+        def store(self) -> None:
+            raise ClientError(
+                {"Error": {"Code": "AccessDeniedException", "Message": "not allowed"}}, "Query"
+            )
+
+    monkeypatch.setattr(admin, "connect", lambda *args: Denied())
+    assert main(["status"]) == 1
+    assert capsys.readouterr().err == (
+        "muster status: Query failed: AccessDeniedException not allowed\n"
+    )
