@@ -261,7 +261,8 @@ def describe_command(args: argparse.Namespace, out: TextIO) -> int:
     from muster.runtime.views import describe
 
     deployment = _connect(args)
-    doc = describe(deployment.store(), args.workload)
+    store = deployment.store()
+    doc = describe(store, workload_key(store, args.workload))
     if doc is None:
         raise AdminError(
             f"no workload {args.workload} in cluster {deployment.config.cluster_name} "
@@ -355,7 +356,10 @@ def _history_line(entry: Mapping[str, Any]) -> str:
 def _pod_line(pod: Any) -> str:
     if not isinstance(pod, Mapping):
         return str(pod)
-    text = f"{pod.get('pod')} on {pod.get('node') or '(unscheduled)'}: {pod.get('phase') or '?'}"
+    phase = pod.get("phase") or "?"
+    if phase == "Running":
+        phase = "Running but not Ready"
+    text = f"{pod.get('pod')} on {pod.get('node') or '(unscheduled)'}: {phase}"
     if pod.get("reason"):
         text += f", {pod['reason']}"
     if pod.get("message"):
@@ -652,7 +656,7 @@ def reactivate_command(args: argparse.Namespace, out: TextIO) -> int:
         deployment.config, cluster=lambda _config: cluster, session=deployment.session
     )
     plane.metrics = QuietMetrics()
-    key = args.workload
+    key = workload_key(plane.store, args.workload)
     outcomes = plane.handle(Reactivate(key))
     outcome = outcomes[0] if outcomes else Outcome.IGNORED
     if outcome is Outcome.APPLIED:
@@ -700,6 +704,14 @@ def _clock(epoch: Any) -> str:
     if not isinstance(epoch, int | float):
         return str(epoch)
     return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%SZ")
+
+
+def workload_key(store: Any, name: str) -> str:
+    """`name` as given, or `default/name` when only that exists (kubectl's default namespace)."""
+    if "/" in name or store.load(name) is not None:
+        return name
+    qualified = f"default/{name}"
+    return qualified if store.load(qualified) is not None else name
 
 
 # --------------------------------------------------------------------------- the command line

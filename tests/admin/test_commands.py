@@ -190,6 +190,11 @@ def test_describe_answers_why_the_job_was_evicted(
     assert [e["detail"]["attempt"] for e in evicted] == [1, 2]
     assert evicted[0]["detail"]["notReady"][0]["reason"] == "Unschedulable"
 
+    # AND a name without a namespace means the default namespace, as with kubectl
+    aws.submit("default/solo", gang=1)
+    code, out, _ = run(capsys, "describe", "solo")
+    assert code == 0 and out.startswith("Workload default/solo\n")
+
 
 def test_describe_of_an_unknown_workload_exits_1(
     aws: Deployed, capsys: pytest.CaptureFixture[str]
