@@ -9,7 +9,12 @@ from collections.abc import Sequence
 
 # Each module has `register(subparsers)`, which adds its subcommands and sets
 # `handler` (a function of the parsed arguments returning an exit code).
-COMMAND_MODULES: tuple[str, ...] = ("muster.sim.cli", "muster.local.cli", "muster.kube.cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "muster.sim.cli",
+    "muster.local.cli",
+    "muster.kube.cli",
+    "muster.admin",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,305 @@
+"""The administrator's commands against the synthesized stack deployed into moto.
+
+State is made through the control plane (submit, admit, pods, deadlines, backoff);
+the commands find the table, queue and settings from the stack's outputs and the
+ingest function's environment, as they do against AWS.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from muster import admin
+from muster.cli import main
+
+from infra import constants as c
+
+from .conftest import Deployed
+
+pytestmark = pytest.mark.slow
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def deactivate(aws: Deployed, key: str) -> None:
+    """Submit a gang of 2 whose second pod never schedules, until it is Deactivated.
+
+    The requeuing limit is 1 (set at run time by the caller): the first timeout
+    requeues, the second deactivates.
+    """
+    aws.submit(key, gang=2, queue="spot")
+    assert key in aws.admit()
+    aws.pod(key, "w-0", 1, ready=True, node="gpu-node-1")
+    aws.pod(
+        key,
+        "w-1",
+        1,
+        ready=False,
+        reason="Unschedulable",
+        message="0/4 nodes are available: 4 Insufficient nvidia.com/gpu",
+    )
+    aws.deadline_passes(key)
+    assert aws.phase(key) == "Requeued"
+    aws.backoff_ends(key)
+    assert key in aws.admit()
+    aws.pod(key, "w-0", 2, ready=True, node="gpu-node-2")
+    aws.pod(key, "w-1", 2, ready=False, node="gpu-node-3", reason="ContainersNotReady")
+    aws.deadline_passes(key)
+    assert aws.phase(key) == "Deactivated"
+
+
+def test_output_keys_agree_with_the_stack() -> None:
+    assert c.OUT_FUNCTION_NAMES[c.INGEST] == admin.OUT_INGEST_FUNCTION_NAME
+    assert c.DEFAULT_STACK_NAME == admin.DEFAULT_STACK
+
+
+def test_settings_set_validates_writes_the_record_and_requests_admission(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # WHEN the administrator limits requeues and shortens the spot queue's timeout
+    code, out, err = run(
+        capsys,
+        "settings",
+        "set",
+        "requeuingStrategy.backoffLimitCount=3",
+        "queues.spot.timeout=10m",
+    )
+    # THEN the record holds exactly the changes, typed as YAML scalars
+    assert code == 0, err
+    record = aws.settings_record()
+    assert record is not None
+    assert record[0] == {
+        "requeuingStrategy": {"backoffLimitCount": 3},
+        "queues": {"spot": {"timeout": "10m"}},
+    }
+    assert "requeuingStrategy.backoffLimitCount: (unset) -> 3" in out
+    assert "queues.spot.timeout: (unset) -> 10m" in out
+    # AND an admission pass is requested on the admission function's queue
+    assert aws.requeue_messages() == [
+        {"type": "admission", "reason": "settings changed", "workload": None}
+    ]
+
+    # WHEN `settings get` shows them
+    code, out, _ = run(capsys, "settings", "get")
+    assert code == 0
+    # THEN it is YAML of the effective settings, each value marked with its source
+    assert yaml.safe_load(out)["requeuingStrategy"]["backoffLimitCount"] == 3
+    assert yaml.safe_load(out)["queues"]["spot"]["timeout"] == "10m"
+    assert "backoffLimitCount: 3  # runtime record" in out
+    assert "timeout: 5m  # deployment" in out  # cdk.json's muster:settings
+    assert "dryRun: false  # default" in out
+    assert f"runtime record: version {record[1]}" in out
+
+    # WHEN a key is reset with null
+    code, _, err = run(capsys, "settings", "set", "queues.spot.timeout=null")
+    # THEN it is gone from the record (the deployment's value applies again)
+    assert code == 0, err
+    after = aws.settings_record()
+    assert after is not None
+    assert after[0] == {"requeuingStrategy": {"backoffLimitCount": 3}, "queues": {"spot": {}}}
+
+
+def test_a_typo_names_the_field_exits_2_and_writes_nothing(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # WHEN a key is misspelt
+    code, out, err = run(capsys, "settings", "set", "requeuingStrategy.backofLimitCount=3")
+    # THEN the core's message names the field and suggests the right one
+    assert code == 2
+    assert out == ""
+    assert "requeuingStrategy.backofLimitCount: unknown setting" in err
+    assert "did you mean 'backoffLimitCount'" in err
+    assert "nothing written" in err
+    # AND nothing was written or requested
+    assert aws.settings_record() is None
+    assert aws.requeue_messages() == []
+
+    # WHEN a value is malformed, or a limit is below its base (a rule across two keys)
+    code, _, err = run(capsys, "settings", "set", "queues.spot.timeout=soon")
+    assert code == 2 and "queues.spot.timeout:" in err
+    code, _, err = run(capsys, "settings", "set", "requeuingStrategy.backoffMaxSeconds=10")
+    assert code == 2 and "backoffMaxSeconds: 10 is below backoffBaseSeconds 60" in err
+    assert aws.settings_record() is None
+
+
+def test_settings_set_from_a_file(
+    aws: Deployed, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    change = tmp_path / "change.yaml"
+    change.write_text("blockAdmission: true\nqueues:\n  spot:\n    recoveryTimeout: 0s\n")
+    code, out, err = run(capsys, "settings", "set", "--file", str(change))
+    assert code == 0, err
+    record = aws.settings_record()
+    assert record is not None
+    assert record[0] == {"blockAdmission": True, "queues": {"spot": {"recoveryTimeout": "0s"}}}
+    assert "blockAdmission: false -> true" in out
+
+
+def test_describe_answers_why_the_job_was_evicted(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a requeuing limit of 1 and a gang that never becomes whole
+    assert run(capsys, "settings", "set", "requeuingStrategy.backoffLimitCount=1")[0] == 0
+    deactivate(aws, "team-a/llama")
+
+    # WHEN the data scientist asks
+    code, out, err = run(capsys, "describe", "team-a/llama")
+
+    # THEN the state, the last eviction's cause and its not-ready pods are there
+    assert code == 0, err
+    assert "phase      Deactivated (RequeuingLimitExceeded)" in out
+    assert "attempt    2" in out
+    why = out.split("Why it was last evicted:")[1].split("Evictions:")[0]
+    assert "attempt 2: PodsReadyTimeout / WaitForStart" in why
+    assert "1 of 2 pods were Ready" in why
+    assert "w-1 on gpu-node-3: Pending, ContainersNotReady" in why
+    assert "PodsReadyTimeout/WaitForStart" in out.split("Evictions:")[1].split("History:")[0]
+    assert "  2\n" in out.split("Evictions:")[1].split("History:")[0]
+    # AND the history, oldest first, with the first attempt's unschedulable pod
+    history = out.split("History:")[1]
+    events = [line.split()[2] for line in history.strip().splitlines() if "Z  " in line]
+    assert events == [
+        "Submitted",
+        "Admitted",
+        "Evicted",
+        "Requeued",
+        "BackoffFinished",
+        "Admitted",
+        "Evicted",
+        "Deactivated",
+    ]
+    assert (
+        "not ready: w-1 on (unscheduled): Pending, Unschedulable: "
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu"
+    ) in history
+    assert "count=1 requeueAt=" in history
+
+    # WHEN a machine asks
+    code, out, _ = run(capsys, "describe", "team-a/llama", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["phase"] == "Deactivated"
+    assert doc["evictions"] == {"PodsReadyTimeout/WaitForStart": 2}
+    evicted = [h for h in doc["history"] if h["event"] == "Evicted"]
+    assert [e["detail"]["attempt"] for e in evicted] == [1, 2]
+    assert evicted[0]["detail"]["notReady"][0]["reason"] == "Unschedulable"
+
+    # AND a name without a namespace means the default namespace, as with kubectl
+    aws.submit("default/solo", gang=1)
+    code, out, _ = run(capsys, "describe", "solo")
+    assert code == 0 and out.startswith("Workload default/solo\n")
+
+
+def test_describe_of_an_unknown_workload_exits_1(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "describe", "team-a/nope")
+    assert code == 1
+    assert out == ""
+    assert "no workload team-a/nope in cluster training" in err
+
+
+def test_reactivate_returns_a_deactivated_workload_and_requests_admission(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a Deactivated workload
+    assert run(capsys, "settings", "set", "requeuingStrategy.backoffLimitCount=1")[0] == 0
+    deactivate(aws, "team-b/bert")
+    aws.requeue_messages()
+
+    # WHEN the administrator reactivates it
+    code, out, err = run(capsys, "reactivate", "team-b/bert")
+
+    # THEN it is Pending with its requeue count reset, and an admission pass is requested
+    assert code == 0, err
+    assert "team-b/bert reactivated" in out
+    w = aws.store.load("team-b/bert").workload
+    assert (w.phase.value, w.requeue_count, w.reason) == ("Pending", 0, "Reactivated")
+    assert aws.requeue_messages() == [
+        {"type": "admission", "reason": "reactivated", "workload": "team-b/bert"}
+    ]
+    assert [h["event"] for h in aws.store.history("team-b/bert")][-1] == "Reactivated"
+    # AND the admission function (here: the driver's pass) admits it with the cluster adapter
+    assert "team-b/bert" in aws.admit()
+    assert aws.cluster.calls[-1] == ("admit", "team-b/bert", 3)
+
+    # WHEN it is reactivated again while active
+    code, out, err = run(capsys, "reactivate", "team-b/bert")
+    # THEN nothing changes and the message says why
+    assert code == 1
+    assert "team-b/bert is Admitted, not Deactivated" in err
+    assert aws.phase("team-b/bert") == "Admitted"
+
+    # AND an unknown workload is named
+    code, _, err = run(capsys, "reactivate", "team-b/ghost")
+    assert code == 1 and "no workload team-b/ghost" in err
+
+
+def test_status_lists_workloads_by_queue_and_phase(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN one workload Running, one Admitted and not ready, one Pending behind blockAdmission
+    aws.submit("team-c/ready", gang=1, queue="default")
+    aws.submit("team-c/slow", gang=2, queue="default")
+    admitted = aws.admit()
+    assert {"team-c/ready", "team-c/slow"} <= set(admitted)
+    aws.pod("team-c/ready", "r-0", 1, ready=True, node="n1")
+    assert run(capsys, "settings", "set", "blockAdmission=true")[0] == 0
+    aws.submit("team-c/waiting", gang=1, queue="batch")
+    aws.admit()
+
+    # WHEN the administrator looks
+    code, out, err = run(capsys, "status")
+
+    # THEN each workload is a row with its phase, attempt and ready count
+    assert code == 0, err
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line.startswith("team-c/")
+    }
+    assert rows["team-c/ready"][1:6] == ["default", "Running", "1", "0", "1/1"]
+    assert rows["team-c/slow"][1:6] == ["default", "Admitted", "1", "0", "0/2"]
+    assert rows["team-c/waiting"][1:6] == ["batch", "Pending", "0", "0", "0/1"]
+    # AND who holds admission, and that blockAdmission holds the queue
+    assert "Admission held by:" in out
+    held = out.split("Admission held by:")[1].splitlines()[0]
+    assert "team-c/slow" in held and "team-c/ready" in held
+    assert "blockAdmission: no admission until team-c/slow is PodsReady" in out
+
+    code, out, _ = run(capsys, "status", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["cluster"] == "training"
+    assert doc["blockAdmission"] is True
+    assert "team-c/waiting" in [w["workload"] for w in doc["phases"]["Pending"]]
+    assert doc["counts"]["Running"] >= 1
+    assert doc["admission"]["blockedBy"] == "team-c/slow"
+
+
+def test_status_says_why_a_pending_workload_waits(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a queue whose GPU quota is smaller than a workload's request
+    assert run(capsys, "settings", "set", "queues.small.gpuQuota=4")[0] == 0
+    aws.submit("team-d/big", gang=2, queue="small", gpus=8)
+    aws.submit("team-d/fits", gang=1, queue="small", gpus=2)
+    # WHEN the administrator looks before the admission function's next pass
+    code, out, err = run(capsys, "status")
+    # THEN the core's planner says who is admissible and why the other waits
+    assert code == 0, err
+    assert "Admissible now (the next admission pass admits): team-d/fits" in out
+    assert "Waiting: team-d/big: needs 8 GPUs, queue small quota has 4 free" in out
+
+
+def test_a_missing_stack_is_a_clear_error(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "status", "--stack", "NotThere")
+    assert code == 1
+    assert "no stack named NotThere" in err
+    assert out == ""
