@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,30 @@ def run_command(args: argparse.Namespace) -> int:
         f"{args.scale:g}x faster than scenario time; setting up the local AWS endpoint and stack...",
         file=sys.stderr,
     )
+
+    def report(result: LocalResult) -> None:
+        run = as_run_result(scenario, result)
+        written = write_outputs([run], args.out)
+        print()
+        print(summary_table([run]))
+        print(f"\nwall {result.wall_seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
+        if result.runner_errors:
+            print(
+                f"{len(result.runner_errors)} function errors (retried): {result.runner_errors[:3]}",
+                file=sys.stderr,
+            )
+
+    def hold(endpoint: Endpoint, result: LocalResult) -> None:
+        report(result)
+        print(
+            f"\nthe scenario is over; the control plane keeps serving on {endpoint.url} until Ctrl-C:\n"
+            f"  muster status --endpoint {endpoint.url} --stack {STACK}\n"
+            f"  muster describe default/WORKLOAD --endpoint {endpoint.url} --stack {STACK}",
+            flush=True,
+        )
+
+    # `kill` stops it as cleanly as Ctrl-C: the moto server and the runner go with it.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_local(
             scenario,
@@ -78,7 +103,7 @@ def run_command(args: argparse.Namespace) -> int:
             on_event=None if args.quiet else print_event(sys.stdout),
             on_board=None if args.quiet else print_board(sys.stdout),
             verbose=args.verbose,
-            hold=_announce if args.hold else None,
+            hold=hold if args.hold else None,
         )
     except PortInUse as exc:
         print(f"muster local: {exc}", file=sys.stderr)
@@ -89,26 +114,15 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("muster local: interrupted; everything it started is stopped", file=sys.stderr)
         return 130
-    run = as_run_result(scenario, result)
-    written = write_outputs([run], args.out)
-    print()
-    print(summary_table([run]))
-    print(f"\nwall {result.wall_seconds:.1f} s; wrote {', '.join(str(p) for p in written)}")
-    if result.runner_errors:
-        print(
-            f"{len(result.runner_errors)} function errors (retried): {result.runner_errors[:3]}",
-            file=sys.stderr,
-        )
+    if args.hold:
+        print("muster local: stopped, with everything it started", file=sys.stderr)
+    else:
+        report(result)
     return 0
 
 
-def _announce(endpoint: Endpoint) -> None:
-    print(
-        f"\nthe scenario is over; the control plane keeps serving on {endpoint.url} until Ctrl-C:\n"
-        f"  muster status --endpoint {endpoint.url} --stack {STACK}\n"
-        f"  muster describe default/WORKLOAD --endpoint {endpoint.url} --stack {STACK}",
-        flush=True,
-    )
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:

@@ -162,7 +162,7 @@ def run_local(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     tick: float = 0.02,
     verbose: bool = False,
-    hold: Callable[[Endpoint], None] | None = None,
+    hold: Callable[[Endpoint, LocalResult], None] | None = None,
     on_board: Callable[[float, dict[str, list[str]]], None] | None = None,
 ) -> LocalResult:
     """Run `scenario` (in scenario time) through the local control plane, `scale` times faster."""
@@ -225,7 +225,7 @@ def run_local(
             result.wall_seconds = time.perf_counter() - started
             result.end = min(cluster.now(), scaled.until)
             if hold is not None:
-                hold(endpoint)
+                hold(endpoint, result)
                 while True:  # until Ctrl-C: the admin commands work against the endpoint
                     advance()
         except KeyboardInterrupt:
