@@ -1,0 +1,33 @@
+"""`muster local` refuses bad input before it starts anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from muster.cli import main
+from muster.local.moto_server import moto_server
+
+
+def test_a_bad_scenario_names_the_field_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("cluster: {nodes: 2, gpusPerNode: 8}\nworkloads:\n  - {name: a, pods: zero}\n")
+    assert main(["local", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "muster local:" in err and "pods" in err
+
+
+def test_an_unknown_builtin_and_a_bad_scale_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["local", "--builtin", "no-such-story"]) == 2
+    assert "no-such-story" in capsys.readouterr().err
+    assert main(["local", "--scale", "0"]) == 2
+    assert "--scale must be above 0" in capsys.readouterr().err
+
+
+def test_a_port_in_use_exits_2_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    with moto_server() as endpoint:
+        port = endpoint.url.rsplit(":", 1)[1]
+        assert main(["local", "--port", port, "--quiet"]) == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
