@@ -86,7 +86,7 @@ def test_visibility_timeout_is_six_times_the_consumer_timeout(synthesized: Synth
         assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
 
 
-def test_each_function_has_its_own_role_layer_and_the_contract_environment(
+def test_each_function_has_its_own_role_layer_and_the_runtime_environment(
     synthesized: Synthesized,
 ) -> None:
     functions = resources(synthesized.template, "AWS::Lambda::Function")
@@ -216,7 +216,7 @@ def test_agent_events_are_routed_to_the_ingest_queue(
     assert "Ingest" in _ref_id(target["DeadLetterConfig"]["Arn"])
 
 
-def test_the_table_matches_the_runtime_contract(template: Any) -> None:
+def test_the_table_matches_what_the_runtime_expects(template: Any) -> None:
     template.has_resource_properties(
         "AWS::DynamoDB::Table",
         {

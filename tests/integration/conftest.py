@@ -1,8 +1,8 @@
-"""The control plane's AWS resources on moto, built as the contract describes.
+"""The control plane's AWS resources on moto, built as the stack defines them.
 
 Queues (each with a DLQ), the table with `gsi1` and TTL, the bus with the rule
 that routes the agent's events into the ingest queue, and the timer state
-machine with the contract's definition. Step Functions really executes it, so
+machine with the stack's definition. Step Functions really executes it, so
 timers really wait; deadlines in these tests are about a second.
 """
 
@@ -36,7 +36,7 @@ CLUSTER = "training"
 
 
 def timer_definition(timer_queue_url: str) -> dict[str, Any]:
-    """The contract's timer state machine."""
+    """The stack's timer state machine (wait until the deadline, then signal the timer queue)."""
     return {
         "Comment": "Muster readiness timer: wait until the deadline, then signal it",
         "StartAt": "WaitUntilDeadline",

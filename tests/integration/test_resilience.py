@@ -84,7 +84,7 @@ def test_malformed_events_are_rejected_counted_and_not_retried(aws: ControlPlane
     assert len(invalid) == 3
     assert invalid[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Muster"
     assert invalid[0]["service"] == "muster"
-    # exactly the contract's dimensions, so an alarm on InvalidEvents sees every one
+    # exactly the documented dimensions, so an alarm on InvalidEvents sees every one
     assert invalid[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["service"]]
     assert queue_depth(aws, aws.resources["ingest"]) == 0
     assert aws.plane("ingest").store.load("team-a/ok") is None
