@@ -8,10 +8,11 @@ duration or a negative limit is a `SettingsError` naming the field.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -159,19 +160,20 @@ def load_settings_text(text: str, source: str = "settings") -> Settings:
 
 def merge_settings(base: Settings, changes: Mapping[str, Any]) -> Settings:
     """Apply a partial settings document on top of `base` (for `muster settings set`)."""
-    doc = base.to_dict()
-    _deep_merge(doc, changes)
-    return parse_settings(doc)
+    return parse_settings(merge_documents(base.to_dict(), changes))
 
 
-def _deep_merge(target: dict[str, Any], changes: Mapping[str, Any]) -> None:
+def merge_documents(doc: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A new document: `changes` merged into `doc` key by key; a null removes the key."""
+    merged = copy.deepcopy(dict(doc))
     for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _deep_merge(target[key], value)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_documents(merged[key], value)
         elif value is None:
-            target.pop(key, None)
+            merged.pop(key, None)
         else:
-            target[key] = value if not isinstance(value, Mapping) else dict(value)
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> QueueSettings:
@@ -311,8 +313,3 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
     if q.gpu_quota is not None:
         doc["gpuQuota"] = q.gpu_quota
     return doc
-
-
-def with_defaults(settings: Settings, **changes: Any) -> Settings:
-    """A copy with some default queue settings changed (tests and the simulator)."""
-    return replace(settings, defaults=replace(settings.defaults, **changes))

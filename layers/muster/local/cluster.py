@@ -72,6 +72,7 @@ class LocalCluster:
         self._t0 = 0.0
         self._epoch0 = 0.0
         self._specs = {w.name: w for w in scenario.workloads}
+        self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
 
     # ------------------------------------------------------------------ time
 
@@ -181,8 +182,7 @@ class LocalCluster:
                     self._pod_event(item, now)
 
     def _schedule(self, w: Wakeup) -> None:
-        tie = list(self._specs).index(w.job)
-        self._push(w.at, tie, (w.what, w.job, w.ref))
+        self._push(w.at, self._order[w.job], (w.what, w.job, w.ref))
 
     # ------------------------------------------------------------------ what the agent sends
 

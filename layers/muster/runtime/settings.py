@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from muster.core import Settings, SettingsError, merge_settings, parse_settings
+from muster.core.settings import merge_documents
 from muster.runtime.ports import WorkloadStore
 
 log = logging.getLogger("muster.runtime")
@@ -81,18 +82,7 @@ def update_settings(store: WorkloadStore, base: Settings, changes: Mapping[str, 
     """
     record = store.settings_record()
     doc, version = (record[0], record[1]) if record else ({}, None)
-    merged = _merge(dict(doc), changes)
+    merged = merge_documents(doc, changes)
     effective = merge_settings(base, merged)  # raises SettingsError naming the field
     store.put_settings_record(merged, version)
     return effective
-
-
-def _merge(target: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            target[key] = _merge(dict(target[key]), value)
-        elif value is None:
-            target.pop(key, None)
-        else:
-            target[key] = json.loads(json.dumps(value))
-    return target
