@@ -8,11 +8,10 @@ running the admission pass itself.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from muster.core.admission import AdmissionPlan, Usage, plan_admission, queue_order_key
+from muster.core.admission import AdmissionPlan, AdmissionQueue, Usage
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -70,8 +69,7 @@ class Cluster:
         # workload's GPUs nor sorts the queue again.
         self._usage = Usage()
         self._not_ready: set[str] = set()
-        self._queue: list[tuple[tuple[int, float, str], str]] = []  # in queue order
-        self._queue_keys: dict[str, tuple[int, float, str]] = {}
+        self._queue = AdmissionQueue(settings)
         self._settings = settings
 
     @property
@@ -82,11 +80,7 @@ class Cluster:
     def settings(self, settings: Settings) -> None:
         """New settings (e.g. a runtime change) may change the queue's order."""
         self._settings = settings
-        pending = [self.workloads[k] for _, k in self._queue]
-        self._queue.clear()
-        self._queue_keys.clear()
-        for w in pending:
-            self._enqueue(w)
+        self._queue.reorder(settings)
 
     def __iter__(self) -> Iterator[Workload]:
         return iter(self.workloads.values())
@@ -116,14 +110,7 @@ class Cluster:
             return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._queue) + 1):
             self._usage.blocker = min(self._not_ready) if self._not_ready else None
-            plan = plan_admission(
-                [self.workloads[k] for _, k in self._queue],
-                (),
-                self.settings,
-                now,
-                usage=self._usage,
-                ordered=True,
-            )
+            plan = self._queue.plan(now, self._usage)
             result.plans.append(plan)
             if not plan.admit:
                 break
@@ -175,16 +162,8 @@ class Cluster:
             self._not_ready.add(w.key)
         else:
             self._not_ready.discard(w.key)
-        position = self._queue_keys.pop(w.key, None)
-        if position is not None:
-            del self._queue[bisect_left(self._queue, (position, w.key))]
-        if w.phase is Phase.PENDING:
-            self._enqueue(w)
-
-    def _enqueue(self, w: Workload) -> None:
-        position = queue_order_key(w, self._settings)
-        self._queue_keys[w.key] = position
-        insort(self._queue, (position, w.key))
+        if w.phase is Phase.PENDING or w.key in self._queue:
+            self._queue.add(w)
 
     def by_phase(self) -> dict[Phase, list[str]]:
         out: dict[Phase, list[str]] = {p: [] for p in Phase}
