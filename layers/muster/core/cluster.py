@@ -133,13 +133,13 @@ class Cluster:
         return result
 
     def _decide(self, w: Workload | None, event: Event, now: float) -> tuple[StepResult, bool]:
-        decision = decide(w, event, self.settings, now, draw=self._draw())
+        decision = decide(w, event, self._settings, now, draw=self._draw())
         result = StepResult(outcomes=[(event.workload, decision.outcome, decision.note)])
         if decision.workload is not None and decision.outcome is Outcome.APPLIED:
             self._store(decision.workload)
         wants = False
         for effect in decision.effects:
-            if isinstance(effect, RunAdmission):
+            if type(effect) is RunAdmission:
                 wants = True
             else:
                 result.effects.append(effect)

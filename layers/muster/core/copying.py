@@ -36,23 +36,28 @@ def replace(obj: T, /, **changes: Any) -> T:
 def _build(cls: type) -> Callable[[Any, dict[str, Any]], Any] | None:
     if not dataclasses.is_dataclass(cls) or "__slots__" not in cls.__dict__:
         return None
+    if any(not hasattr(cls.__dict__.get(f.name), "__set__") for f in dataclasses.fields(cls)):
+        return None
     if hasattr(cls, "__post_init__"):
         return None
     fields = dataclasses.fields(cls)
     if any(not f.init for f in fields):
         return None
     names = tuple(f.name for f in fields)
+    # Each slot's own descriptor sets it: faster than object.__setattr__ by name.
+    setters = {name: cls.__dict__[name].__set__ for name in names}
     lines = [
         "def copier(obj, changes):",
-        "    if changes and not changes.keys() <= NAMES:",
+        "    if changes and not changes.keys() <= SETTERS.keys():",
         "        unknown(changes)",
         "    new = new_(cls)",
     ]
-    for name in names:
-        lines.append(
-            f"    set_(new, {name!r}, changes[{name!r}] if {name!r} in changes else obj.{name})"
-        )
-    lines.append("    return new")
+    lines += [f"    set_{i}(new, obj.{name})" for i, name in enumerate(names)]
+    lines += [
+        "    for name, value in changes.items():",
+        "        SETTERS[name](new, value)",
+        "    return new",
+    ]
 
     def unknown(changes: dict[str, Any]) -> None:
         extra = sorted(set(changes) - set(names))
@@ -61,12 +66,12 @@ def _build(cls: type) -> Callable[[Any, dict[str, Any]], Any] | None:
         )
 
     scope: dict[str, Any] = {
-        "NAMES": frozenset(names),
+        "SETTERS": setters,
         "unknown": unknown,
         "new_": object.__new__,
-        "set_": object.__setattr__,
         "cls": cls,
     }
+    scope.update({f"set_{i}": setters[name] for i, name in enumerate(names)})
     exec("\n".join(lines), scope)  # generated from the class's own field names
     copier: Callable[[Any, dict[str, Any]], Any] = scope["copier"]
     return copier

@@ -175,6 +175,8 @@ class SimulatedCluster:
         on, as concurrent job controllers do. Pods are created after every pod that
         exists.
         """
+        if not self._to_reconcile:
+            return
         jobs = [self._jobs[name] for name in dict.fromkeys(self._to_reconcile)]
         self._to_reconcile.clear()
         missing = [[i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running]
