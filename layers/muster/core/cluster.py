@@ -8,6 +8,7 @@ running the admission pass itself.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -69,6 +70,7 @@ class Cluster:
         # workload's GPUs nor sorts the queue again.
         self._usage = Usage()
         self._not_ready: set[str] = set()
+        self._not_ready_order: list[str] = []  # a heap of `_not_ready`, stale keys dropped late
         self._queue = AdmissionQueue(settings)
         self._settings = settings
 
@@ -109,7 +111,7 @@ class Cluster:
         if not self._queue:
             return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._queue) + 1):
-            self._usage.blocker = min(self._not_ready) if self._not_ready else None
+            self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
             plan = self._queue.plan(now, self._usage)
             result.plans.append(plan)
             if not plan.admit:
@@ -159,11 +161,20 @@ class Cluster:
         else:
             self._active.discard(w.key)
         if w.phase in NOT_READY_PHASES:
-            self._not_ready.add(w.key)
+            if w.key not in self._not_ready:
+                self._not_ready.add(w.key)
+                heapq.heappush(self._not_ready_order, w.key)
         else:
             self._not_ready.discard(w.key)
         if w.phase is Phase.PENDING or w.key in self._queue:
             self._queue.add(w)
+
+    def _first_not_ready(self) -> str | None:
+        """The `blockAdmission` holder: the first admitted-not-ready workload by key."""
+        order = self._not_ready_order
+        while order and order[0] not in self._not_ready:
+            heapq.heappop(order)
+        return order[0] if order else None
 
     def by_phase(self) -> dict[Phase, list[str]]:
         out: dict[Phase, list[str]] = {p: [] for p in Phase}
