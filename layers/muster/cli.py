@@ -11,6 +11,7 @@ from collections.abc import Sequence
 # `handler` (a function of the parsed arguments returning an exit code).
 COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.cli",
+    "muster.sim.tune",
     "muster.local.cli",
     "muster.kube.cli",
     "muster.admin",
