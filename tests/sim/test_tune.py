@@ -56,10 +56,8 @@ def test_tune_recommends_the_least_waste_that_deactivates_no_healthy_workload(
     printed = capsys.readouterr().out
     assert "recommended: timeout=5m, requeuingStrategy.backoffLimitCount=0" in printed
     rows = list(csv.DictReader((out / "ranking.csv").open()))
-    assert [(r["timeout"], r["requeuingStrategy.backoffLimitCount"]) for r in rows][0] == (
-        "5m",
-        "0",
-    )
+    first = rows[0]
+    assert (first["timeout"], first["requeuingStrategy.backoffLimitCount"]) == ("5m", "0")
     # AND 1m with no retries, which wastes least, is ranked last for failing the guard rail
     by_choice = {(r["timeout"], r["requeuingStrategy.backoffLimitCount"]): r for r in rows}
     cheapest = by_choice[("1m", "0")]
