@@ -425,8 +425,13 @@ def plot_pareto(
 
     fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
     front = sorted(pareto([r for r in runs if r.guarded]), key=lambda r: r.wasted)
+    wasted = [r.wasted for r in runs if r.wasted > 0]
+    log_x = bool(wasted) and max(wasted) / min(wasted) > 20
+    if log_x:
+        ax.set_xscale("log")
+    placed: list[tuple[float, float]] = []
     for r in runs:
-        y = r.queue_delay_p95 / 60.0 if math.isfinite(r.queue_delay_p95) else float("nan")
+        y = r.queue_delay_p95 / 3600.0 if math.isfinite(r.queue_delay_p95) else float("nan")
         ax.scatter(
             [r.wasted],
             [y],
@@ -435,13 +440,21 @@ def plot_pareto(
             marker="o" if r.guarded else "x",
             color="tab:blue" if r.guarded else "tab:red",
         )
+        # Stagger the labels of points that sit close together so each stays legible.
+        here = (_spot(r.wasted, log_x), y)
+        near = sum(1 for p in placed if _close(p, here, runs, log_x))
+        placed.append(here)
         ax.annotate(
-            r.short_label, (r.wasted, y), textcoords="offset points", xytext=(5, 4), fontsize=7
+            r.short_label,
+            (r.wasted, y),
+            textcoords="offset points",
+            xytext=(6, 4 - 11 * near),
+            fontsize=7,
         )
     if front:
         ax.plot(
             [r.wasted for r in front],
-            [r.queue_delay_p95 / 60.0 for r in front],
+            [r.queue_delay_p95 / 3600.0 for r in front],
             color="tab:gray",
             linestyle="--",
             linewidth=1,
@@ -451,7 +464,7 @@ def plot_pareto(
     if best is not None:
         ax.scatter(
             [best.wasted],
-            [best.queue_delay_p95 / 60.0],
+            [best.queue_delay_p95 / 3600.0],
             s=220,
             facecolors="none",
             edgecolors="tab:green",
@@ -460,8 +473,10 @@ def plot_pareto(
             label="recommended",
         )
     ax.scatter([], [], marker="x", color="tab:red", label="deactivates healthy workloads")
-    ax.set_xlabel("wasted GPU-hours (held by gangs not all Ready)")
-    ax.set_ylabel("queue delay p95 (minutes, submission to first PodsReady)")
+    ax.set_xlabel(
+        "wasted GPU-hours (held by gangs not all Ready)" + (", log scale" if log_x else "")
+    )
+    ax.set_ylabel("queue delay p95 (hours, submission to first PodsReady)")
     none_delay = _or_inf(baseline["queueDelaySeconds"]["p95"])
     ax.set_title(
         "muster tune: every setting tried\n"
@@ -586,6 +601,21 @@ class _RunBar:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _spot(x: float, log_x: bool) -> float:
+    return math.log10(x) if log_x and x > 0 else x
+
+
+def _close(
+    a: tuple[float, float], b: tuple[float, float], runs: Sequence[Run], log_x: bool
+) -> bool:
+    """Near enough that their labels (a third of the width, one line high) would overlap."""
+    xs = [_spot(r.wasted, log_x) for r in runs]
+    ys = [r.queue_delay_p95 / 3600.0 for r in runs if math.isfinite(r.queue_delay_p95)]
+    span_x = (max(xs) - min(xs)) or 1.0
+    span_y = ((max(ys) - min(ys)) if ys else 0.0) or 1.0
+    return abs(a[0] - b[0]) / span_x < 0.35 and abs(a[1] - b[1]) / span_y < 0.04
 
 
 def _show(value: Any) -> str:
