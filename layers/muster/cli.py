@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.local.cli",
     "muster.kube.cli",
     "muster.admin",
+    "muster.history_export",
 )
 
 
