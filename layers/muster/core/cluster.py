@@ -150,6 +150,14 @@ class Cluster:
     def _store(self, w: Workload) -> None:
         old = self.workloads.get(w.key)
         self.workloads[w.key] = w
+        if (
+            old is not None
+            and old.phase is w.phase
+            and old.gpus == w.gpus
+            and old.queue == w.queue
+            and w.phase is not Phase.PENDING
+        ):
+            return  # e.g. a pod event of a running gang: no index depends on what changed
         usage = self._usage
         if old is not None and old.phase in ACTIVE_PHASES:
             usage.cluster -= old.gpus
