@@ -161,6 +161,22 @@ class Simulation:
         def carry_out(effect: Effect) -> None:
             nonlocal evictions, requeues, open_workloads
             match effect:
+                case Publish(event=name):
+                    log(effect)
+                    if name is LogEvent.EVICTED:
+                        evictions += 1
+                    elif name is LogEvent.REQUEUED:
+                        requeues += 1
+                    elif name is LogEvent.PODS_READY:
+                        track = tracking[effect.workload]
+                        if track.first_ready is None:
+                            track.first_ready = now
+                    elif name is LogEvent.DEACTIVATED:
+                        tracking[effect.workload].deactivated = True
+                        open_workloads -= 1
+                    elif name is LogEvent.FINISHED:
+                        tracking[effect.workload].finished = now
+                        open_workloads -= 1
                 case Admit():
                     actions.admit(effect)
                 case Evict():
@@ -178,22 +194,6 @@ class Simulation:
                 case Requeue(workload=key, count=count, requeue_at=at):
                     if at <= sc.until:
                         push(at, _REQUEUE, order[key], RequeueDue(key, count))
-                case Publish(event=name):
-                    log(effect)
-                    if name is LogEvent.EVICTED:
-                        evictions += 1
-                    elif name is LogEvent.REQUEUED:
-                        requeues += 1
-                    elif name is LogEvent.PODS_READY:
-                        track = tracking[effect.workload]
-                        if track.first_ready is None:
-                            track.first_ready = now
-                    elif name is LogEvent.DEACTIVATED:
-                        tracking[effect.workload].deactivated = True
-                        open_workloads -= 1
-                    elif name is LogEvent.FINISHED:
-                        tracking[effect.workload].finished = now
-                        open_workloads -= 1
 
         def log(effect: Publish) -> None:
             entry: dict[str, Any] = {

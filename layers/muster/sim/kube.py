@@ -44,7 +44,7 @@ class JobSpec:
     never_ready: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodChange:
     """One pod as a watcher sees it after a change."""
 
@@ -58,7 +58,7 @@ class PodChange:
     deleted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wakeup:
     """Call the cluster back at `at`: `pod_ready(job, uid)` or `complete(job, token)`."""
 
