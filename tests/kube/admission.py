@@ -185,9 +185,7 @@ def _rule_matches(rule: dict[str, Any], req: dict[str, Any]) -> bool:
 
     resources = rule["resources"]
     resource_ok = (
-        resource in resources
-        or ("*" in resources and "/" not in resource)
-        or ("*/*" in resources)
+        resource in resources or ("*" in resources and "/" not in resource) or ("*/*" in resources)
     )
     return (
         any_of(rule["apiGroups"], res["group"])
@@ -215,9 +213,7 @@ def _selector_matches(selector: dict[str, Any] | None, review: dict[str, Any]) -
     return labels_match(review["object"]) or labels_match(review["oldObject"])
 
 
-def evaluate(
-    name: str, review: dict[str, Any], params: dict[str, Any] | None = None
-) -> Verdict:
+def evaluate(name: str, review: dict[str, Any], params: dict[str, Any] | None = None) -> Verdict:
     """What the named shipped policy says about one admission request."""
     policy = policies()[name]
     spec = policy["spec"]

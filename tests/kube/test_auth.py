@@ -110,7 +110,9 @@ def test_for_cluster_authenticates_with_a_fresh_bearer_token(aws: boto3.Session)
     assert header.startswith("Bearer " + TOKEN_PREFIX)
     assert config.host == eks.describe_cluster(name="auth-test")["cluster"]["endpoint"]
     # cached per cluster for the process (a warm Lambda reuses it)
-    assert adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws) is actions
+    assert (
+        adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws) is actions
+    )
 
 
 def test_from_environment_names_the_missing_setting() -> None:

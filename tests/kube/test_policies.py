@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("celpy")
 
-from tests.kube.admission import (  # noqa: E402
+from tests.kube.admission import (
     CONTROL_PLANE,
     JOB_CONTROLLER,
     JOBSET_CONTROLLER,
@@ -362,7 +362,9 @@ def test_priority_classes_not_allowed_on_the_queue_are_refused() -> None:
     params = restricted(default={"namespaces": "*", "priorityClasses": "batch-low,batch-high"})
     assert admitted_by_all(request("CREATE", job(priority_class="batch-high")), params).allowed
     verdict = admitted_by_all(request("CREATE", jobset(priority_class="critical")), params)
-    assert verdict.denials == ["queue default allows only the priority classes batch-low,batch-high"]
+    assert verdict.denials == [
+        "queue default allows only the priority classes batch-low,batch-high"
+    ]
 
 
 def test_pod_group_pods_are_checked_against_the_queue() -> None:
@@ -384,7 +386,9 @@ def test_the_control_plane_unsuspends_and_records_its_view() -> None:
     new = with_annotation(new, "muster.io/phase", "Admitted")
     verdict = update(old, new, CONTROL_PLANE)
     assert verdict.allowed
-    assert evaluate("muster-controlplane-scope", request("UPDATE", new, old, user=CONTROL_PLANE)).matched
+    assert evaluate(
+        "muster-controlplane-scope", request("UPDATE", new, old, user=CONTROL_PLANE)
+    ).matched
 
 
 def test_the_control_plane_suspends_every_kind() -> None:
@@ -513,7 +517,9 @@ def test_unmanaged_objects_created_running_are_not_matched() -> None:
             id="jobset-replicas",
         ),
         pytest.param(
-            request("UPDATE", with_label(job(), "muster.io/queue", None), job(), user=CONTROL_PLANE),
+            request(
+                "UPDATE", with_label(job(), "muster.io/queue", None), job(), user=CONTROL_PLANE
+            ),
             id="queue-label",
         ),
         pytest.param(
@@ -533,9 +539,7 @@ def test_unmanaged_objects_created_running_are_not_matched() -> None:
         pytest.param(request("CREATE", pod(), user=CONTROL_PLANE), id="creates-a-pod"),
         pytest.param(request("DELETE", None, job(), user=CONTROL_PLANE), id="deletes-a-job"),
         pytest.param(
-            request(
-                "DELETE", None, pod(gates=(), namespace="kube-system"), user=CONTROL_PLANE
-            ),
+            request("DELETE", None, pod(gates=(), namespace="kube-system"), user=CONTROL_PLANE),
             id="kube-system-pod",
         ),
         pytest.param(
