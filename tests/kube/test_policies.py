@@ -16,6 +16,7 @@ from tests.kube.admission import (
     CONTROL_PLANE,
     JOB_CONTROLLER,
     JOBSET_CONTROLLER,
+    ROOT,
     TENANT,
     admitted_by_all,
     bindings,
@@ -570,3 +571,9 @@ def test_the_control_plane_is_refused_outside_its_scope(review: dict[str, Any]) 
 def test_the_scope_policy_leaves_everyone_else_alone() -> None:
     review = request("UPDATE", pod(image="registry.example/w:2"), pod(), user=TENANT)
     assert not evaluate("muster-controlplane-scope", review).matched
+
+
+def test_the_readme_says_what_each_policy_enforces() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in policies():
+        assert f"`{name}`" in readme, name
