@@ -38,10 +38,11 @@ from typing import Any, TypeVar
 import urllib3
 
 from muster.core.fencing import still_current
-from muster.core.model import Admit, Evict, Kind, Workload
+from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
+    EVENT_RESOURCE,
     EVICTED_ATTEMPT_ANNOTATION,
     POD_GROUP_LABEL,
     POD_RESOURCE,
@@ -49,6 +50,7 @@ from muster.kube.conventions import (
     SCHEDULING_GATE,
     split_key,
 )
+from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi
 from muster.ports import WorkloadGone
 
@@ -57,6 +59,8 @@ log = logging.getLogger("muster.kube")
 T = TypeVar("T")
 
 TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+
+MAX_ANNOUNCED_PODS = 32  # Events per lifecycle event on a pod group
 
 RecordReader = Callable[[str], Workload | None]
 """The control plane's committed record of a workload (None: not known)."""
@@ -127,6 +131,62 @@ class KubernetesCluster:
             return
         path = RESOURCES[kind].item(namespace, name)
         self._call(workload, partial(self.api.merge_patch, path, body))
+
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None:
+        """A Kubernetes Event on the workload (each pod, for a pod group).
+
+        One try, no retries: an Event is a courtesy and must not hold up the
+        decision that caused it. The object is read first for its uid, which
+        `kubectl describe` uses to find its Events.
+        """
+        shown = describe(event, detail)
+        if shown is None:
+            return
+        namespace, name = split_key(workload)
+        if kind is Kind.POD_GROUP:
+            targets = [
+                (POD_RESOURCE, p["metadata"])
+                for p in self._pod_group(workload)[:MAX_ANNOUNCED_PODS]
+            ]
+        else:
+            resource = RESOURCES[kind]
+            obj = self._call_once(workload, partial(self.api.get, resource.item(namespace, name)))
+            targets = [(resource, obj.get("metadata") or {})]
+        for resource, meta in targets:
+            involved = {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            }
+            body = event_body(involved=involved, event=shown, key=key, at=at)
+            try:
+                self.api.create(EVENT_RESOURCE.collection(namespace), body)
+            except ApiException as exc:
+                if exc.status != 409:  # 409 AlreadyExists: announced by an earlier try
+                    raise ClusterActionError(
+                        f"{workload}: Event refused ({exc.status} {exc.reason}): {_message(exc)}"
+                    ) from exc
+
+    def _call_once(self, workload: str, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(workload) from exc
+            raise ClusterActionError(
+                f"{workload}: the API server refused ({exc.status} {exc.reason}): {_message(exc)}"
+            ) from exc
 
     # ------------------------------------------------------------------ suspend kinds
 
