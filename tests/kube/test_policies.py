@@ -577,3 +577,63 @@ def test_the_readme_says_what_each_policy_enforces() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in policies():
         assert f"`{name}`" in readme, name
+
+
+# --------------------------------------------------------------------------- params from settings
+
+
+def test_the_shipped_params_are_those_rendered_from_default_settings() -> None:
+    from muster.core.settings import DEFAULT_SETTINGS
+    from muster.kube.policy_params import render
+
+    assert render(DEFAULT_SETTINGS) == shipped_params()
+
+
+@pytest.mark.parametrize(
+    ("namespace", "queue", "priority"),
+    [
+        ("team-a", "premium", 0),
+        ("team-a", "premium", 100),
+        ("team-a", "premium", 101),
+        ("team-b", "premium", 0),
+        ("team-b", "default", 0),
+        ("team-b", "default", 1),
+        ("team-b", "unlisted", 0),
+    ],
+)
+def test_the_policy_and_the_core_refuse_the_same_workloads(
+    namespace: str, queue: str, priority: int
+) -> None:
+    from muster.core import parse_settings
+    from muster.kube.policy_params import render
+
+    settings = parse_settings(
+        {
+            "queueAccess": {
+                "restrict": True,
+                "queues": {
+                    "premium": {"namespaces": ["team-a", "team-c"], "maxPriority": 100},
+                    "default": {"namespaces": ["*"]},
+                },
+            }
+        }
+    )
+    obj = job(namespace=namespace, queue=queue, annotations={"muster.io/priority": str(priority)})
+    policy_allows = admitted_by_all(request("CREATE", obj), render(settings)).allowed
+    core_allows = settings.access.refusal(queue, f"{namespace}/llama", priority) is None
+    assert policy_allows == core_allows
+
+
+def test_policy_params_command_prints_the_configmap(tmp_path: Any, capsys: Any) -> None:
+    import yaml
+    from muster.cli import main
+
+    path = tmp_path / "settings.yaml"
+    path.write_text("queueAccess: {restrict: true, queues: {gpu: {namespaces: [ml]}}}\n")
+    assert main(["policy-params", "--settings", str(path)]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["data"]["queue.gpu.namespaces"] == "ml"
+    assert doc["data"]["restrictQueues"] == "true"
+    path.write_text("queueAccess: {restrict: maybe}\n")
+    assert main(["policy-params", "--settings", str(path)]) == 2
+    assert "queueAccess.restrict" in capsys.readouterr().err
