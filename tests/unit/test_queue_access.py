@@ -100,3 +100,20 @@ def test_a_refused_workload_is_listed_with_its_reason_and_history() -> None:
 def test_an_allowed_workload_says_nothing_more() -> None:
     decision = decide(None, WorkloadObserved("team-a/x", "premium", 2, seq=1), settings(), 0.0)
     assert decision.workload is not None and decision.workload.reason is None
+
+
+def test_describe_says_why_a_workload_is_not_admitted() -> None:
+    from muster.admin import format_describe
+    from muster.runtime.memory import MemoryStore
+    from muster.runtime.views import describe
+
+    store = MemoryStore()
+    decision = decide(None, WorkloadObserved("team-b/steal", "premium", 2, seq=1), settings(), 0.0)
+    assert decision.workload is not None
+    store.write_workload(None, decision.workload, 0, (), 0.0)
+    doc = describe(store, "team-b/steal")
+    assert doc is not None
+    assert (
+        "phase      Pending (Inadmissible: queue premium is not open to namespace team-b)"
+        in format_describe({**doc, "history": []})
+    )
