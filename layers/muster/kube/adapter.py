@@ -144,9 +144,10 @@ class KubernetesCluster:
     ) -> None:
         """A Kubernetes Event on the workload (each pod, for a pod group).
 
-        One try, no retries: an Event is a courtesy and must not hold up the
-        decision that caused it. The object is read first for its uid, which
-        `kubectl describe` uses to find its Events.
+        The Event is sent once, without retries: it is a courtesy and must not
+        hold up the decision that caused it. The object is read first for its uid,
+        which `kubectl describe` uses to find its Events; a pod group's Events go
+        on the pods that still exist.
         """
         shown = describe(event, detail)
         if shown is None:
