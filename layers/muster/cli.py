@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.tune",
     "muster.local.cli",
     "muster.kube.cli",
+    "muster.kube.policy_params",
     "muster.admin",
     "muster.history_export",
 )

@@ -3,7 +3,7 @@
 The simulator keeps its queue in `AdmissionQueue`; the Lambdas call
 `plan_admission` on what they read. Both must admit the same workloads in the
 same order and report the same `blockAdmission` holder, whatever the queue,
-quotas, backoffs and priorities.
+quotas, backoffs, priorities and queue access rules.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def queued_workloads(draw: st.DrawFn) -> list[Workload]:
         pods = {f"p{j}": Pod(f"p{j}", 1, phase="Pending") for j in range(live)}
         out.append(
             Workload(
-                f"w{i:02d}",
+                f"ns{i % 2}/w{i:02d}",
                 draw(st.sampled_from(QUEUES)),
                 gang,
                 gpus=draw(st.sampled_from([0, 1, 2, 4, 8, 16])),
@@ -61,6 +61,15 @@ def admission_settings(draw: st.DrawFn) -> Settings:
             queues[q] = {"gpuQuota": draw(st.integers(0, 24))}
     if queues:
         doc["queues"] = queues
+    if draw(st.booleans()):
+        grants = {}
+        for q in QUEUES:
+            if draw(st.booleans()):
+                grants[q] = {
+                    "namespaces": draw(st.sampled_from([["*"], ["ns0"], ["ns1"], []])),
+                    "maxPriority": draw(st.integers(0, 2)),
+                }
+        doc["queueAccess"] = {"restrict": draw(st.booleans()), "queues": grants}
     return parse_settings(doc)
 
 

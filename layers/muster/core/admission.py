@@ -40,11 +40,12 @@ class AdmissionPlan:
     admit: tuple[str, ...] = ()
     blocked_by: str | None = None  # the admitted-not-ready workload holding the lock
     skips: tuple[Skip, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()  # (workload, why): `queueAccess` says no
 
     @property
     def skipped(self) -> dict[str, str]:
         """Workload -> why it was passed over (formatted only when asked for)."""
-        return {s.workload: str(s) for s in self.skips}
+        return {s.workload: str(s) for s in self.skips} | dict(self.refused)
 
 
 @dataclass(slots=True)
@@ -128,9 +129,14 @@ def plan_admission(
     )
     chosen: list[str] = []
     skips: list[Skip] = []
+    refused: list[tuple[str, str]] = []
     for w in candidates:
         if settings.block_admission and blocker is not None:
-            return AdmissionPlan(tuple(chosen), blocker, tuple(skips))
+            return AdmissionPlan(tuple(chosen), blocker, tuple(skips), tuple(refused))
+        refusal = settings.access.refusal(w.queue, w.key, w.priority)
+        if refusal is not None:
+            refused.append((w.key, refusal))
+            continue
         skip = quota_skip(w, settings, used_cluster, used_queue)
         if skip is not None:
             skips.append(skip)
@@ -140,7 +146,7 @@ def plan_admission(
         used_queue[w.queue] = used_queue.get(w.queue, 0) + w.gpus
         if settings.block_admission:
             blocker = w.key
-    return AdmissionPlan(tuple(chosen), None, tuple(skips))
+    return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused))
 
 
 class AdmissionQueue:
@@ -155,6 +161,8 @@ class AdmissionQueue:
       timer heap and joins the queue when its time comes;
     - a pod group waiting for replacement pods is not indexed at all (the shell
       adds it again on every change, as it does for every Pending workload);
+    - one that `queueAccess` refuses is kept aside, never admitted (it still
+      counts as waiting, for `blockAdmission`'s report);
     - the others sit in one bucket per (queue, GPUs), each in queue order, so a
       pass merges only the buckets whose size still fits both the cluster's and
       the queue's quota: a workload that does not fit is never looked at.
@@ -168,23 +176,28 @@ class AdmissionQueue:
         self._settings = settings
         self._buckets: dict[Bucket, list[tuple[OrderKey, Workload]]] = {}
         self._indexed: dict[str, tuple[Bucket, OrderKey]] = {}
+        self._refused: dict[str, OrderKey] = {}  # admissible but refused by `queueAccess`
+        self._refused_workloads: dict[str, Workload] = {}
         self._backoff: dict[str, float] = {}  # key -> requeue_at of its waiting entry
         self._waiting: list[tuple[float, int, str, Workload]] = []  # a heap by requeue_at
         self._pushed = 0
 
     def __len__(self) -> int:
-        return len(self._indexed) + len(self._backoff)
+        return len(self._indexed) + len(self._refused) + len(self._backoff)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._indexed or key in self._backoff
+        return key in self._indexed or key in self._refused or key in self._backoff
 
     def reorder(self, settings: Settings) -> None:
         """New settings may order the queue differently (the `timestamp` per queue)."""
         queued = [w for bucket in self._buckets.values() for _, w in bucket]
         queued += [w for at, _, key, w in self._waiting if self._backoff.get(key) == at]
+        queued += self._refused_workloads.values()
         self._settings = settings
         self._buckets.clear()
         self._indexed.clear()
+        self._refused.clear()
+        self._refused_workloads.clear()
         self._backoff.clear()
         self._waiting.clear()
         for w in queued:
@@ -207,6 +220,9 @@ class AdmissionQueue:
     def discard(self, key: str) -> None:
         """Drop a workload (a waiting entry is dropped from the heap when its time comes)."""
         self._backoff.pop(key, None)
+        if self._refused.pop(key, None) is not None:
+            del self._refused_workloads[key]
+            return
         found = self._indexed.pop(key, None)
         if found is None:
             return
@@ -222,7 +238,8 @@ class AdmissionQueue:
         settings = self._settings
         blocker = usage.blocker
         if settings.block_admission and blocker is not None:
-            return AdmissionPlan((), blocker) if self._buckets else AdmissionPlan()
+            waiting = self._buckets or self._refused
+            return AdmissionPlan((), blocker) if waiting else AdmissionPlan()
         free_cluster = (
             settings.gpu_quota - usage.cluster if settings.gpu_quota is not None else None
         )
@@ -249,15 +266,21 @@ class AdmissionQueue:
             if q_free is not None:
                 free_queue[queue] = q_free - gpus
             if settings.block_admission:
-                later = any(b[-1][0] > order for b in self._buckets.values())
+                later = any(b[-1][0] > order for b in self._buckets.values()) or any(
+                    other > order for other in self._refused.values()
+                )
                 return AdmissionPlan(tuple(chosen), order[2] if later else None)
             if i + 1 < len(bucket):
                 heapq.heappush(heads, (bucket[i + 1][0], i + 1, where))
         return AdmissionPlan(tuple(chosen))
 
     def _index(self, w: Workload) -> None:
-        where = (w.queue, w.gpus)
         order = queue_order_key(w, self._settings)
+        if self._settings.access.refusal(w.queue, w.key, w.priority) is not None:
+            self._refused[w.key] = order
+            self._refused_workloads[w.key] = w
+            return
+        where = (w.queue, w.gpus)
         self._indexed[w.key] = (where, order)
         insort(self._buckets.setdefault(where, []), (order, w))
 
