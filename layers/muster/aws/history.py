@@ -2,7 +2,9 @@
 
 One paginated Scan with a filter (history items are `HIST#...` sort keys under each
 workload's partition, see `muster.aws.dynamo`): it reads the whole table once,
-which is what an export of a week of history costs whatever its layout.
+which is what an export of a week of history costs whatever its layout. Only the
+operator's `muster history export` calls it, with the operator's credentials; the
+functions never do (their roles grant no Scan).
 """
 
 from __future__ import annotations
