@@ -73,7 +73,7 @@ def admission_settings(draw: st.DrawFn) -> Settings:
     return parse_settings(doc)
 
 
-@hsettings(max_examples=400, deadline=None)
+@hsettings(max_examples=250, deadline=None)
 @given(
     queued=queued_workloads(),
     settings=admission_settings(),
@@ -126,7 +126,7 @@ def test_new_settings_reorder_the_queue() -> None:
     assert index.plan(60, Usage()).admit == ("old",)
 
 
-@hsettings(max_examples=200, deadline=None)
+@hsettings(max_examples=100, deadline=None)
 @given(
     changes=st.fixed_dictionaries(
         {},
