@@ -7,6 +7,7 @@ agree. A malformed event raises `InvalidEvent`, whose message names the field.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,10 @@ TIMEOUT_ANNOTATION = "muster.io/timeout"
 PRIORITY_ANNOTATION = "muster.io/priority"
 SCHEDULING_GATE = "muster.io/admission"
 
+# A PriorityClass's name is a DNS subdomain; its value a 32-bit integer.
+PRIORITY_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+INT32 = (-(2**31), 2**31 - 1)
+
 
 class InvalidEvent(ValueError):
     """An event that does not follow the schema; retrying it cannot help."""
@@ -63,6 +68,8 @@ def workload_detail(
     timeout: str | None = None,
     status: str = "Active",
     observed_at: datetime | None = None,
+    priority_class: str | None = None,
+    class_priority: int | None = None,
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -80,6 +87,10 @@ def workload_detail(
     }
     if timeout is not None:
         detail["timeout"] = timeout
+    if priority_class is not None:
+        detail["priorityClass"] = priority_class
+        if class_priority is not None:
+            detail["priorityClassValue"] = class_priority
     return detail
 
 
@@ -213,6 +224,22 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
             override = parse_duration(timeout)
         except DurationError as exc:
             raise InvalidEvent(f"timeout: {exc}") from None
+    priority_class = _str(detail, "priorityClass", required=False)
+    class_priority = None
+    if priority_class is not None:
+        if not PRIORITY_CLASS_NAME.match(priority_class):
+            raise InvalidEvent(
+                f"priorityClass: expected a Kubernetes name (at most 253 characters: "
+                f"a-z, 0-9, '-', '.'), got {priority_class!r}"
+            )
+        if detail.get("priorityClassValue") is not None:
+            class_priority = _int(detail, "priorityClassValue", minimum=INT32[0])
+            if class_priority > INT32[1]:
+                raise InvalidEvent(
+                    f"priorityClassValue: must be at most {INT32[1]}, got {class_priority}"
+                )
+    elif detail.get("priorityClassValue") is not None:
+        raise InvalidEvent("priorityClassValue: only with priorityClass")
     return WorkloadObserved(
         workload=key,
         queue=_str(detail, "queue"),
@@ -223,6 +250,8 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         created_at=parse_time(_str(detail, "createdAt"), "createdAt"),
         timeout_override=override,
         seq=seq,
+        priority_class=priority_class,
+        class_priority=class_priority,
     )
 
 

@@ -55,6 +55,76 @@ def test_a_workload_observation_round_trips() -> None:
     )
 
 
+def test_a_priority_class_and_its_value_round_trip() -> None:
+    # GIVEN the pods' PriorityClass, found and not found in the cluster
+    found = workload_detail(
+        cluster="c",
+        workload="ml/a",
+        kind="Job",
+        queue="q",
+        gang_size=2,
+        seq=3,
+        priority_class="team-high",
+        class_priority=100000,
+    )
+    missing = workload_detail(
+        cluster="c",
+        workload="ml/a",
+        kind="Job",
+        queue="q",
+        gang_size=2,
+        seq=4,
+        priority_class="typo-class",
+    )
+    # WHEN the ingest path parses them
+    _, with_value = parse_agent_event(envelope(WORKLOAD_OBSERVED, found))
+    _, without = parse_agent_event(envelope(WORKLOAD_OBSERVED, missing))
+    # THEN the class and its value arrive; a missing class arrives without a value
+    assert isinstance(with_value, WorkloadObserved) and isinstance(without, WorkloadObserved)
+    assert (with_value.priority_class, with_value.class_priority) == ("team-high", 100000)
+    assert (without.priority_class, without.class_priority) == ("typo-class", None)
+    assert "priorityClassValue" not in missing
+
+
+def test_an_event_without_a_priority_class_still_parses() -> None:
+    # GIVEN an event from an agent that knows nothing of PriorityClasses
+    old = workload_detail(cluster="c", workload="ml/a", kind="Job", queue="q", gang_size=2, seq=1)
+    assert "priorityClass" not in old
+    # THEN it parses with no class, its annotation priority as before
+    _, event = parse_agent_event(envelope(WORKLOAD_OBSERVED, old))
+    assert isinstance(event, WorkloadObserved)
+    assert (event.priority_class, event.class_priority, event.priority) == (None, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"priorityClass": "Not_A_Name"}, "priorityClass: expected a Kubernetes name"),
+        ({"priorityClass": "a" * 254}, "priorityClass: expected a Kubernetes name"),
+        ({"priorityClass": ""}, "priorityClass: expected a Kubernetes name"),
+        ({"priorityClass": 7}, "priorityClass: expected a non-empty string"),
+        (
+            {"priorityClass": "high", "priorityClassValue": "9"},
+            "priorityClassValue: expected a whole",
+        ),
+        (
+            {"priorityClass": "high", "priorityClassValue": 2**31},
+            "priorityClassValue: must be at most",
+        ),
+        (
+            {"priorityClass": "high", "priorityClassValue": -(2**31) - 1},
+            "priorityClassValue: must be at least",
+        ),
+        ({"priorityClassValue": 5}, "priorityClassValue: only with priorityClass"),
+    ],
+)
+def test_a_malformed_priority_class_names_the_field(changes: dict, message: str) -> None:
+    detail = workload_detail(cluster="c", workload="a/b", kind="Job", queue="q", gang_size=2, seq=1)
+    detail.update(changes)
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        parse_agent_event(envelope(WORKLOAD_OBSERVED, detail))
+
+
 def test_finished_and_deleted_workloads_become_finish_events() -> None:
     for status, reason in (
         ("Succeeded", Reason.SUCCEEDED),
@@ -141,7 +211,15 @@ def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> N
     doc = (Path(__file__).parents[2] / "docs" / "events.md").read_text()
     sections = {
         WORKLOAD_OBSERVED: workload_detail(
-            cluster="c", workload="a/b", kind="Job", queue="q", gang_size=1, seq=1, timeout="1m"
+            cluster="c",
+            workload="a/b",
+            kind="Job",
+            queue="q",
+            gang_size=1,
+            seq=1,
+            timeout="1m",
+            priority_class="high",
+            class_priority=1000,
         ),
         POD_OBSERVED: good_pod(),
         NODE_OBSERVED: node_detail(cluster="c", node="n", seq=1),

@@ -15,7 +15,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from muster.core.decide import admissible
+from muster.core.decide import admissible, inadmissible
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Kind, Phase, Workload
 from muster.core.settings import Settings, Timestamp
 
@@ -133,7 +133,7 @@ def plan_admission(
     for w in candidates:
         if settings.block_admission and blocker is not None:
             return AdmissionPlan(tuple(chosen), blocker, tuple(skips), tuple(refused))
-        refusal = settings.access.refusal(w.queue, w.key, w.priority)
+        refusal = inadmissible(w, settings)
         if refusal is not None:
             refused.append((w.key, refusal))
             continue
@@ -276,7 +276,7 @@ class AdmissionQueue:
 
     def _index(self, w: Workload) -> None:
         order = queue_order_key(w, self._settings)
-        if self._settings.access.refusal(w.queue, w.key, w.priority) is not None:
+        if inadmissible(w, self._settings) is not None:
             self._refused[w.key] = order
             self._refused_workloads[w.key] = w
             return

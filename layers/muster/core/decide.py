@@ -107,24 +107,55 @@ def decide(
 # --------------------------------------------------------------------------- workloads
 
 
+def inadmissible(w: Workload, settings: Settings) -> str | None:
+    """Why the cluster's or the administrator's rules keep `w` from admission, or None.
+
+    A PriorityClass that does not exist is refused whatever `queueAccess` says, as
+    Kueue refuses it: the API server would refuse the workload's pods anyway.
+    """
+    if w.priority_class_missing:
+        return f"PriorityClass {w.priority_class} does not exist"
+    return settings.access.refusal(w.queue, w.key, w.priority, w.priority_class)
+
+
+def _priority_of(e: WorkloadObserved) -> dict[str, Any]:
+    """The priority that orders the queue: the class's value when the pods have a
+    PriorityClass, else the `muster.io/priority` annotation."""
+    if e.priority_class is None:
+        return {"priority": e.priority, "priority_class": None, "priority_class_missing": False}
+    return {
+        "priority": e.class_priority if e.class_priority is not None else e.priority,
+        "priority_class": e.priority_class,
+        "priority_class_missing": e.class_priority is None,
+    }
+
+
 def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
     if e.gang_size < 1:
         return Decision(w, outcome=Outcome.IGNORED, note=f"gang size {e.gang_size} is below 1")
+    priority = _priority_of(e)
     if w is None:
         new = Workload(
             key=e.workload,
             queue=e.queue,
             gang_size=e.gang_size,
             gpus=e.gpus,
-            priority=e.priority,
             kind=e.kind,
             created_at=e.created_at,
             timeout_override=e.timeout_override,
             spec_seq=e.seq,
             queued_at=e.created_at,
+            **priority,
         )
-        detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
-        refusal = settings.access.refusal(e.queue, e.workload, e.priority)
+        detail = {
+            "queue": e.queue,
+            "gangSize": e.gang_size,
+            "gpus": e.gpus,
+            "priority": new.priority,
+        }
+        if new.priority_class is not None:
+            detail["priorityClass"] = new.priority_class
+        refusal = inadmissible(new, settings)
         if refusal is not None:
             # Kept and listed, never admitted while the administrator's rules say no.
             new = replace(new, reason=INADMISSIBLE, message=refusal)
@@ -136,7 +167,7 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
-    updated = replace(w, priority=e.priority, spec_seq=e.seq)
+    updated = replace(w, spec_seq=e.seq, **priority)
     if w.phase not in ACTIVE_PHASES:
         # What it asks for, and whose quota pays for it, only change while it holds
         # nothing on the cluster.
@@ -148,8 +179,18 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
             timeout_override=e.timeout_override,
         )
     effects: tuple[Effect, ...] = ()
+    if updated.phase is Phase.PENDING:
+        # Whether it may be admitted can change with its class or queue: say so.
+        refusal = inadmissible(updated, settings)
+        if refusal is not None:
+            updated = replace(updated, reason=INADMISSIBLE, message=refusal)
+        elif updated.reason == INADMISSIBLE:
+            updated = replace(updated, reason=None, message=None)
     if updated.phase is Phase.PENDING and (
-        updated.priority != w.priority or updated.queue != w.queue or updated.gpus != w.gpus
+        updated.priority != w.priority
+        or updated.queue != w.queue
+        or updated.gpus != w.gpus
+        or updated.reason != w.reason
     ):
         effects = (RunAdmission("workload changed"),)
     return Decision(updated, effects)

@@ -147,6 +147,10 @@ class Workload:
     ever_ready: bool = False
     evictions: Mapping[str, int] = field(default_factory=dict)  # "reason/cause" -> count
     pods: Mapping[str, Pod] = field(default_factory=dict)
+    # The PriorityClass its pods run at (named, or the cluster's default); `priority`
+    # is then that class's value. Missing: the class does not exist in the cluster.
+    priority_class: str | None = None
+    priority_class_missing: bool = False
 
     @property
     def ready_pods(self) -> int:
@@ -184,7 +188,7 @@ class Workload:
             "priority": self.priority,
             "reason": self.reason,
             "deadline": self.timer.deadline if self.timer else None,
-        }
+        } | ({"priorityClass": self.priority_class} if self.priority_class else {})
 
 
 # --------------------------------------------------------------------------- events in
@@ -203,6 +207,10 @@ class WorkloadObserved:
     created_at: float = 0.0
     timeout_override: float | None = None
     seq: int = 0
+    # `priority` is the `muster.io/priority` annotation; a PriorityClass (the one its
+    # pods run at) and the class's value, None when no such class exists.
+    priority_class: str | None = None
+    class_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

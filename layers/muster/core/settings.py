@@ -85,14 +85,26 @@ class QueueAccess:
     restrict: bool = False
     queues: Mapping[str, QueueGrant] = field(default_factory=dict)
 
-    def refusal(self, queue: str, workload: str, priority: int) -> str | None:
-        """Why a workload may not be admitted on `queue`, or None when it may."""
+    def refusal(
+        self, queue: str, workload: str, priority: int, priority_class: str | None = None
+    ) -> str | None:
+        """Why a workload may not be admitted on `queue`, or None when it may.
+
+        With a PriorityClass the class is what must be allowed (its value is the
+        priority); without one, `muster.io/priority` is, up to the queue's bound.
+        """
         if not self.restrict:
             return None
         namespace = workload.partition("/")[0] if "/" in workload else ""
         grant = self.queues.get(queue)
         if grant is None or not grant.opens_to(namespace):
             return f"queue {queue} is not open to namespace {namespace or '(none)'}"
+        if priority_class is not None:
+            allowed = grant.priority_classes
+            if allowed is not None and priority_class not in allowed:
+                names = ", ".join(allowed) or "none"
+                return f"PriorityClass {priority_class} is not allowed on queue {queue} ({names})"
+            return None
         if priority > grant.max_priority:
             return f"priority {priority} is above queue {queue}'s bound {grant.max_priority}"
         return None
