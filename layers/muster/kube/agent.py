@@ -11,7 +11,8 @@ leader change or a relist). A relist re-sends objects with the numbers they alre
 had, so the control plane drops them as duplicates unless it missed them. A
 deletion carries the deletion's revision (watch) or the list's revision (relist).
 A pod group's workload event carries the revision of the pod change that produced
-it. Should an API server ever hand out a non-numeric resourceVersion, the agent
+it; a workload re-sent because the PriorityClasses changed carries the revision of
+that change (the listing's, for a relist) when it is the newer. Should an API server ever hand out a non-numeric resourceVersion, the agent
 falls back to microseconds since the epoch, strictly increasing within a process.
 """
 
@@ -30,12 +31,14 @@ from muster.kube.conventions import (
     JOBSET_RESOURCE,
     NODE_RESOURCE,
     POD_RESOURCE,
+    PRIORITYCLASS_RESOURCE,
     PYTORCHJOB_RESOURCE,
     QUEUE_LABEL,
     Resource,
 )
 from muster.kube.mapping import (
     PodView,
+    PriorityClasses,
     WorkloadView,
     compact_pod,
     meta,
@@ -44,6 +47,7 @@ from muster.kube.mapping import (
     pod_group_view,
     pod_view,
     pod_workload,
+    with_priority_class,
     workload_view,
 )
 from muster.kube.sender import Entry, Outbox, Sender
@@ -66,6 +70,7 @@ WORKLOAD_RESOURCES: dict[str, Kind] = {
 }
 # (resource, label selector) pairs the agent watches.
 WATCHED: tuple[tuple[Resource, str | None], ...] = (
+    (PRIORITYCLASS_RESOURCE, None),
     (JOB_RESOURCE, QUEUE_LABEL),
     (JOBSET_RESOURCE, QUEUE_LABEL),
     (PYTORCHJOB_RESOURCE, QUEUE_LABEL),
@@ -124,6 +129,9 @@ class Agent:
         self.nodes: dict[str, tuple[bool, str | None]] = {}
         self.problems: dict[str, tuple[str, ...]] = {}  # bad annotations already logged
         self.invalid: set[str] = set()  # workloads that cannot be reported as they are
+        # The cluster's PriorityClasses (None until listed: workloads go without one).
+        self.classes: PriorityClasses | None = None
+        self.class_objects: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -137,6 +145,9 @@ class Agent:
                 self._sync_pods(message)
             elif plural == NODE_RESOURCE.plural:
                 self._sync_nodes(message)
+            elif plural == PRIORITYCLASS_RESOURCE.plural:
+                objects = {str(meta(o).get("name")): o for o in message.items}
+                self._classes(objects, self.seq(message.resource_version))
             return
         self.stats[f"{message.type.lower()}_{plural}"] += 1
         deleted = message.type == "DELETED"
@@ -146,6 +157,24 @@ class Agent:
             self._pod(message.obj, deleted=deleted)
         elif plural == NODE_RESOURCE.plural:
             self._node(message.obj, deleted=deleted)
+        elif plural == PRIORITYCLASS_RESOURCE.plural:
+            objects = dict(self.class_objects)
+            name = str(meta(message.obj).get("name"))
+            if deleted:
+                objects.pop(name, None)
+            else:
+                objects[name] = message.obj
+            self._classes(objects, self.seq(meta(message.obj).get("resourceVersion")))
+
+    # ------------------------------------------------------------------ priority classes
+
+    def _classes(self, objects: dict[str, dict[str, Any]], seq: int) -> None:
+        """A new map of PriorityClasses: re-send the workloads whose class it changes."""
+        self.class_objects = objects
+        self.classes = PriorityClasses.of(objects.values())
+        for key, view in list(self.workloads.items()):
+            if with_priority_class(view, self.classes) != view:
+                self._send_workload(view, max(self.workload_seq[key], seq))
 
     # ------------------------------------------------------------------ workloads
 
@@ -167,6 +196,7 @@ class Agent:
                 self._pod(pod, deleted=False)
 
     def _send_workload(self, view: WorkloadView, seq: int, *, force: bool = False) -> None:
+        view = with_priority_class(view, self.classes)
         if not force and self.workloads.get(view.key) == view:
             return
         if view.problems and self.problems.get(view.key) != view.problems:
@@ -196,6 +226,8 @@ class Agent:
             timeout=view.timeout,
             status=view.status,
             observed_at=self._now(),
+            priority_class=view.priority_class,
+            class_priority=view.class_priority,
         )
         self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
 
@@ -393,6 +425,8 @@ class Agent:
         self.nodes.clear()
         self.problems.clear()
         self.invalid.clear()
+        self.classes = None
+        self.class_objects = {}
         self.outbox.clear()
 
 

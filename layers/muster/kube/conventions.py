@@ -52,6 +52,7 @@ __all__ = [
     "NODE_RESOURCE",
     "POD_GROUP_LABEL",
     "POD_RESOURCE",
+    "PRIORITYCLASS_RESOURCE",
     "PRIORITY_ANNOTATION",
     "PYTORCHJOB_RESOURCE",
     "QUEUE_LABEL",
@@ -102,6 +103,9 @@ POD_RESOURCE = Resource("", "v1", "pods", "Pod")
 NODE_RESOURCE = Resource("", "v1", "nodes", "Node", namespaced=False)
 LEASE_RESOURCE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 EVENT_RESOURCE = Resource("", "v1", "events", "Event")
+PRIORITYCLASS_RESOURCE = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
 
 # The workload object of each kind held by suspension (pod groups have none).
 RESOURCES: dict[Kind, Resource] = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from muster.core.copying import replace
 from muster.core.decide import NODE_HEALTH_LABEL
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
@@ -52,6 +53,12 @@ class WorkloadView:
     timeout: str | None = None
     status: str = "Active"
     problems: tuple[str, ...] = field(default=(), compare=False)
+    # The PriorityClass each pod template names ("" for none); the class the pods run
+    # at and its value once resolved (`with_priority_class`; a pod group's pods come
+    # resolved by the API server).
+    class_names: tuple[str, ...] = ()
+    priority_class: str | None = None
+    class_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,20 +114,25 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         return None  # a JobSet's child Job: the JobSet is the workload
     spec = obj.get("spec") or {}
     problems: list[str] = []
+    templates: list[Mapping[str, Any]] = []
     if kind is Kind.JOB:
         pods, gpus = _job_pods(spec)
+        templates.append(spec.get("template") or {})
     elif kind is Kind.JOBSET:
         pods, gpus = 0, 0
         for rj in spec.get("replicatedJobs") or []:
-            n, g = _job_pods(((rj.get("template") or {}).get("spec")) or {})
+            job_spec = ((rj.get("template") or {}).get("spec")) or {}
+            n, g = _job_pods(job_spec)
             replicas = _count(rj.get("replicas"), 1)
             pods, gpus = pods + replicas * n, gpus + replicas * g
+            templates.append(job_spec.get("template") or {})
     elif kind is Kind.PYTORCHJOB:
         pods, gpus = 0, 0
         for rs in (spec.get("pytorchReplicaSpecs") or {}).values():
             replicas = _count((rs or {}).get("replicas"), 1)
             pods += replicas
             gpus += replicas * pod_gpus((rs or {}).get("template") or {})
+            templates.append((rs or {}).get("template") or {})
     else:
         raise ValueError(f"kind: {kind} has no workload object")
     gang = _min_available(notes_of(obj), pods, problems)
@@ -135,7 +147,13 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         timeout=_timeout(notes_of(obj), problems),
         status=_finished(kind, obj) or "Active",
         problems=tuple(problems),
+        class_names=tuple(_class_name(t) for t in templates),
     )
+
+
+def _class_name(pod_or_template: Mapping[str, Any]) -> str:
+    name = (pod_or_template.get("spec") or {}).get("priorityClassName")
+    return name if isinstance(name, str) else ""
 
 
 def _job_pods(job_spec: Mapping[str, Any]) -> tuple[int, int]:
@@ -172,6 +190,9 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         1 for p in members if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     )
     status = "Succeeded" if size and succeeded >= size and live == 0 else "Active"
+    # The API server has resolved the pods' class (the default one included) and value.
+    name, value = _class_name(first), (first.get("spec") or {}).get("priority")
+    resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
     return WorkloadView(
         key=key,
         kind=Kind.POD_GROUP,
@@ -183,7 +204,58 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         timeout=_timeout(notes_of(first), problems),
         status=status,
         problems=tuple(problems),
+        class_names=(name,),
+        priority_class=name if resolved else None,
+        class_priority=value if resolved else None,
     )
+
+
+# --------------------------------------------------------------------------- priority classes
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClasses:
+    """The cluster's `scheduling.k8s.io/v1` PriorityClasses: name -> value, and the
+    `globalDefault` one (the lowest-valued if several, as the API server picks)."""
+
+    values: Mapping[str, int] = field(default_factory=dict)
+    default: str | None = None
+
+    @classmethod
+    def of(cls, items: Iterable[Mapping[str, Any]]) -> PriorityClasses:
+        values: dict[str, int] = {}
+        defaults: list[tuple[int, str]] = []
+        for obj in items:
+            name, value = meta(obj).get("name"), obj.get("value")
+            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
+                continue
+            values[name] = value
+            if obj.get("globalDefault") is True:
+                defaults.append((value, name))
+        return cls(values, min(defaults)[1] if defaults else None)
+
+
+def with_priority_class(view: WorkloadView, classes: PriorityClasses | None) -> WorkloadView:
+    """The view with the PriorityClass its pods run at and that class's value.
+
+    A template that names none gets the cluster's default class, as its pods would.
+    Of several classes the highest-valued counts; a class that does not exist comes
+    first (value None), so that the control plane says why the workload waits.
+    Without a listing of the classes (`None`), none is reported.
+    """
+    if view.kind is Kind.POD_GROUP and view.class_priority is not None:
+        return view
+    found: list[tuple[int, str]] = []
+    for named in view.class_names or ("",):
+        name = named or (classes.default if classes is not None else None)
+        if name is None or classes is None:
+            continue
+        value = classes.values.get(name)
+        if value is None:
+            return replace(view, priority_class=name, class_priority=None)
+        found.append((value, name))
+    value, name = max(found) if found else (None, None)
+    return replace(view, priority_class=name, class_priority=value)
 
 
 def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
@@ -271,6 +343,8 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         | {"annotations": {k: v for k, v in notes_of(pod).items() if k.startswith("muster.io/")}},
         "spec": {
             "nodeName": spec.get("nodeName"),
+            "priorityClassName": spec.get("priorityClassName"),
+            "priority": spec.get("priority"),
             "containers": [
                 {"resources": c.get("resources") or {}} for c in spec.get("containers") or []
             ],
