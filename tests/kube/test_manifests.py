@@ -44,9 +44,21 @@ def rules(kind: str, name: str) -> list[dict[str, Any]]:
     raise AssertionError(f"{kind} {name} not found")
 
 
-def test_agent_only_reads_workloads_pods_and_nodes() -> None:
-    verbs = {v for r in rules("ClusterRole", "muster-agent") for v in r["verbs"]}
-    assert verbs == {"list", "watch"}
+def test_agent_only_reads_workloads_pods_nodes_and_priority_classes() -> None:
+    granted = {
+        (g, res): set(r["verbs"])
+        for r in rules("ClusterRole", "muster-agent")
+        for g in r["apiGroups"]
+        for res in r["resources"]
+    }
+    assert granted == {
+        ("batch", "jobs"): {"list", "watch"},
+        ("jobset.x-k8s.io", "jobsets"): {"list", "watch"},
+        ("kubeflow.org", "pytorchjobs"): {"list", "watch"},
+        ("", "pods"): {"list", "watch"},
+        ("", "nodes"): {"list", "watch"},
+        ("scheduling.k8s.io", "priorityclasses"): {"list", "watch"},
+    }
 
 
 def test_controlplane_has_only_what_admit_evict_and_record_use() -> None:
