@@ -173,3 +173,14 @@ def test_status_and_describe_show_the_class_and_why() -> None:
         "phase      Pending (Inadmissible: PriorityClass batch-low is not allowed on queue "
         "premium (team-high))" in format_describe({**doc, "history": []})
     )
+
+
+def test_the_stored_record_keeps_the_class_and_old_records_still_load() -> None:
+    from muster.runtime.codec import decode_workload, encode_workload
+
+    w = submitted(observed("ml/typo", "q", cls="hihg"), settings(None))
+    doc = encode_workload(w)
+    assert decode_workload(doc) == w
+    old = {k: v for k, v in doc.items() if not k.startswith("priority_class")}
+    assert decode_workload(old).priority_class is None
+    assert not decode_workload(old).priority_class_missing
