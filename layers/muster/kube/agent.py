@@ -12,8 +12,15 @@ had, so the control plane drops them as duplicates unless it missed them. A
 deletion carries the deletion's revision (watch) or the list's revision (relist).
 A pod group's workload event carries the revision of the pod change that produced
 it; a workload re-sent because the PriorityClasses changed carries the revision of
-that change (the listing's, for a relist) when it is the newer. Should an API server ever hand out a non-numeric resourceVersion, the agent
-falls back to microseconds since the epoch, strictly increasing within a process.
+that change (the listing's, for a relist) when it is the newer. Should an API
+server ever hand out a non-numeric resourceVersion, the agent falls back to
+microseconds since the epoch, strictly increasing within a process.
+
+**Priority classes.** Until the PriorityClasses are first listed, workloads are
+reported without one (their annotation orders them); the listing then re-sends
+those it alters. A class change that races a change of the workload itself, seen
+in the other order, can leave the older view at the control plane until the
+workload changes again.
 """
 
 from __future__ import annotations
