@@ -44,18 +44,27 @@ def decode_pod(doc: dict[str, Any]) -> Pod:
 def encode_timer(timer: Timer | None) -> dict[str, Any] | None:
     if timer is None:
         return None
-    return {
+    doc = {
         "kind": timer.kind.value,
         "attempt": timer.attempt,
         "episode": timer.episode,
         "deadline": timer.deadline,
     }
+    if timer.incarnation:
+        doc["incarnation"] = timer.incarnation
+    return doc
 
 
 def decode_timer(doc: dict[str, Any] | None) -> Timer | None:
     if doc is None:
         return None
-    return Timer(TimerKind(doc["kind"]), int(doc["attempt"]), int(doc["episode"]), doc["deadline"])
+    return Timer(
+        TimerKind(doc["kind"]),
+        int(doc["attempt"]),
+        int(doc["episode"]),
+        doc["deadline"],
+        str(doc.get("incarnation", "")),
+    )
 
 
 def encode_workload(w: Workload) -> dict[str, Any]:

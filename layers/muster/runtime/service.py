@@ -230,6 +230,9 @@ class ControlPlane:
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
             self._carry_out(decision.workload, version, decision.effects)
+            # A pod written meanwhile does not move the workload's version: read the
+            # count back after this write too, as every other writer does.
+            self._check_readiness(current.workload.key, settings, now)
             return
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
 
