@@ -47,6 +47,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.reconcile import POD_SCOPE, SCOPES, WORKLOAD_SCOPES, SnapshotPart
 from muster.core.settings import (
     DEFAULT_SETTINGS,
     QueueSettings,
@@ -64,6 +65,9 @@ __all__ = [
     "NODE_HEALTH_LABEL",
     "NODE_REPLACEMENT_HEALTH",
     "NOT_READY_PHASES",
+    "POD_SCOPE",
+    "SCOPES",
+    "WORKLOAD_SCOPES",
     "AdmissionGranted",
     "AdmissionPlan",
     "Admit",
@@ -91,6 +95,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "Skip",
+    "SnapshotPart",
     "StartTimer",
     "StepResult",
     "StopTimer",

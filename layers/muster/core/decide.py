@@ -468,9 +468,7 @@ def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
 
 
 def _observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
-    on_node = [
-        p for p in w.pods.values() if p.node == e.node and not p.retired and not p.deleted
-    ]
+    on_node = [p for p in w.pods.values() if p.node == e.node and not p.retired and not p.deleted]
     if not on_node or w.phase not in ACTIVE_PHASES:
         return Decision(w, outcome=Outcome.IGNORED)
     if e.seq:

@@ -23,6 +23,7 @@ from muster.core import (
     Reason,
     Requeue,
     RunAdmission,
+    SnapshotPart,
     StartTimer,
     StopTimer,
     Timer,
@@ -156,6 +157,30 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
     if kind == "RunAdmission":
         return RunAdmission(doc["reason"])
     raise ValueError(f"unknown effect type {kind!r}")
+
+
+def encode_snapshot_part(part: SnapshotPart) -> dict[str, Any]:
+    return {
+        "snapshot": part.snapshot,
+        "part": part.part,
+        "parts": part.parts,
+        "scope": part.scope,
+        "revision": part.revision,
+        "workloads": dict(part.workloads),
+        "pods": {k: dict(v) for k, v in part.pods.items()},
+    }
+
+
+def decode_snapshot_part(doc: dict[str, Any]) -> SnapshotPart:
+    return SnapshotPart(
+        doc["snapshot"],
+        int(doc["part"]),
+        int(doc["parts"]),
+        doc["scope"],
+        int(doc["revision"]),
+        doc.get("workloads", {}),
+        doc.get("pods", {}),
+    )
 
 
 def dumps(value: Any) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, Timer, Workload
+from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
 
 
@@ -52,7 +52,7 @@ class MemoryStore:
     tombstone_ttl: float = 86400.0
     finished_ttl: float = 30 * 86400.0
     expires: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (key, pod)
-    snapshots: dict[str, dict[int, Any]] = field(default_factory=dict)
+    snapshots: dict[str, dict[int, SnapshotPart]] = field(default_factory=dict)
     snapshot_revisions: dict[str, int] = field(default_factory=dict)
 
     def expire(self, now: float) -> int:
@@ -124,11 +124,8 @@ class MemoryStore:
             stored.pop(write.name, None)
         else:
             stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch, owner)
-            item = self.items.get(key)
             if write.pod.deleted:
                 self.expires[(key, write.name)] = now + self.tombstone_ttl
-            elif item is not None and item.workload.phase is Phase.FINISHED:
-                self.expires[(key, write.name)] = now + self.finished_ttl
 
     def write_pod(
         self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
@@ -138,7 +135,7 @@ class MemoryStore:
         item = self.items[key]
         if ready_delta and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
-        self._apply_pod(key, write, epoch, item.workload.uid, now)
+        self._apply_pod(key, write, epoch, write.owner, now)
         item.ready_count += ready_delta
 
     def write_workload(
@@ -171,7 +168,7 @@ class MemoryStore:
         else:
             self.expires.pop((after.key, None), None)
         for write in pods:
-            self._apply_pod(after.key, write, epoch, after.uid, now)
+            self._apply_pod(after.key, write, epoch, write.owner, now)
         return version
 
     def expire_pods(self, key: str, names: Iterable[str], now: float) -> None:
@@ -183,6 +180,21 @@ class MemoryStore:
                     self.expires.get((key, name), now + self.finished_ttl),
                     now + self.finished_ttl,
                 )
+
+    def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
+        parts = self.snapshots.setdefault(f"{part.scope}#{part.snapshot}", {})
+        parts[part.part] = part
+        return list(parts.values()) if len(parts) >= part.parts else None
+
+    def snapshot_revision(self, scope: str) -> int:
+        return self.snapshot_revisions.get(scope, 0)
+
+    def set_snapshot_revision(self, scope: str, revision: int) -> None:
+        self.snapshot_revisions[scope] = max(revision, self.snapshot_revisions.get(scope, 0))
+        for name in [n for n in self.snapshots if n.startswith(f"{scope}#")]:
+            parts = self.snapshots[name]
+            if any(p.revision <= revision for p in parts.values()):
+                del self.snapshots[name]  # acted on, or older than what was
 
     def clear_outbox(self, key: str, version: int) -> None:
         item = self.items[key]
@@ -198,7 +210,10 @@ class MemoryStore:
             if key in self.items
             and self.items[key].workload.phase is not Phase.FINISHED
             and any(
-                p.node == node and not p.retired and not p.deleted and (key, name) not in self.expires
+                p.node == node
+                and not p.retired
+                and not p.deleted
+                and (key, name) not in self.expires
                 for name, (p, _, _, owner) in pods.items()
                 if belongs(owner, self.items[key].workload.uid)
             )
