@@ -87,7 +87,7 @@ def test_pod_and_node_observations_round_trip() -> None:
         cluster="c", node="n1", seq=2, ready=True, health="UnschedulablePendingReplacement"
     )
     assert parse_agent_event(envelope(NODE_OBSERVED, detail))[1] == NodeObserved(
-        "n1", True, "UnschedulablePendingReplacement"
+        "n1", True, "UnschedulablePendingReplacement", seq=2
     )
 
 
