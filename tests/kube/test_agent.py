@@ -16,6 +16,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from muster.core.model import Kind, NodeObserved, PodObserved, WorkloadFinished, WorkloadObserved
+from muster.core.reconcile import SnapshotPart
 from muster.kube.agent import Agent, SeqSource
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
 from muster.kube.mapping import pod_view, workload_view
@@ -292,8 +293,21 @@ def test_watch_stream_to_sqs_through_the_bus(
     jobs.step()
     clock.now += 1.0
     agent.flush()
-    # THEN the Job and both pods arrive in the queue, valid for the control plane
-    parsed = [parse_agent_event(e) for e in landed(aws)]
+    # THEN the Job and both pods arrive in the queue, valid for the control plane,
+    # and so does what each list held (for the control plane's reconciliation)
+    everything = [parse_agent_event(e) for e in landed(aws)]
+    listings = sorted(
+        (
+            (e.scope, e.revision, dict(e.pods), dict(e.workloads))
+            for _, e in everything
+            if isinstance(e, SnapshotPart)
+        ),
+    )
+    assert listings == [
+        ("Job", 95, {}, {}),
+        ("Pod", 95, {"ml/train": {"train-0": "uid-train-0"}}, {}),
+    ]
+    parsed = [(c, e) for c, e in everything if not isinstance(e, SnapshotPart)]
     assert [c for c, _ in parsed] == ["prod"] * 3
     events = [e for _, e in parsed]
     assert isinstance(events[0], WorkloadObserved)
