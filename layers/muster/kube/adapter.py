@@ -177,9 +177,12 @@ class KubernetesCluster:
 
     def _ungate_pod_group(self, workload: str, attempt: int) -> None:
         namespace, _ = split_key(workload)
-        pods = [p for p in self._pod_group(workload) if not p["metadata"].get("deletionTimestamp")]
-        if not pods:
+        members = self._pod_group(workload)
+        if not members:
             raise WorkloadGone(workload)
+        # Terminating pods are being replaced by their controller: the group is not
+        # gone, and its replacements are released when they are observed.
+        pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
         for pod in pods:
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
