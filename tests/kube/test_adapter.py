@@ -321,6 +321,19 @@ def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: Kubernet
     ]
 
 
+def test_admit_pod_group_whose_pods_are_terminating_is_not_gone(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a group whose pods are all terminating (their controller replaces them)
+    for name in ("grp-0", "grp-1"):
+        terminating = pod(name)
+        terminating["metadata"]["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+        k8s.objects[PODS, "ml", name] = terminating
+    # WHEN it is admitted, THEN it is not declared gone and nothing is patched
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
 def test_admit_pod_group_without_pods_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
     with pytest.raises(WorkloadGone):
         cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
