@@ -205,7 +205,7 @@ def _with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
 
 def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     if e.uid and w.uid and e.uid != w.uid:
-        if e.seq and e.seq < w.spec_seq:
+        if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
         if w.phase is Phase.FINISHED:
             # A later object under this name ended too: remember it, so its own late
@@ -226,7 +226,6 @@ def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
         reason=e.reason.value,
         timer=None,
         requeue_at=None,
-        spec_seq=max(w.spec_seq, e.seq),
         uid=e.uid or w.uid,
     )
     effects.append(
@@ -282,7 +281,7 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
         dry_run_evicted=False,
     )
     effects: list[Effect] = [
-        Admit(w.key, e.attempt, w.kind),
+        Admit(w.key, e.attempt, w.kind, w.uid),
         StartTimer(w.key, timer),
         Publish(
             LogEvent.ADMITTED,
@@ -398,7 +397,7 @@ def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> 
     effects: list[Effect] = []
     if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
         # Replacement pods of an admitted group arrive gated: release them too.
-        effects.append(Admit(w.key, w.attempt, w.kind))
+        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
     if w.phase is Phase.ADMITTED and w.whole:
         return _became_ready(w, effects, now)
     if w.phase is Phase.RECOVERING and w.whole:
@@ -528,7 +527,7 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
-    effects.append(Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods()))
+    effects.append(Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid))
     evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
     evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
@@ -580,7 +579,7 @@ def _deadline(
             (Publish(LogEvent.EVICTED, w.key, detail),),
         )
     effects: list[Effect] = [
-        Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready)
+        Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready, w.uid)
     ]
     evicted = _withdrawn(w, now, qs, reason=Reason.PODS_READY_TIMEOUT, cause=cause)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))

@@ -309,6 +309,7 @@ class Admit:
     workload: str
     attempt: int
     kind: Kind
+    uid: str = ""  # the object admitted: another object under the name is not released
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +322,7 @@ class Evict:
     reason: Reason
     cause: Reason | None
     not_ready: tuple[Pod, ...] = ()
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,13 +91,17 @@ class KubernetesCluster:
         if effect.kind is Kind.POD_GROUP:
             self._ungate_pod_group(effect.workload, effect.attempt)
         else:
-            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=False)
+            self._set_suspended(
+                effect.workload, effect.kind, effect.attempt, suspend=False, uid=effect.uid
+            )
 
     def evict(self, effect: Evict) -> None:
         if effect.kind is Kind.POD_GROUP:
             self._delete_pod_group(effect.workload, effect.attempt)
         else:
-            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=True)
+            self._set_suspended(
+                effect.workload, effect.kind, effect.attempt, suspend=True, uid=effect.uid
+            )
 
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
         """Write `view` as `muster.io/<key>` annotations; an empty value removes one."""
@@ -119,13 +123,18 @@ class KubernetesCluster:
 
     # ------------------------------------------------------------------ suspend kinds
 
-    def _set_suspended(self, workload: str, kind: Kind, attempt: int, *, suspend: bool) -> None:
+    def _set_suspended(
+        self, workload: str, kind: Kind, attempt: int, *, suspend: bool, uid: str = ""
+    ) -> None:
         resource = RESOURCES[kind]
         namespace, name = split_key(workload)
         path = resource.item(namespace, name)
         mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
         for _ in range(self.conflict_attempts):
             obj = self._call(workload, partial(self.api.get, path))
+            found = obj.get("metadata", {}).get("uid")
+            if uid and found and found != uid:
+                raise WorkloadGone(workload)  # another object now has this name
             annotations = obj.get("metadata", {}).get("annotations") or {}
             if _fenced(annotations, attempt, suspend=suspend):
                 log.warning(

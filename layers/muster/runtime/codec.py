@@ -96,6 +96,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "workload": effect.workload,
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
+                "uid": effect.uid,
             }
         case Evict():
             return {
@@ -106,6 +107,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "reason": effect.reason.value,
                 "cause": effect.cause.value if effect.cause else None,
                 "notReady": [encode_pod(p) for p in effect.not_ready[:50]],
+                "uid": effect.uid,
             }
         case StartTimer() | StopTimer():
             return {
@@ -136,7 +138,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
 def decode_effect(doc: dict[str, Any]) -> Effect:
     kind = doc["type"]
     if kind == "Admit":
-        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]))
+        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]), doc.get("uid", ""))
     if kind == "Evict":
         return Evict(
             doc["workload"],
@@ -145,6 +147,7 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
             Reason(doc["reason"]),
             Reason(doc["cause"]) if doc.get("cause") else None,
             tuple(decode_pod(p) for p in doc.get("notReady", ())),
+            doc.get("uid", ""),
         )
     if kind in ("StartTimer", "StopTimer"):
         timer = decode_timer(doc["timer"])

@@ -404,7 +404,8 @@ class ControlPlane:
                     self.store.clear_outbox(w.key, version)
         if gone and w.phase is not Phase.FINISHED:
             log.info("workload deleted from the cluster", extra={"workload": w.key})
-            self._handle_one(WorkloadFinished(w.key, Reason.DELETED))
+            # This incarnation is gone; should a newer one be known by now, it stays.
+            self._handle_one(WorkloadFinished(w.key, Reason.DELETED, uid=w.uid))
 
     def _do(self, w: Workload, version: int, index: int, effect: Effect) -> None:
         match effect:
