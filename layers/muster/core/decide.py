@@ -362,7 +362,10 @@ def pod_update(known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, 
             ),
             "",
         )
-    node_down = known is not None and known.node_down and known.node_seq > e.seq
+    # A report older than the NotReady of the node it names does not override that.
+    node_down = (
+        known is not None and known.node_down and known.node_seq > e.seq and known.node == e.node
+    )
     pod = Pod(
         name=e.pod,
         seq=e.seq,
