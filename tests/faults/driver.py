@@ -361,8 +361,14 @@ def run_history(
     perturbation: Perturbation | None = None,
     history: History | None = None,
     store: MemoryStore | None = None,
+    wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Outcome:
-    """Play one random history through the control plane; compare its view with the truth."""
+    """Play one random history through the control plane; compare its view with the truth.
+
+    `wrap_ports` receives the ports (`store`, `timers`, `messages`, `bus`, `metrics`,
+    `cluster`) and returns those to build the control plane with: fault-injecting
+    wrappers go there. The invariants read the unwrapped store and timers.
+    """
     history = history or generate(seed)
     rng = random.Random(seed * 7919 + 1)
     loop = Loop()
@@ -387,16 +393,17 @@ def run_history(
             "gpuQuota": history.nodes * history.gpus_per_node,
         }
     )
-    plane = build_plane(
-        store=store,
-        timers=timers,
-        messages=messages,
-        bus=MemoryBus(),
-        metrics=MemoryMetrics(),
-        cluster=truth,
-        settings=lambda: settings,
-        clock=loop,
-    )
+    ports: dict[str, Any] = {
+        "store": store,
+        "timers": timers,
+        "messages": messages,
+        "bus": MemoryBus(),
+        "metrics": MemoryMetrics(),
+        "cluster": truth,
+    }
+    if wrap_ports is not None:
+        ports = wrap_ports(ports)
+    plane = build_plane(**ports, settings=lambda: settings, clock=loop)
     for action in history.actions:
         loop.at(action.at, "action", action)
     loop.at(history.horizon, "horizon", None)

@@ -63,8 +63,8 @@ def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.Monke
     service_module = importlib.import_module("muster.runtime.service")
     original = decide_module.pod_update
 
-    def forgetful(known, event):  # type: ignore[no-untyped-def]
-        return original(None if known is not None and known.deleted else known, event)
+    def forgetful(known, event, **kw):  # type: ignore[no-untyped-def]
+        return original(None if known is not None and known.deleted else known, event, **kw)
 
     monkeypatch.setattr(service_module, "pod_update", forgetful)
     monkeypatch.setattr(decide_module, "pod_update", forgetful)

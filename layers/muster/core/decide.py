@@ -145,6 +145,7 @@ def _submitted(e: WorkloadObserved, before: tuple[Effect, ...]) -> Decision:
         timeout_override=e.timeout_override,
         spec_seq=e.seq,
         uid=e.uid,
+        born_seq=e.seq if e.uid else 0,
         queued_at=e.created_at,
     )
     detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
@@ -317,7 +318,7 @@ def admissible(w: Workload, now: float) -> bool:
 def _observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
-    outcome, pod, note = pod_update(w.pods.get(e.pod), e)
+    outcome, pod, note = pod_update(w.pods.get(e.pod), e, born=w.born_seq)
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
     pods = dict(w.pods)
@@ -329,13 +330,19 @@ def _observe_pod(
     return _readiness(w, updated, qs, now)
 
 
-def pod_update(known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, str]:
+def pod_update(
+    known: Pod | None, e: PodObserved, *, born: int = 0
+) -> tuple[Outcome, Pod | None, str]:
     """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
 
     A deletion leaves a tombstone (a pod with `deleted`), so that a late or
     redelivered event of the deleted pod is stale. Shells that store pods apart
     from the workload use this to write one pod without loading the whole gang.
+    `born` is the revision the workload object was first seen at: a pod event
+    older than that is of an earlier object under the same name.
     """
+    if born and e.seq < born and not e.deleted:
+        return Outcome.STALE, known, f"pod {e.pod} of an earlier object of this name"
     if known is not None:
         same_incarnation = not e.uid or not known.uid or e.uid == known.uid
         if same_incarnation and e.seq <= known.seq:

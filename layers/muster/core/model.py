@@ -139,6 +139,7 @@ class Workload:
     timeout_override: float | None = None  # the workload's own timeout (annotation)
     spec_seq: int = 0
     uid: str = ""  # the object's uid: a new object under the same key is a new incarnation
+    born_seq: int = 0  # the revision it was first seen at: its pods are all newer
     # A spec change seen while admitted ("queue", "gangSize", "gpus", "timeoutOverride"),
     # applied when the workload next holds nothing.
     next_spec: Mapping[str, Any] | None = None

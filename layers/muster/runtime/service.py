@@ -188,7 +188,7 @@ class ControlPlane:
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
         if light.outbox or light.workload.kind is Kind.POD_GROUP:
             return None
-        outcome, pod, note = pod_update(light.pod, event)
+        outcome, pod, note = pod_update(light.pod, event, born=light.workload.born_seq)
         if outcome is not Outcome.APPLIED:
             self._count_outcome(outcome, key, "PodObserved", note)
             if outcome is Outcome.DUPLICATE:
