@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ from muster.ports import ClusterActions, WorkloadGone
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.ports import Bus, Messages, Metrics, Timers, WorkloadStore
 from muster.runtime.service import ControlPlane
+from muster.schema import (
+    AGENT_SOURCE,
+    CLUSTER_SNAPSHOT,
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    node_detail,
+    parse_agent_event,
+    pod_detail,
+    snapshot_details,
+    workload_detail,
+)
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
 
 from tests.faults.history import Action, History, generate
@@ -50,6 +63,70 @@ from tests.faults.invariants import check_final, check_quota
 from tests.faults.perturb import NONE, Perturbation, Perturber
 
 SETTLE = 300.0  # after the horizon: no faults, everything delivered at once
+CLUSTER = "faults"
+
+
+def over_the_wire(event: Event | SnapshotPart) -> Event | SnapshotPart:
+    """The event as the agent builds it, as JSON on the bus, and as the ingest parses it."""
+    detail_type, detail = _agent_detail(event)
+    envelope = {"source": AGENT_SOURCE, "detail-type": detail_type, "detail": detail}
+    cluster, parsed = parse_agent_event(json.loads(json.dumps(envelope)))
+    assert cluster == CLUSTER
+    return parsed
+
+
+def _agent_detail(event: Event | SnapshotPart) -> tuple[str, dict[str, Any]]:
+    match event:
+        case WorkloadObserved():
+            return WORKLOAD_OBSERVED, workload_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                kind=event.kind,
+                queue=event.queue,
+                gang_size=event.gang_size,
+                seq=event.seq,
+                gpus=event.gpus,
+                uid=event.uid,
+            )
+        case WorkloadFinished():
+            return WORKLOAD_OBSERVED, workload_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                kind=Kind.JOB,
+                queue="default",
+                gang_size=1,
+                seq=event.seq,
+                status=event.reason.value,
+                uid=event.uid,
+            )
+        case PodObserved():
+            return POD_OBSERVED, pod_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                pod=event.pod,
+                seq=event.seq,
+                uid=event.uid,
+                phase=event.phase,
+                ready=event.ready,
+                node=event.node,
+                deleted=event.deleted,
+            )
+        case NodeObserved():
+            return NODE_OBSERVED, node_detail(
+                cluster=CLUSTER, node=event.node, seq=event.seq, ready=event.ready
+            )
+        case SnapshotPart():
+            [detail] = snapshot_details(
+                cluster=CLUSTER,
+                scope=event.scope,
+                revision=event.revision,
+                snapshot=event.snapshot,
+                workloads=event.workloads,
+                pods=event.pods,
+            )
+            detail.update(part=event.part, parts=event.parts)
+            return CLUSTER_SNAPSHOT, detail
+    raise TypeError(f"not an agent event: {event!r}")
 
 
 def build_plane(
@@ -362,12 +439,14 @@ def run_history(
     history: History | None = None,
     store: MemoryStore | None = None,
     wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    wire: bool = False,
 ) -> Outcome:
     """Play one random history through the control plane; compare its view with the truth.
 
     `wrap_ports` receives the ports (`store`, `timers`, `messages`, `bus`, `metrics`,
     `cluster`) and returns those to build the control plane with: fault-injecting
-    wrappers go there. The invariants read the unwrapped store and timers.
+    wrappers go there. The invariants read the unwrapped store and timers. With
+    `wire`, every agent event goes through the schema's builders, JSON and parser.
     """
     history = history or generate(seed)
     rng = random.Random(seed * 7919 + 1)
@@ -380,7 +459,7 @@ def run_history(
     def send(event: Event | SnapshotPart) -> None:
         times = [loop.now] if settling else perturber.deliveries(loop.now)
         for when in times:
-            loop.at(when, "deliver", event)
+            loop.at(when, "deliver", over_the_wire(event) if wire else event)
 
     truth = Truth(history, loop, send)
     store = store or MemoryStore()

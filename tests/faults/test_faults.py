@@ -27,6 +27,12 @@ def test_perturbed_histories_converge_to_the_truth(chunk: int) -> None:
     assert faults >= {"duplicated", "lost", "unsent", "redelivered late"}
 
 
+def test_histories_converge_with_events_over_the_wire() -> None:
+    # every event built by the schema's builders, sent as JSON and parsed by the ingest
+    outcomes = [run_history(seed, wire=True) for seed in range(1000, 1040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+
+
 def test_an_unperturbed_history_converges_too() -> None:
     assert not run_history(1, perturbation=NONE).diverged
 

@@ -223,6 +223,8 @@ class Agent:
     def _workload_gone(self, key: str, kind: Kind, seq: int) -> None:
         view = self.workloads.pop(key, None)
         self.workload_seq.pop(key, None)
+        self.problems.pop(key, None)
+        self.invalid.discard(key)
         if view is None:
             return
         # Its pods stay known until their own deletions (garbage collection) are sent,
