@@ -468,6 +468,9 @@ def run_history(
     settings = parse_settings(
         {
             "timeout": "60s",
+            # Every third history keeps a gang that lost a pod waiting instead of
+            # evicting it, so that a wrong readiness is not healed by an eviction.
+            "recoveryTimeout": "0s" if seed % 3 == 0 else "60s",
             "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 60},
             "gpuQuota": history.nodes * history.gpus_per_node,
         }

@@ -79,3 +79,24 @@ def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.Monke
     outcomes = [run_history(seed, perturbation=heavy) for seed in range(60)]
     # THEN the harness sees pods in Muster that the cluster does not have
     assert any("in Muster" in p for o in outcomes for p in o.divergences)
+
+
+def test_the_harness_notices_node_conditions_out_of_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN node rules that ignore the node events' order (every NotReady applies)
+    import importlib
+    from dataclasses import replace
+
+    decide_module = importlib.import_module("muster.core.decide")
+    original = decide_module._observe_node
+
+    def unordered(w, e, qs, now):  # type: ignore[no-untyped-def]
+        return original(w, replace(e, seq=0), qs, now)
+
+    monkeypatch.setattr(decide_module, "_observe_node", unordered)
+    # WHEN node flaps are duplicated and redelivered late
+    heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(0, 90, 3)]
+    # THEN some healthy gangs are left Recovering in Muster's view
+    assert any(
+        "whole=True in the cluster but Recovering" in p for o in outcomes for p in o.divergences
+    )
