@@ -537,7 +537,9 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
-    effects.append(Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid))
+    effects.append(
+        Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid)
+    )
     evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
     evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
