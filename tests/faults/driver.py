@@ -516,7 +516,9 @@ def run_history(
             truth.relist()
         _admit(plane, store, settings, outcome)
     outcome.faults = dict(perturber.stats)
-    outcome.divergences.extend(check_final(store, truth, timers.running, messages.pending))
+    outcome.divergences.extend(
+        check_final(store, truth, timers.running, messages.pending, settings, loop.now)
+    )
     return outcome
 
 

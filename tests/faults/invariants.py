@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import TYPE_CHECKING
 
-from muster.core import ACTIVE_PHASES, NOT_READY_PHASES, Phase, Settings
+from muster.core import ACTIVE_PHASES, NOT_READY_PHASES, Phase, Settings, plan_admission
 from muster.runtime.memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -34,8 +34,14 @@ def check_final(
     truth: Truth,
     timers: Set[tuple[str, int, str, int, str]],
     requeues: Set[tuple[str, int]],
+    settings: Settings,
+    now: float,
 ) -> list[str]:
     problems: list[str] = []
+    queued = [snap.workload for w in store.pending() if (snap := store.load(w.key))]
+    plan = plan_admission(queued, store.active(), settings, now)
+    if plan.admit:
+        problems.append(f"admissible but left waiting: {', '.join(plan.admit)}")
     keys = set(truth.objects) | set(store.items)
     for key in sorted(keys):
         obj = truth.objects.get(key)
