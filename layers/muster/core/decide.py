@@ -358,11 +358,15 @@ def pod_update(
             return Outcome.IGNORED, known, f"pod {e.pod} of an evicted attempt"
     if e.deleted:
         # A tombstone: late and redelivered events of this pod are recognised as stale.
+        # It keeps the pod's last revision while it lived: a pod of the same name can
+        # only be created after this one was deleted, so its events are all newer than
+        # that, and an earlier object's all older (a deletion found by a listing
+        # carries the listing's revision, which may be later than the new pod's).
         return (
             Outcome.APPLIED,
             Pod(
                 name=e.pod,
-                seq=e.seq,
+                seq=known.seq if known is not None and not known.deleted else e.seq,
                 uid=e.uid or (known.uid if known else ""),
                 phase=e.phase,
                 deleted=True,
