@@ -321,6 +321,25 @@ def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: Kubernet
     ]
 
 
+def test_an_action_for_an_earlier_object_under_the_name_does_not_touch_the_new_one(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a Job re-created under its name: the control plane still admits the old one
+    k8s.objects[JOBS, "ml", "train"] = job(uid="new-uid")
+    # WHEN the admission and the eviction name the old object's uid
+    with pytest.raises(WorkloadGone):
+        cluster.admit(Admit("ml/train", 1, Kind.JOB, "old-uid"))
+    with pytest.raises(WorkloadGone):
+        cluster.evict(
+            Evict("ml/train", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, None, uid="old-uid")
+        )
+    # THEN the new Job was only read, never patched
+    assert [m for m, _, _ in requests(k8s)] == ["GET", "GET"]
+    # and an action for the object that is there goes through
+    cluster.admit(Admit("ml/train", 1, Kind.JOB, "new-uid"))
+    assert [m for m, _, _ in requests(k8s)][-1] == "PATCH"
+
+
 def test_admit_pod_group_whose_pods_are_terminating_is_not_gone(
     k8s: Any, cluster: KubernetesCluster
 ) -> None:
