@@ -7,7 +7,10 @@ adapters; then the agent relists and everything settles, and Muster's view is
 compared with the truth (see `tests/faults`). Prints the histories that diverged
 (the goal is none), the faults injected, and the agent events per second.
 
-    .venv/bin/python benchmarks/faults.py [--histories 10000] [--start 0]
+    .venv/bin/python benchmarks/faults.py [--histories 10000] [--start 0] [--heavy]
+
+`--heavy` multiplies the faults: 40% duplicated, 30% lost, reordering within
+20 s, 30% redelivered up to two minutes late.
 """
 
 from __future__ import annotations
@@ -19,20 +22,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faults import run_history
+from tests.faults import Perturbation, run_history
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, default=10_000)
     parser.add_argument("--start", type=int, default=0, help="the first seed")
+    parser.add_argument("--heavy", action="store_true", help="many more faults")
     args = parser.parse_args()
+    perturbation = (
+        Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+        if args.heavy
+        else Perturbation()
+    )
     started = time.perf_counter()
     events = 0
     diverged: list[tuple[int, list[str]]] = []
     faults: dict[str, int] = {}
     for seed in range(args.start, args.start + args.histories):
-        outcome = run_history(seed)
+        outcome = run_history(seed, perturbation=perturbation)
         events += outcome.events
         for kind, count in outcome.faults.items():
             faults[kind] = faults.get(kind, 0) + count
