@@ -256,7 +256,9 @@ def test_a_spec_change_while_admitted_takes_effect_at_the_next_admission(rig: Ri
     assert (w.gang_size, w.gpus) == (2, 16)  # its quota does not change under it
     # THEN after its eviction it is requeued, and readmitted, with the new size
     rig.clock.now += 60
-    rig.plane().handle(DeadlineReached(KEY, 1, TimerKind.STARTUP, 1, "job-1"))
+    timer = w.timer
+    assert timer is not None
+    rig.plane().handle(DeadlineReached(KEY, 1, TimerKind.STARTUP, 1, timer.incarnation))
     w = rig.store.load(KEY).workload  # type: ignore[union-attr]
     assert (w.phase.value, w.gang_size, w.gpus, w.next_spec) == ("Requeued", 8, 64, None)
 

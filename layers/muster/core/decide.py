@@ -7,6 +7,7 @@ simulator and the local mode all call it, so its rules exist exactly once.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -297,8 +298,12 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
 
 
 def incarnation(w: Workload) -> str:
-    """What tells this object's timers from those of an earlier object under its key."""
-    return w.uid[:8]
+    """What tells this object's timers from those of an earlier object under its key.
+
+    A short digest of the uid (uids of one key may share a prefix), so that an
+    execution name stays within Step Functions' 80 characters.
+    """
+    return hashlib.blake2s(w.uid.encode(), digest_size=4).hexdigest() if w.uid else ""
 
 
 def admissible(w: Workload, now: float) -> bool:
