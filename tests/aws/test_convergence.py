@@ -229,6 +229,22 @@ def test_a_pod_replaced_in_a_gap_is_taken_even_when_the_listing_comes_first(rig:
     assert rig.phase(KEY) == "Running"
 
 
+def test_a_late_event_of_a_pod_gone_before_a_listing_is_stale(rig: Rig):
+    # GIVEN an admitted gang whose pod p0 was created (revision 20) and deleted again,
+    # neither event seen, and a listing at revision 30 that does not hold it
+    rig.plane().handle(observed(10, "job-1"))
+    rig.admit()
+    rig.plane().handle(snapshot("Pod", 30, pods={KEY: {}}))
+    # WHEN the creation event arrives late
+    late = PodObserved(KEY, f"{KEY}-p0", 20, uid="gone", phase="Pending")
+    # THEN it is stale: the pod was gone when the cluster was listed
+    assert rig.plane().handle(late) == [Outcome.STALE]
+    assert rig.store.load(KEY).workload.pods == {}  # type: ignore[union-attr]
+    # while a pod created after the listing is taken
+    rig.pod(KEY, f"{KEY}-p1", 31, ready=False, uid="fresh")
+    assert f"{KEY}-p1" in rig.store.load(KEY).workload.pods  # type: ignore[union-attr]
+
+
 def test_an_older_listing_changes_nothing(rig: Rig):
     running(rig, "job-1")
     rig.plane().handle(snapshot("Job", 50, workloads={KEY: "job-1"}))

@@ -62,15 +62,16 @@ def test_the_harness_notices_a_control_plane_that_does_not_reconcile(
 
 
 def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN pod rules that forget tombstones (a deleted pod's late event recreates it)
+    # GIVEN pod rules that forget tombstones and listings (a deleted pod's late event
+    # recreates it)
     import importlib
 
     decide_module = importlib.import_module("muster.core.decide")
     service_module = importlib.import_module("muster.runtime.service")
     original = decide_module.pod_update
 
-    def forgetful(known, event, **kw):  # type: ignore[no-untyped-def]
-        return original(None if known is not None and known.deleted else known, event, **kw)
+    def forgetful(known, event, born=0, listed=None):  # type: ignore[no-untyped-def]
+        return original(None if known is not None and known.deleted else known, event, born=born)
 
     monkeypatch.setattr(service_module, "pod_update", forgetful)
     monkeypatch.setattr(decide_module, "pod_update", forgetful)

@@ -28,6 +28,7 @@ from muster.core.model import (
     Phase,
     Pod,
     PodObserved,
+    PodsListed,
     Publish,
     Reactivate,
     Reason,
@@ -88,6 +89,8 @@ def decide(
     match event:
         case PodObserved():
             return _observe_pod(workload, event, settings, qs, now)
+        case PodsListed():
+            return _pods_listed(workload, event, qs, now)
         case NodeObserved():
             return _observe_node(workload, event, qs, now)
         case DeadlineReached():
@@ -323,7 +326,9 @@ def admissible(w: Workload, now: float) -> bool:
 def _observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
-    outcome, pod, note = pod_update(w.pods.get(e.pod), e, born=w.born_seq)
+    outcome, pod, note = pod_update(
+        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
+    )
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
     pods = dict(w.pods)
@@ -336,7 +341,11 @@ def _observe_pod(
 
 
 def pod_update(
-    known: Pod | None, e: PodObserved, *, born: int = 0
+    known: Pod | None,
+    e: PodObserved,
+    *,
+    born: int = 0,
+    listed: tuple[int, Mapping[str, str]] = (0, {}),
 ) -> tuple[Outcome, Pod | None, str]:
     """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
 
@@ -348,6 +357,11 @@ def pod_update(
     """
     if born and e.seq < born and not e.deleted:
         return Outcome.STALE, known, f"pod {e.pod} of an earlier object of this name"
+    listed_seq, listed_pods = listed
+    news = known is None or known.deleted or (e.uid and known.uid and e.uid != known.uid)
+    if news and not e.deleted and e.seq < listed_seq and listed_pods.get(e.pod) != e.uid:
+        # Older than a complete listing that did not hold it: it was gone by then.
+        return Outcome.STALE, known, f"pod {e.pod} was not in the listing at {listed_seq}"
     if known is not None:
         same_incarnation = not e.uid or not known.uid or e.uid == known.uid
         if same_incarnation and e.seq <= known.seq:
@@ -395,6 +409,22 @@ def pod_update(
         node_seq=known.node_seq if node_down and known else 0,
     )
     return Outcome.APPLIED, pod, ""
+
+
+def _pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> Decision:
+    """A complete listing of pods: those it lacks (and older than it) are deleted."""
+    if e.revision <= w.listed_seq:
+        return Decision(w, outcome=Outcome.STALE, note="an older listing")
+    pods = dict(w.pods)
+    for p in w.pods.values():
+        listed = e.pods.get(p.name)
+        gone = listed is None or bool(p.uid and listed and listed != p.uid)
+        if not p.deleted and gone and p.seq < e.revision:
+            pods[p.name] = Pod(name=p.name, seq=p.seq, uid=p.uid, phase=p.phase, deleted=True)
+    listing = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
+    if w.phase is Phase.FINISHED:
+        return Decision(listing)
+    return _readiness(w, listing, qs, now)
 
 
 def reassess(workload: Workload, settings: Settings, now: float) -> Decision:

@@ -140,6 +140,10 @@ class Workload:
     spec_seq: int = 0
     uid: str = ""  # the object's uid: a new object under the same key is a new incarnation
     born_seq: int = 0  # the revision it was first seen at: its pods are all newer
+    # The last complete listing of the cluster's pods: its revision, and this
+    # workload's pods in it (name -> uid). An older event of a pod not listed is stale.
+    listed_seq: int = 0
+    listed: Mapping[str, str] = field(default_factory=dict)
     # A spec change seen while admitted ("queue", "gangSize", "gpus", "timeoutOverride"),
     # applied when the workload next holds nothing.
     next_spec: Mapping[str, Any] | None = None
@@ -248,6 +252,15 @@ class PodObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class PodsListed:
+    """A complete listing of the cluster's pods at `revision`; this workload's were `pods`."""
+
+    workload: str
+    revision: int
+    pods: Mapping[str, str] = field(default_factory=dict)  # name -> uid
+
+
+@dataclass(frozen=True, slots=True)
 class NodeObserved:
     """A node's condition, fed to each workload with pods on it."""
 
@@ -292,6 +305,7 @@ Event = (
     WorkloadObserved
     | WorkloadFinished
     | PodObserved
+    | PodsListed
     | NodeObserved
     | DeadlineReached
     | RequeueDue

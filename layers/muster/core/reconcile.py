@@ -18,7 +18,7 @@ from muster.core.model import (
     Event,
     Kind,
     Phase,
-    PodObserved,
+    PodsListed,
     Reason,
     Workload,
     WorkloadFinished,
@@ -71,16 +71,16 @@ def complete(parts: Iterable[SnapshotPart]) -> SnapshotPart | None:
 
 
 def gone(w: Workload, listing: SnapshotPart) -> list[Event]:
-    """Deletions of what `w` holds that a complete `listing` does not show."""
+    """What a complete `listing` tells workload `w`.
+
+    For pods: the listing itself (`PodsListed`), which deletes the pods it lacks
+    and makes any older event of a pod it lacks stale. For a workload kind: the
+    deletion of `w` if the listing lacks it (or holds another object under its name).
+    """
     if w.phase is Phase.FINISHED:
         return []
     if listing.scope == POD_SCOPE:
-        listed = listing.pods.get(w.key, {})
-        return [
-            PodObserved(w.key, p.name, listing.revision, uid=p.uid, phase=p.phase, deleted=True)
-            for p in sorted(w.pods.values(), key=lambda p: p.name)
-            if not p.deleted and _absent(listed, p.name, p.uid)
-        ]
+        return [PodsListed(w.key, listing.revision, dict(listing.pods.get(w.key, {})))]
     if w.kind.value != listing.scope or not _absent(listing.workloads, w.key, w.uid):
         return []
     return [WorkloadFinished(w.key, Reason.DELETED, listing.revision, uid=w.uid)]

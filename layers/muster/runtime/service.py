@@ -54,7 +54,7 @@ from muster.core import (
     pod_update,
     reassess,
 )
-from muster.core.reconcile import POD_SCOPE, complete, gone
+from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadGone
 from muster.runtime.ports import (
     Bus,
@@ -188,7 +188,10 @@ class ControlPlane:
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
         if light.outbox or light.workload.kind is Kind.POD_GROUP:
             return None
-        outcome, pod, note = pod_update(light.pod, event, born=light.workload.born_seq)
+        w = light.workload
+        outcome, pod, note = pod_update(
+            light.pod, event, born=w.born_seq, listed=(w.listed_seq, w.listed)
+        )
         if outcome is not Outcome.APPLIED:
             self._count_outcome(outcome, key, "PodObserved", note)
             if outcome is Outcome.DUPLICATE:
@@ -287,11 +290,6 @@ class ControlPlane:
             if phase is Phase.FINISHED:
                 continue
             for w in self.store.by_phase(phase.value):
-                if listing.scope == POD_SCOPE:
-                    snap = self.store.load(w.key)
-                    if snap is None:
-                        continue
-                    w = snap.workload
                 for event in gone(w, listing):
                     log.info(
                         "gone from the cluster's listing",
