@@ -27,6 +27,13 @@ def test_perturbed_histories_converge_to_the_truth(chunk: int) -> None:
     assert faults >= {"duplicated", "lost", "unsent", "redelivered late"}
 
 
+def test_histories_converge_under_heavy_faults() -> None:
+    # 40% duplicated, 30% lost, reordered within 20 s, 30% redelivered minutes late
+    heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(21000, 21040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+
+
 def test_histories_converge_with_events_over_the_wire() -> None:
     # every event built by the schema's builders, sent as JSON and parsed by the ingest
     outcomes = [run_history(seed, wire=True) for seed in range(1000, 1040)]
