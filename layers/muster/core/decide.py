@@ -48,6 +48,9 @@ from muster.core.settings import QueueSettings, Settings, Timestamp
 # HyperPod health-monitoring marks a node with these when it must be replaced or
 # rebooted; its pods will not come back, so waiting out the recovery timeout only
 # wastes the rest of the gang's GPUs.
+# Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
+INADMISSIBLE = "Inadmissible"
+
 NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 NODE_REPLACEMENT_HEALTH = frozenset(
     {"UnschedulablePendingReplacement", "UnschedulablePendingReboot"}
@@ -115,9 +118,9 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     if w is not None and e.uid and w.uid and e.uid != w.uid:
         if e.seq and e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
-        return _new_incarnation(w, e)
+        return _new_incarnation(w, e, settings)
     if w is None:
-        return _submitted(e, ())
+        return _submitted(e, (), settings)
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
@@ -137,7 +140,7 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     return Decision(updated, effects)
 
 
-def _submitted(e: WorkloadObserved, before: tuple[Effect, ...]) -> Decision:
+def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settings) -> Decision:
     new = Workload(
         key=e.workload,
         queue=e.queue,
@@ -153,13 +156,18 @@ def _submitted(e: WorkloadObserved, before: tuple[Effect, ...]) -> Decision:
         queued_at=e.created_at,
     )
     detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
+    refusal = settings.access.refusal(e.queue, e.workload, e.priority)
+    if refusal is not None:
+        # Kept and listed, never admitted while the administrator's rules say no.
+        new = replace(new, reason=INADMISSIBLE, message=refusal)
+        detail = {**detail, "inadmissible": refusal}
     return Decision(
         new,
         (*before, Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),
     )
 
 
-def _new_incarnation(w: Workload, e: WorkloadObserved) -> Decision:
+def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision:
     """A new object under a known key: the old one is gone, the new one starts afresh.
 
     New attempt numbering, new timer names (they carry the uid), no pods of the
@@ -176,7 +184,7 @@ def _new_incarnation(w: Workload, e: WorkloadObserved) -> Decision:
                 {"reason": Reason.DELETED.value, "attempt": w.attempt, "uid": w.uid},
             )
         )
-    return _submitted(e, tuple(ended))
+    return _submitted(e, tuple(ended), settings)
 
 
 def _spec(e: WorkloadObserved) -> dict[str, Any]:

@@ -16,6 +16,7 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
     w = snap.workload
     return {
         **w.summary(),
+        "message": w.message,
         "version": snap.version,
         "evictions": dict(w.evictions),
         "notReadyPods": [
