@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
+from muster.core.copying import replace
 from muster.core.model import (
     ACTIVE_PHASES,
     AdmissionGranted,
