@@ -53,6 +53,7 @@ class WorkloadView:
     timeout: str | None = None
     status: str = "Active"
     problems: tuple[str, ...] = field(default=(), compare=False)
+    uid: str = ""  # the object's uid (a pod group has no object of its own)
     # The PriorityClass each pod template names ("" for none); the class the pods run
     # at and its value once resolved (`with_priority_class`; a pod group's pods come
     # resolved by the API server).
@@ -147,6 +148,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         timeout=_timeout(notes_of(obj), problems),
         status=_finished(kind, obj) or "Active",
         problems=tuple(problems),
+        uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
     )
 
