@@ -111,7 +111,7 @@ def imported_modules(package_dir: Path, entry_points: Iterable[Path]) -> set[str
     """
     root = package_dir.name
     seen: set[str] = set()
-    todo = [path for path in entry_points]
+    todo = list(entry_points)
     while todo:
         tree = ast.parse(todo.pop().read_text())
         for node in ast.walk(tree):
@@ -352,9 +352,10 @@ class MusterLayer(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         builder = builder or default_builder()
-        asset_hash = hashlib.sha256(
-            f"{builder.key}:{package_fingerprint(builder.package_dir, builder.functions_dir)}".encode()
-        ).hexdigest()
+        shipped = package_fingerprint(builder.package_dir, builder.functions_dir)
+        # A layer with bytecode and one of sources only are different assets.
+        form = "bytecode" if builder.runtime_python else "sources"
+        asset_hash = hashlib.sha256(f"{builder.key}:{shipped}:{form}".encode()).hexdigest()
         self.layer = lambda_.LayerVersion(
             self,
             "Layer",
