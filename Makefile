@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-layer clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
+	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make clean      remove the virtual environment and build output"
@@ -71,7 +72,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-layer
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -84,6 +85,9 @@ bench-agent: $(STAMP)
 
 bench-cost: venv
 	$(BIN)/python benchmarks/cost.py
+
+bench-faults: $(STAMP)
+	$(BIN)/python benchmarks/faults.py
 
 bench-layer: $(STAMP)
 	$(BIN)/python benchmarks/layer.py
