@@ -293,9 +293,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         with _part():
             path = f"queues.{name}."
             if not isinstance(name, str) or not name:
-                raise SettingsError(
-                    f"queues: queue names must be non-empty strings, got {name!r}"
-                )
+                raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
             if not isinstance(overrides, Mapping):
                 raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
             if "blockAdmission" in overrides:

@@ -61,7 +61,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG"),
-        help="use this kubeconfig instead of the in-cluster service account",
+        help=(
+            "use this kubeconfig (KUBECONFIG); without it, the in-cluster service account "
+            "inside a pod, else ~/.kube/config as kubectl does"
+        ),
     )
     p.add_argument(
         "--heartbeat-file",
@@ -80,6 +83,40 @@ def register(subparsers: Any) -> None:
         help="print events as JSON lines instead of sending them",
     )
     p.set_defaults(handler=run_agent)
+
+
+class KubeConfigMissing(Exception):
+    """No way to reach a Kubernetes API server was found; the message says where it looked."""
+
+
+def kube_configuration(kubeconfig: str | None, environ: Any = None) -> Any:
+    """Where to reach the API server, found as kubectl finds it.
+
+    An explicit kubeconfig first; inside a pod, the service account; otherwise
+    the default kubeconfig (the KUBECONFIG list, else ~/.kube/config).
+    """
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    environ = os.environ if environ is None else environ
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig:
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"),
+                client_configuration=configuration,
+            )
+    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+        where = kubeconfig or environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeConfigMissing(
+            f"cannot reach a Kubernetes API server: {where}: {exc}; give --kubeconfig FILE "
+            "(or set KUBECONFIG), or run inside the cluster"
+        ) from None
+    return configuration
 
 
 class PrintSender:
@@ -103,7 +140,6 @@ def run_agent(args: argparse.Namespace) -> int:
         return 2
 
     from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
 
     from muster.kube.agent import Agent
     from muster.kube.http import KubeApi
@@ -112,11 +148,11 @@ def run_agent(args: argparse.Namespace) -> int:
     from muster.kube.sender import EventBridgeSender, Outbox
     from muster.kube.watch import KubeWatchSource
 
-    configuration = k8s.Configuration()
-    if args.kubeconfig:
-        k8s_config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
+    try:
+        configuration = kube_configuration(args.kubeconfig)
+    except KubeConfigMissing as exc:
+        print(f"muster agent: {exc}", file=sys.stderr)
+        return 2
     api = KubeApi(k8s.ApiClient(configuration))
 
     sender: Any
