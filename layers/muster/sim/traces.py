@@ -37,6 +37,33 @@ class TraceJob:
 # ---------------------------------------------------------------------- Philly
 
 
+# A trace with a systematic mistake has one per row: name the first ones only.
+MAX_ROW_ERRORS = 20
+
+
+def _philly_row(row: Mapping[str, Any]) -> tuple[list[str], tuple[float, float, int]]:
+    """One CSV row's (submit time, duration, GPUs), or what is wrong with each field."""
+    problems: list[str] = []
+    stamp = duration = 0.0
+    gpus = 0
+    raw = row.get("timestamp")
+    try:
+        stamp = datetime.strptime(str(raw), "%Y-%m-%d %H:%M:%S").timestamp()
+    except ValueError:
+        problems.append(f"timestamp: expected YYYY-MM-DD HH:MM:SS, got {raw!r}")
+    raw = row.get("duration")
+    try:
+        duration = float(str(raw))
+    except ValueError:
+        problems.append(f"duration: expected seconds, got {raw!r}")
+    raw = row.get("num_gpus")
+    try:
+        gpus = int(float(str(raw)))
+    except (ValueError, OverflowError):
+        problems.append(f"num_gpus: expected a whole number, got {raw!r}")
+    return problems, (stamp, duration, gpus)
+
+
 def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
     """Jobs of a Philly job-trace CSV (Jeon et al., USENIX ATC 2019), in submit order."""
     try:
@@ -52,20 +79,24 @@ def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
                 f"(a Philly trace has {', '.join(PHILLY_COLUMNS)})"
             )
         rows: list[tuple[float, int, float, str]] = []
+        bad: list[str] = []
         for line, row in enumerate(reader, start=2):
-            try:
-                stamp = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
-                duration = float(row["duration"])
-                gpus = int(float(row["num_gpus"]))
-            except (TypeError, ValueError):
-                raise ScenarioError(
-                    f"trace.path: {path} line {line}: cannot read timestamp, duration or num_gpus"
-                ) from None
+            problems, parsed = _philly_row(row)
+            if problems:
+                bad += [f"trace.path: {path} line {line}: {p}" for p in problems]
+                continue
+            stamp, duration, gpus = parsed
             if gpus < 1 or duration < 0:
                 continue  # CPU-only or malformed rows hold no GPUs: nothing to gang-schedule
             rows.append((stamp, gpus, duration, row["cluster"] or "default"))
             if limit is not None and len(rows) >= limit:
                 break
+    if bad:
+        shown = bad[:MAX_ROW_ERRORS]
+        more = len(bad) - len(shown)
+        if more:
+            shown.append(f"trace.path: {path}: and {more} more errors like these")
+        raise ScenarioError(*shown)
     if not rows:
         raise ScenarioError(f"trace.path: {path} has no jobs with GPUs")
     rows.sort(key=lambda r: r[0])
