@@ -598,7 +598,8 @@ def _read_kueue(
         imported = import_kueue(doc, api_version)
     except SettingsError as exc:
         raise AdminError(
-            f"invalid Kueue configuration, nothing written:\n{exc.prefixed(str(path))}",
+            "invalid Kueue configuration, nothing written: "
+            + _listed(exc.prefixed(str(path)).errors),
             EXIT_BAD_INPUT,
         ) from None
     for note in imported.notes:
@@ -658,7 +659,16 @@ def _validate(check: Callable[[], Settings]) -> Settings:
     try:
         return check()
     except SettingsError as exc:
-        raise AdminError(f"invalid settings, nothing written: {exc}", EXIT_BAD_INPUT) from None
+        raise AdminError(
+            f"invalid settings, nothing written: {_listed(exc.errors)}", EXIT_BAD_INPUT
+        ) from None
+
+
+def _listed(errors: Sequence[str]) -> str:
+    """One error inline; several, one per line, so that each names its field."""
+    if len(errors) == 1:
+        return errors[0]
+    return f"{len(errors)} errors:" + "".join(f"\n  {e}" for e in errors)
 
 
 def _diff(
