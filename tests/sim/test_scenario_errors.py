@@ -151,3 +151,28 @@ def test_a_trace_with_a_mistake_on_every_row_lists_the_first_ones(tmp_path: Path
         load_philly(csv)
     assert len(caught.value.errors) == MAX_ROW_ERRORS + 1
     assert caught.value.errors[-1].endswith(f"and {50 - MAX_ROW_ERRORS} more errors like these")
+
+
+def test_bad_rows_of_a_muster_trace_name_the_field(tmp_path: Path) -> None:
+    from muster.sim.history import TRACE_COLUMNS
+    from muster.sim.traces import load_muster_trace
+
+    csv = tmp_path / "history.csv"
+    header = ",".join(TRACE_COLUMNS)
+    good = {c: "" for c in TRACE_COLUMNS} | {
+        "submitted": "2026-09-21T14:13:20Z",
+        "gangSize": "2",
+        "gpus": "16",
+        "runSeconds": "60",
+        "outcome": "Finished",
+    }
+    bad = good | {"submitted": "soon", "gangSize": "0", "gpus": "many"}
+    rows = [",".join(r[c] for c in TRACE_COLUMNS) for r in (good, bad)]
+    csv.write_text("\n".join([header, *rows]) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_muster_trace(csv)
+    assert [e.split(" line ", 1)[1] for e in caught.value.errors] == [
+        "3: submitted: expected an ISO 8601 time, got 'soon'",
+        "3: gpus: expected a whole number, got 'many'",
+        "3: gangSize: must be at least 1, got 0",
+    ]
