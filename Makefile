@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-hold clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-hold clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
+	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make clean      remove the virtual environment and build output"
 
@@ -62,7 +63,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-hold
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-hold
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -75,6 +76,9 @@ bench-agent: $(STAMP)
 
 bench-cost: venv
 	$(BIN)/python benchmarks/cost.py
+
+bench-faults: $(STAMP)
+	$(BIN)/python benchmarks/faults.py
 
 bench-hold: $(STAMP)
 	$(BIN)/python benchmarks/hold_idle_cpu.py

@@ -1,0 +1,110 @@
+"""Random cluster histories, perturbed, through the real control plane: the view stays true."""
+
+from __future__ import annotations
+
+import pytest
+from muster.core import Outcome as EventOutcome
+from muster.runtime.service import ControlPlane
+
+from tests.faults import Perturbation, generate, run_history
+from tests.faults.perturb import NONE
+
+SEEDS = range(240)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_perturbed_histories_converge_to_the_truth(chunk: int) -> None:
+    # GIVEN random histories (re-created Jobs, node failures and flaps, agent gaps with
+    # deletions in them) whose events are duplicated, reordered, lost and redelivered late
+    seeds = [s for s in SEEDS if s % 4 == chunk]
+    # WHEN each is played through the control plane, then the agent relists
+    outcomes = [run_history(seed) for seed in seeds]
+    # THEN Muster's view equals the cluster's in every one of them
+    diverged = {o.seed: o.divergences for o in outcomes if o.diverged}
+    assert diverged == {}
+    assert sum(o.events for o in outcomes) > 100 * len(seeds)
+    faults = {k for o in outcomes for k in o.faults}
+    assert faults >= {"duplicated", "lost", "unsent", "redelivered late"}
+
+
+def test_histories_converge_under_heavy_faults() -> None:
+    # 40% duplicated, 30% lost, reordered within 20 s, 30% redelivered minutes late
+    heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(21000, 21040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+
+
+def test_histories_converge_with_events_over_the_wire() -> None:
+    # every event built by the schema's builders, sent as JSON and parsed by the ingest
+    outcomes = [run_history(seed, wire=True) for seed in range(1000, 1040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+
+
+def test_an_unperturbed_history_converges_too() -> None:
+    assert not run_history(1, perturbation=NONE).diverged
+
+
+def test_histories_have_what_the_faults_need() -> None:
+    kinds = {a.what for seed in range(50) for a in generate(seed).actions}
+    assert kinds >= {"create", "delete", "fail", "repair", "flap", "unflap", "gap", "resync"}
+    recreated = sum(
+        1
+        for seed in range(50)
+        for a, b in zip(generate(seed).actions, generate(seed).actions[1:], strict=False)
+        if a.what == "delete" and b.what == "create" and a.job == b.job
+    )
+    assert recreated > 0
+
+
+def test_the_harness_notices_a_control_plane_that_does_not_reconcile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a control plane that ignores the agent's listings
+    monkeypatch.setattr(ControlPlane, "reconcile", lambda self, part: [EventOutcome.IGNORED])
+    # WHEN histories with agent gaps run through it
+    outcomes = [run_history(seed) for seed in range(60)]
+    # THEN some end with workloads deleted in a gap still queued or holding GPUs
+    problems = [p for o in outcomes for p in o.divergences]
+    assert any("gone from the cluster" in p for p in problems)
+
+
+def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN pod rules that forget tombstones and listings (a deleted pod's late event
+    # recreates it)
+    import importlib
+
+    decide_module = importlib.import_module("muster.core.decide")
+    service_module = importlib.import_module("muster.runtime.service")
+    original = decide_module.pod_update
+
+    def forgetful(known, event, born=0, listed=None):  # type: ignore[no-untyped-def]
+        return original(None if known is not None and known.deleted else known, event, born=born)
+
+    monkeypatch.setattr(service_module, "pod_update", forgetful)
+    monkeypatch.setattr(decide_module, "pod_update", forgetful)
+    # WHEN late redeliveries are frequent
+    heavy = Perturbation(redelivery=0.3)
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(60)]
+    # THEN the harness sees pods in Muster that the cluster does not have
+    assert any("in Muster" in p for o in outcomes for p in o.divergences)
+
+
+def test_the_harness_notices_node_conditions_out_of_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN node rules that ignore the node events' order (every NotReady applies)
+    import importlib
+    from dataclasses import replace
+
+    decide_module = importlib.import_module("muster.core.decide")
+    original = decide_module._observe_node
+
+    def unordered(w, e, qs, now):  # type: ignore[no-untyped-def]
+        return original(w, replace(e, seq=0), qs, now)
+
+    monkeypatch.setattr(decide_module, "_observe_node", unordered)
+    # WHEN node flaps are duplicated and redelivered late
+    heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(0, 90, 3)]
+    # THEN some healthy gangs are left Recovering in Muster's view
+    assert any(
+        "whole=True in the cluster but Recovering" in p for o in outcomes for p in o.divergences
+    )
