@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-hold clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -24,6 +24,8 @@ help:
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
 	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
+	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
+	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make clean      remove the virtual environment and build output"
 
@@ -63,7 +65,15 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-hold
+# The layer's dependencies, resolved for the Lambda runtime (CPython 3.12, manylinux
+# x86_64) from [project].dependencies, with hashes. Run after changing them;
+# `make lock UPGRADE=1` also moves every pin to the newest allowed version.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes \
+		--python-version 3.12 --python-platform x86_64-manylinux2014 \
+		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
+
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -79,6 +89,9 @@ bench-cost: venv
 
 bench-faults: $(STAMP)
 	$(BIN)/python benchmarks/faults.py
+
+bench-layer: $(STAMP)
+	$(BIN)/python benchmarks/layer.py
 
 bench-hold: $(STAMP)
 	$(BIN)/python benchmarks/hold_idle_cpu.py
