@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
+	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -72,7 +73,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -91,6 +92,9 @@ bench-faults: $(STAMP)
 
 bench-layer: $(STAMP)
 	$(BIN)/python benchmarks/layer.py
+
+bench-hold: $(STAMP)
+	$(BIN)/python benchmarks/hold_idle_cpu.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

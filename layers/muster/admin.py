@@ -40,7 +40,9 @@ from muster.core import (
     merge_settings,
     plan_admission,
 )
+from muster.core.admission import Usage
 from muster.core.decide import INADMISSIBLE
+from muster.kueue import Imported, import_kueue, looks_like_kueue
 from muster.runtime.ports import Conflict
 
 # Stack output keys and the local stack's name; `infra.constants` holds the same
@@ -178,7 +180,14 @@ def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
     """What the core's admission planner would do now: who is admissible, who waits and why."""
     active = [w for p in ACTIVE_PHASES for w in store.by_phase(p.value)]
     plan = plan_admission(store.pending(), active, settings, time.time())
-    return {"admissible": list(plan.admit), "blockedBy": plan.blocked_by, "waiting": plan.skipped}
+    return {
+        "admissible": list(plan.admit),
+        "blockedBy": plan.blocked_by,
+        "waiting": plan.skipped,
+        # The admitted workload not yet PodsReady that blockAdmission waits for, whether
+        # or not anyone is queued behind it (the planner names it only when someone is).
+        "notReady": Usage.of(active).blocker,
+    }
 
 
 def _fill_ready_counts(store: Any, doc: dict[str, Any]) -> None:
@@ -203,7 +212,7 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
     if rows:
         lines.append("")
         lines += _table(
-            ["WORKLOAD", "QUEUE", "PHASE", "ATTEMPT", "REQUEUES", "READY", "REASON"],
+            ["WORKLOAD", "QUEUE", "PHASE", "ATTEMPT", "REQUEUES", "READY", "EVICTIONS", "REASON"],
             [
                 [
                     w["workload"],
@@ -212,11 +221,18 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
                     str(w["attempt"]),
                     str(w["requeueCount"]),
                     f"{w['readyPods']}/{w['gangSize']}",
+                    str(w.get("evictions", 0)),
                     _status_reason(w),
                 ]
                 for w in rows
             ],
         )
+        if any(w["phase"] == Phase.DEACTIVATED.value for w in rows):
+            lines += [
+                "",
+                "REQUEUES counts requeues since the workload was last activated, as Kueue "
+                "does (deactivation resets it); EVICTIONS counts every eviction it had.",
+            ]
     else:
         lines += ["", "No workloads" + ("" if include_finished else " (besides finished ones)")]
     queues = sorted({w["queue"] for p in doc["phases"].values() for w in p})
@@ -233,10 +249,15 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
         "Admission held by: " + (", ".join(admitted) if admitted else "nobody (all quota free)")
     )
     outlook = doc.get("admission") or {}
-    if outlook.get("blockedBy"):
-        lines.append(f"blockAdmission: no admission until {outlook['blockedBy']} is PodsReady")
+    blocker = outlook.get("blockedBy") or (
+        outlook.get("notReady") if doc.get("blockAdmission") else None
+    )
+    if blocker:
+        lines.append(f"blockAdmission: no admission until {blocker} is PodsReady")
     elif doc.get("blockAdmission"):
-        lines.append("blockAdmission: on; nothing is holding it")
+        lines.append(
+            "blockAdmission: on; every admitted workload is PodsReady, so it blocks nothing now"
+        )
     if outlook.get("admissible"):
         lines.append(
             "Admissible now (the next admission pass admits): " + ", ".join(outlook["admissible"])
@@ -522,14 +543,68 @@ def settings_set_command(args: argparse.Namespace, out: TextIO) -> int:
 
 def settings_validate_command(args: argparse.Namespace, out: TextIO) -> int:
     path = Path(args.file)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise AdminError(f"{path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    text = _read_text(path)
+    kueue = _read_kueue(text, path)
+    if kueue is not None:
+        out.write(
+            f"{path}: read as a {kueue.source}; `muster settings import {path}` writes it "
+            "as Muster's settings document\n"
+        )
+        text = json.dumps(kueue.settings)
     settings = _validate(lambda: load_settings_text(text, str(path)))
     out.write(f"{path}: valid; the settings it describes, with defaults filled in:\n")
     out.write(yaml.safe_dump(settings.to_dict(), sort_keys=True))
     return EXIT_OK
+
+
+def settings_import_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Kueue's waitForPodsReady as Muster's settings document; what does not carry over on stderr."""
+    path = Path(args.file)
+    kueue = _read_kueue(_read_text(path), path, args.api_version, required=True)
+    if kueue is None:  # pragma: no cover - required=True always imports or raises
+        raise AdminError(f"{path}: not a Kueue configuration", EXIT_BAD_INPUT)
+    document = (
+        f"# Muster settings imported from {path} ({kueue.source}).\n"
+        "# Kueue's defaults for that version are written out, so nothing depends on\n"
+        "# Muster's own defaults. Check with: muster settings validate FILE\n"
+        + yaml.safe_dump(kueue.settings, sort_keys=False)
+    )
+    if args.output:
+        Path(args.output).write_text(document)
+        print(f"muster settings import: wrote {args.output}", file=sys.stderr)
+    else:
+        out.write(document)
+    return EXIT_OK
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise AdminError(f"{path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+
+
+def _read_kueue(
+    text: str, path: Path, api_version: str | None = None, *, required: bool = False
+) -> Imported | None:
+    """The Kueue document in `text` imported (notes printed on stderr), or None if it is not one."""
+    try:
+        doc = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise AdminError(f"{path}: not valid YAML or JSON: {exc}", EXIT_BAD_INPUT) from None
+    if not required and not looks_like_kueue(doc):
+        return None
+    try:
+        imported = import_kueue(doc, api_version)
+    except SettingsError as exc:
+        raise AdminError(
+            "invalid Kueue configuration, nothing written: "
+            + _listed(exc.prefixed(str(path)).errors),
+            EXIT_BAD_INPUT,
+        ) from None
+    for note in imported.notes:
+        print(f"no equivalent: {note}", file=sys.stderr)
+    return imported
 
 
 def settings_changes(file: str | None, assignments: Sequence[str]) -> dict[str, Any]:
@@ -584,7 +659,16 @@ def _validate(check: Callable[[], Settings]) -> Settings:
     try:
         return check()
     except SettingsError as exc:
-        raise AdminError(f"invalid settings, nothing written: {exc}", EXIT_BAD_INPUT) from None
+        raise AdminError(
+            f"invalid settings, nothing written: {_listed(exc.errors)}", EXIT_BAD_INPUT
+        ) from None
+
+
+def _listed(errors: Sequence[str]) -> str:
+    """One error inline; several, one per line, so that each names its field."""
+    if len(errors) == 1:
+        return errors[0]
+    return f"{len(errors)} errors:" + "".join(f"\n  {e}" for e in errors)
 
 
 def _diff(
@@ -779,6 +863,24 @@ def register(subparsers: Any) -> None:
     v = actions.add_parser("validate", help="check a settings document offline (no AWS calls)")
     v.add_argument("file", help="settings document (YAML or JSON)")
     v.set_defaults(handler=_run(settings_validate_command))
+    i = actions.add_parser(
+        "import",
+        help="write Muster's settings from a Kueue Configuration or waitForPodsReady block",
+        description=(
+            "Read a Kueue Configuration (config.kueue.x-k8s.io/v1beta1 or v1beta2) or a bare "
+            "waitForPodsReady block and write Muster's settings document, with Kueue's "
+            "defaults for that version filled in. What has no equivalent is listed on "
+            "stderr. Offline: no AWS calls."
+        ),
+    )
+    i.add_argument("file", help="Kueue configuration (YAML or JSON)")
+    i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    i.add_argument(
+        "--api-version",
+        choices=["v1beta1", "v1beta2"],
+        help="whose defaults a bare block gets (default: v1beta1 if it has `enable`, else v1beta2)",
+    )
+    i.set_defaults(handler=_run(settings_import_command))
 
     p = subparsers.add_parser(
         "reactivate",

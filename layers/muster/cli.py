@@ -1,10 +1,16 @@
-"""The `muster` command line: one subcommand module per concern."""
+"""The `muster` command line: one subcommand module per concern.
+
+Every command ends with one of the documented exit codes and, when it fails, a
+message on stderr; a traceback is shown only with `--debug` (or MUSTER_DEBUG=1).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 # Each module has `register(subparsers)`, which adds its subcommands and sets
@@ -19,11 +25,33 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.history_export",
 )
 
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+DEBUG_ENV = "MUSTER_DEBUG"
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    done
+  {EXIT_FAILED}    the command failed (the message says why)
+  {EXIT_BAD_INPUT}    bad input: arguments, settings, scenario or trace files
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM)
+Add --debug (or set {DEBUG_ENV}=1) to see the traceback of an unexpected error."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="muster",
         description="Gang scheduling for distributed training on Amazon EKS.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=os.environ.get(DEBUG_ENV, "") not in ("", "0"),
+        help=f"show the traceback of an unexpected error ({DEBUG_ENV}=1)",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -36,8 +64,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return 2
-    return int(args.handler(args) or 0)
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        print(f"muster {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the last resort: a message, not a traceback
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(
+                f"muster {args.command}: unexpected error: {type(exc).__name__}: {exc}\n"
+                f"  (run again with --debug or {DEBUG_ENV}=1 for the traceback)",
+                file=sys.stderr,
+            )
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

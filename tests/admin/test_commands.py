@@ -303,3 +303,32 @@ def test_a_missing_stack_is_a_clear_error(
     assert code == 1
     assert "no stack named NotThere" in err
     assert out == ""
+
+
+def test_status_says_one_thing_about_a_blocker_and_counts_evictions_of_a_deactivated_workload(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN blockAdmission on, a workload admitted and never ready, nothing queued behind it,
+    # and a workload deactivated after two evictions (one requeue, then the limit)
+    assert run(capsys, "settings", "set", "requeuingStrategy.backoffLimitCount=1")[0] == 0
+    deactivate(aws, "team-e/gone")
+    assert run(capsys, "settings", "set", "blockAdmission=true")[0] == 0
+    aws.submit("team-e/broken", gang=2, queue="default")
+    assert "team-e/broken" in aws.admit()
+
+    # WHEN the administrator looks
+    code, out, err = run(capsys, "status")
+
+    # THEN the blocker named as holding admission is the one blockAdmission waits for
+    assert code == 0, err
+    assert "team-e/broken" in out.split("Admission held by:")[1].splitlines()[0]
+    assert "blockAdmission: no admission until team-e/broken is PodsReady" in out
+    assert "nothing is holding it" not in out and "blocks nothing" not in out
+    # AND the deactivated workload's evictions are counted, and the reset count explained
+    header = next(line for line in out.splitlines() if line.startswith("WORKLOAD"))
+    columns = header.split()
+    row = next(line.split() for line in out.splitlines() if line.startswith("team-e/gone"))
+    assert row[columns.index("PHASE")] == "Deactivated"
+    assert row[columns.index("REQUEUES")] == "0"
+    assert row[columns.index("EVICTIONS")] == "2"
+    assert "deactivation resets it" in out

@@ -150,3 +150,19 @@ def test_an_aws_error_names_the_call_and_exits_1(
     assert capsys.readouterr().err == (
         "muster status: Query failed: AccessDeniedException not allowed\n"
     )
+
+
+def test_validate_lists_every_wrong_field_one_per_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = tmp_path / "bad.yaml"
+    doc.write_text("timeot: 5m\nrequeuingStrategy: {backoffJitter: 2}\nqueues: {a: {dryRun: 1}}\n")
+    assert main(["settings", "validate", str(doc)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing written: 3 errors:" in err
+    lines = [line.strip() for line in err.splitlines()[1:]]
+    assert [line.split(": ")[1] for line in lines] == [
+        "timeot",
+        "requeuingStrategy.backoffJitter",
+        "queues.a.dryRun",
+    ]

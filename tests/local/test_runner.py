@@ -5,13 +5,14 @@ from __future__ import annotations
 import io
 import json
 import textwrap
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from muster.local.moto_server import Endpoint, PortInUse, moto_server
-from muster.local.runner import LambdaRunner, discover, resolver_for
+from muster.local.runner import LambdaRunner, SourceMapping, discover, resolver_for
 
 HANDLER = textwrap.dedent(
     """
@@ -142,3 +143,34 @@ def test_a_port_in_use_gets_a_clear_message(endpoint: Endpoint) -> None:
         moto_server(port=port),
     ):
         pass
+
+
+class _EmptyQueues:
+    """An SQS client whose queues stay empty; it counts the receives."""
+
+    def __init__(self) -> None:
+        self.receives = 0
+
+    def receive_message(self, **kwargs: object) -> dict[str, list[object]]:
+        self.receives += 1
+        return {"Messages": []}
+
+
+def _idle_polls(idle_interval: float, seconds: float = 0.6) -> int:
+    sqs = _EmptyQueues()
+    mapping = SourceMapping("f", "url", "arn", 1, False, lambda e, c: None, {})
+    runner = LambdaRunner(sqs, [mapping])
+    runner.idle_interval = idle_interval
+    runner.start(interval=0.005)
+    time.sleep(seconds)
+    runner.stop()
+    return sqs.receives
+
+
+def test_an_idle_runner_polls_less_once_allowed_to_sleep() -> None:
+    # GIVEN empty queues, WHEN the runner may back off to 0.2 s between empty polls
+    slow = _idle_polls(0.2)
+    # THEN it polls a handful of times in 0.6 s, not once every 5 ms
+    assert slow <= 10
+    # AND without an idle interval it keeps its fast pace (the scenario's behaviour)
+    assert _idle_polls(0.0) > 3 * slow

@@ -113,7 +113,7 @@ def test_a_muster_trace_with_a_bad_value_names_the_line(tmp_path: Path):
         "workload,queue,submitted,gangSize,gpus,priority,startupSeconds,runSeconds,outcome\n"
         "a,q,2026-12-01T00:00:00Z,two,8,0,10,60,Succeeded\n"
     )
-    with pytest.raises(ScenarioError, match="line 2: cannot read"):
+    with pytest.raises(ScenarioError, match="line 2: gangSize: expected a whole number, got 'two'"):
         scenario({"cluster": {"nodes": 1}, "trace": {"path": str(path)}})
 
 

@@ -90,3 +90,89 @@ def test_missing_file_and_unknown_builtin(tmp_path: Path) -> None:
         load_scenario(tmp_path / "absent.yaml")
     with pytest.raises(ScenarioError, match="did you mean 'deadlock'"):
         load_builtin("deadlok")
+
+
+def test_every_mistake_of_a_scenario_is_reported_at_once() -> None:
+    # GIVEN a file with mistakes in the cluster, two workloads, the settings and a fault
+    text = (
+        "cluster: {nodes: 0, gpuPerNode: 8}\n"
+        "settings: {timeot: 5m, requeuingStrategy: {backoffJitter: 3}}\n"
+        "workloads:\n"
+        "  - {name: a, pods: two, runSeconds: soon}\n"
+        "  - {name: b, pods: 1, neverReady: maybe}\n"
+        "faults: [{node: node-0}]\n"
+        "until: forever\n"
+    )
+    # WHEN it is read
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario_text(text, source="s.yaml")
+    # THEN one error lists them all, each with the file and the field
+    fields = [e.removeprefix("s.yaml: ").split(":")[0] for e in caught.value.errors]
+    assert fields == [
+        "cluster.gpuPerNode",
+        "cluster.nodes",
+        "settings.timeot",
+        "settings.requeuingStrategy.backoffJitter",
+        "until",
+        "workloads[0].pods",
+        "workloads[0].runSeconds",
+        "workloads[1].neverReady",
+        "faults[0].at",
+    ]
+    assert all(e.startswith("s.yaml: ") for e in caught.value.errors)
+
+
+def test_bad_trace_rows_name_the_line_and_the_field(tmp_path: Path) -> None:
+    csv = tmp_path / "jobs.csv"
+    csv.write_text(
+        "timestamp,duration,num_gpus,cluster\n"
+        "2017-10-02 00:00:00,60,8,a\n"
+        "yesterday,60,8,a\n"
+        "2017-10-02 00:01:00,long,eight,a\n"
+    )
+    sc = tmp_path / "s.yaml"
+    sc.write_text("cluster: {nodes: 1}\ntrace: {path: jobs.csv}\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(sc)
+    tails = [e.split(" line ", 1)[1] for e in caught.value.errors]
+    assert tails == [
+        "3: timestamp: expected YYYY-MM-DD HH:MM:SS, got 'yesterday'",
+        "4: duration: expected seconds, got 'long'",
+        "4: num_gpus: expected a whole number, got 'eight'",
+    ]
+
+
+def test_a_trace_with_a_mistake_on_every_row_lists_the_first_ones(tmp_path: Path) -> None:
+    from muster.sim.traces import MAX_ROW_ERRORS, load_philly
+
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("timestamp,duration,num_gpus,cluster\n" + "x,1,1,a\n" * 50)
+    with pytest.raises(ScenarioError) as caught:
+        load_philly(csv)
+    assert len(caught.value.errors) == MAX_ROW_ERRORS + 1
+    assert caught.value.errors[-1].endswith(f"and {50 - MAX_ROW_ERRORS} more errors like these")
+
+
+def test_bad_rows_of_a_muster_trace_name_the_field(tmp_path: Path) -> None:
+    from muster.sim.history import TRACE_COLUMNS
+    from muster.sim.traces import load_muster_trace
+
+    csv = tmp_path / "history.csv"
+    header = ",".join(TRACE_COLUMNS)
+    good = {c: "" for c in TRACE_COLUMNS} | {
+        "submitted": "2026-09-21T14:13:20Z",
+        "gangSize": "2",
+        "gpus": "16",
+        "runSeconds": "60",
+        "outcome": "Finished",
+    }
+    bad = good | {"submitted": "soon", "gangSize": "0", "gpus": "many"}
+    rows = [",".join(r[c] for c in TRACE_COLUMNS) for r in (good, bad)]
+    csv.write_text("\n".join([header, *rows]) + "\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_muster_trace(csv)
+    assert [e.split(" line ", 1)[1] for e in caught.value.errors] == [
+        "3: submitted: expected an ISO 8601 time, got 'soon'",
+        "3: gpus: expected a whole number, got 'many'",
+        "3: gangSize: must be at least 1, got 0",
+    ]

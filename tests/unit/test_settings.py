@@ -169,3 +169,42 @@ def test_a_workload_timeout_is_capped_by_the_administrator() -> None:
     capped = parse_settings({"timeout": "5m", "maxTimeout": "20m"}).defaults
     assert capped.startup_timeout(900) == 900
     assert capped.startup_timeout(7200) == 1200
+
+
+def test_every_mistake_of_a_document_is_reported_at_once_with_its_path() -> None:
+    # GIVEN a document with mistakes at the top, in the strategy, in a queue and in access
+    doc = {
+        "timeot": "5m",
+        "requeuingStrategy": {"backoffJitter": 2, "timestamp": "Admission"},
+        "blockAdmission": "yes",
+        "queues": {"a": {"timeout": "five", "blockAdmission": True}, "b": {"dryRun": 1}},
+        "queueAccess": {"queues": {"c": {"maxPriority": "high"}}},
+    }
+    # WHEN it is parsed
+    with pytest.raises(SettingsError) as err:
+        parse_settings(doc)
+    # THEN one error carries every mistake, each naming its field
+    paths = [e.split(":")[0] for e in err.value.errors]
+    assert paths == [
+        "timeot",
+        "requeuingStrategy.timestamp",
+        "requeuingStrategy.backoffJitter",
+        "blockAdmission",
+        "queues.a.blockAdmission",
+        "queues.a.timeout",
+        "queues.b.dryRun",
+        "queueAccess.queues.c.maxPriority",
+    ]
+    assert str(err.value).splitlines() == list(err.value.errors)
+
+
+def test_a_single_mistake_reads_as_before_and_text_loading_prefixes_every_error() -> None:
+    with pytest.raises(SettingsError) as one:
+        parse_settings({"timeout": "0s"})
+    assert str(one.value) == "timeout: must be greater than 0s"
+    with pytest.raises(SettingsError) as two:
+        load_settings_text("timeot: 5m\ndryRun: maybe\n", "cluster.yaml")
+    assert [e.split(": ")[:2] for e in two.value.errors] == [
+        ["cluster.yaml", "timeot"],
+        ["cluster.yaml", "dryRun"],
+    ]

@@ -3,7 +3,9 @@
 A settings document is a mapping (from YAML, JSON, cdk.json context or the
 settings record in DynamoDB). Global values apply to every queue; `queues.<name>`
 overrides them for one queue. Parsing is strict: an unknown key, a malformed
-duration or a negative limit is a `SettingsError` naming the field.
+duration or a negative limit is a `SettingsError` naming the field, and one
+`SettingsError` carries every mistake of the document with its path (as Kueue's
+validation returns a `field.ErrorList`), so three mistakes take one run to find.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import copy
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -21,7 +25,54 @@ from muster.core.durations import DurationError, format_duration, parse_duration
 
 
 class SettingsError(ValueError):
-    """A settings document that cannot be used; the message names the field."""
+    """A settings document that cannot be used; each of its `errors` names the field."""
+
+    def __init__(self, *errors: str) -> None:
+        self.errors: tuple[str, ...] = errors or ("invalid settings",)
+        super().__init__("\n".join(self.errors))
+
+    def prefixed(self, source: str) -> SettingsError:
+        """The same errors, each saying which document they are in."""
+        return SettingsError(*(f"{source}: {e}" for e in self.errors))
+
+
+# While a whole document is parsed, a mistake is recorded here and parsing goes on
+# with the field's fallback value; outside a parse, a mistake raises at once.
+_FOUND: ContextVar[list[str] | None] = ContextVar("muster_settings_errors", default=None)
+
+
+def _problem(message: str) -> None:
+    found = _FOUND.get()
+    if found is None:
+        raise SettingsError(message)
+    found.append(message)
+
+
+@contextmanager
+def _collecting() -> Iterator[None]:
+    """Gather every mistake of one document; raise them together at the end."""
+    found: list[str] = []
+    token = _FOUND.set(found)
+    try:
+        yield
+    except SettingsError as exc:  # a check that stops the rest of the document
+        found.extend(exc.errors)
+    finally:
+        _FOUND.reset(token)
+    if found:
+        raise SettingsError(*found)
+
+
+@contextmanager
+def _part() -> Iterator[None]:
+    """One part of a document (a queue, a grant): a mistake that stops it is recorded."""
+    try:
+        yield
+    except SettingsError as exc:
+        found = _FOUND.get()
+        if found is None:
+            raise
+        found.extend(exc.errors)
 
 
 class Timestamp(StrEnum):
@@ -139,20 +190,21 @@ def _parse_access(doc: Any) -> QueueAccess:
         raise SettingsError(f"{path}queues: must be a mapping of queue name to grant")
     grants: dict[str, QueueGrant] = {}
     for name, entry in raw.items():
-        where = f"{path}queues.{name}."
-        if not isinstance(name, str) or not re.match(_NAME, name):
-            raise SettingsError(f"{path}queues: {name!r} is not a valid queue name")
-        if not isinstance(entry, Mapping):
-            raise SettingsError(
-                f"{where[:-1]}: must be a mapping ({', '.join(sorted(_GRANT_KEYS))})"
-            )
-        _check_keys(entry, _GRANT_KEYS, where)
-        namespaces = _names(entry, "namespaces", where, allow_star=True) or ()
-        classes = _names(entry, "priorityClasses", where, allow_star=False)
-        bound = entry.get("maxPriority", 0)
-        if isinstance(bound, bool) or not isinstance(bound, int):
-            raise SettingsError(f"{where}maxPriority: expected a whole number, got {bound!r}")
-        grants[name] = QueueGrant(namespaces, classes, bound)
+        with _part():
+            where = f"{path}queues.{name}."
+            if not isinstance(name, str) or not re.match(_NAME, name):
+                raise SettingsError(f"{path}queues: {name!r} is not a valid queue name")
+            if not isinstance(entry, Mapping):
+                raise SettingsError(
+                    f"{where[:-1]}: must be a mapping ({', '.join(sorted(_GRANT_KEYS))})"
+                )
+            _check_keys(entry, _GRANT_KEYS, where)
+            namespaces = _names(entry, "namespaces", where, allow_star=True) or ()
+            classes = _names(entry, "priorityClasses", where, allow_star=False)
+            bound = entry.get("maxPriority", 0)
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise SettingsError(f"{where}maxPriority: expected a whole number, got {bound!r}")
+            grants[name] = QueueGrant(namespaces, classes, bound)
     return QueueAccess(_bool(doc, "restrict", False, path), grants)
 
 
@@ -231,34 +283,49 @@ def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
         return DEFAULT_SETTINGS
     if not isinstance(doc, Mapping):
         raise SettingsError(f"settings must be a mapping, got {type(doc).__name__}")
+    settings = DEFAULT_SETTINGS
+    with _collecting():
+        settings = _parse_document(doc)
+    return settings
+
+
+def _parse_document(doc: Mapping[str, Any]) -> Settings:
     _check_keys(doc, _GLOBAL_KEYS, "")
-    defaults = _parse_queue(doc, QueueSettings(), "")
+    defaults = QueueSettings()
+    with _part():
+        defaults = _parse_queue(doc, QueueSettings(), "")
     block = _bool(doc, "blockAdmission", False, "")
     queues: dict[str, QueueSettings] = {}
     raw_queues: dict[str, Mapping[str, Any]] = {}
     raw = doc.get("queues") or {}
     if not isinstance(raw, Mapping):
-        raise SettingsError("queues: must be a mapping of queue name to settings")
+        _problem("queues: must be a mapping of queue name to settings")
+        raw = {}
     for name, overrides in raw.items():
-        path = f"queues.{name}."
-        if not isinstance(name, str) or not name:
-            raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
-        if not isinstance(overrides, Mapping):
-            raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
-        if "blockAdmission" in overrides:
-            raise SettingsError(
-                f"{path}blockAdmission: blockAdmission is cluster-wide and cannot be set per queue"
-            )
-        _check_keys(overrides, _QUEUE_KEYS, path)
-        queues[name] = _parse_queue(overrides, defaults, path)
-        raw_queues[name] = dict(overrides)
+        with _part():
+            path = f"queues.{name}."
+            if not isinstance(name, str) or not name:
+                raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
+            if not isinstance(overrides, Mapping):
+                raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
+            if "blockAdmission" in overrides:
+                _problem(
+                    f"{path}blockAdmission: blockAdmission is cluster-wide and cannot be set "
+                    "per queue"
+                )
+            _check_keys(overrides, _QUEUE_KEYS | {"blockAdmission"}, path)
+            queues[name] = _parse_queue(overrides, defaults, path)
+            raw_queues[name] = dict(overrides)
+    access = QueueAccess()
+    with _part():
+        access = _parse_access(doc.get("queueAccess"))
     return Settings(
         defaults=defaults,
         block_admission=block,
         gpu_quota=_optional_int(doc, "gpuQuota", "", minimum=0),
         queues=queues,
         raw_queues=raw_queues,
-        access=_parse_access(doc.get("queueAccess")),
+        access=access,
     )
 
 
@@ -273,7 +340,7 @@ def load_settings_text(text: str, source: str = "settings") -> Settings:
     try:
         return parse_settings(doc or {})
     except SettingsError as exc:
-        raise SettingsError(f"{source}: {exc}") from exc
+        raise exc.prefixed(source) from exc
 
 
 def merge_settings(base: Settings, changes: Mapping[str, Any]) -> Settings:
@@ -297,12 +364,14 @@ def merge_documents(doc: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
 def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> QueueSettings:
     strategy = doc.get("requeuingStrategy", {}) or {}
     if not isinstance(strategy, Mapping):
-        raise SettingsError(f"{path}requeuingStrategy: must be a mapping")
+        _problem(f"{path}requeuingStrategy: must be a mapping")
+        strategy = {}
     spath = f"{path}requeuingStrategy."
     _check_keys(strategy, _STRATEGY_KEYS, spath)
     timeout = _duration(doc, "timeout", base.timeout, path)
     if timeout <= 0:
-        raise SettingsError(f"{path}timeout: must be greater than 0s")
+        _problem(f"{path}timeout: must be greater than 0s")
+        timeout = base.timeout
     recovery = base.recovery_timeout
     if "recoveryTimeout" in doc:
         recovery = (
@@ -315,9 +384,8 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     try:
         timestamp = Timestamp(stamp)
     except ValueError:
-        raise SettingsError(
-            f"{spath}timestamp: must be 'Eviction' or 'Creation', got {stamp!r}"
-        ) from None
+        _problem(f"{spath}timestamp: must be 'Eviction' or 'Creation', got {stamp!r}")
+        timestamp = base.timestamp
     limit_timeout = base.backoff_limit_timeout
     if "backoffLimitTimeout" in strategy:
         raw = strategy["backoffLimitTimeout"]
@@ -325,19 +393,21 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
             None if raw is None else _duration(strategy, "backoffLimitTimeout", 0, spath)
         )
         if limit_timeout is not None and limit_timeout <= 0:
-            raise SettingsError(f"{spath}backoffLimitTimeout: must be greater than 0s")
+            _problem(f"{spath}backoffLimitTimeout: must be greater than 0s")
+            limit_timeout = base.backoff_limit_timeout
     limit_count = base.backoff_limit_count
     if "backoffLimitCount" in strategy:
         limit_count = _optional_int(strategy, "backoffLimitCount", spath, minimum=0)
     base_seconds = _number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
     max_seconds = _number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
     if max_seconds < base_seconds:
-        raise SettingsError(
+        _problem(
             f"{spath}backoffMaxSeconds: {max_seconds:g} is below backoffBaseSeconds {base_seconds:g}"
         )
     jitter = _number(strategy, "backoffJitter", base.backoff_jitter, spath)
     if jitter > 1:
-        raise SettingsError(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
+        _problem(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
+        jitter = base.backoff_jitter
     gpu_quota = base.gpu_quota
     if "gpuQuota" in doc and path:
         gpu_quota = _optional_int(doc, "gpuQuota", path, minimum=0)
@@ -365,7 +435,7 @@ def _check_keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
             hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
             known = ", ".join(sorted(allowed))
-            raise SettingsError(f"{path}{key}: unknown setting{suggestion} (known: {known})")
+            _problem(f"{path}{key}: unknown setting{suggestion} (known: {known})")
 
 
 def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
@@ -374,7 +444,8 @@ def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> fl
     try:
         return parse_duration(doc[key])
     except DurationError as exc:
-        raise SettingsError(f"{path}{key}: {exc}") from None
+        _problem(f"{path}{key}: {exc}")
+        return default
 
 
 def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
@@ -382,9 +453,11 @@ def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> floa
         return default
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingsError(f"{path}{key}: expected a number, got {value!r}")
+        _problem(f"{path}{key}: expected a number, got {value!r}")
+        return default
     if value < 0:
-        raise SettingsError(f"{path}{key}: must not be negative, got {value!r}")
+        _problem(f"{path}{key}: must not be negative, got {value!r}")
+        return default
     return float(value)
 
 
@@ -393,16 +466,19 @@ def _optional_int(doc: Mapping[str, Any], key: str, path: str, minimum: int) -> 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingsError(f"{path}{key}: expected a whole number, got {value!r}")
+        _problem(f"{path}{key}: expected a whole number, got {value!r}")
+        return None
     if value < minimum:
-        raise SettingsError(f"{path}{key}: must be at least {minimum}, got {value}")
+        _problem(f"{path}{key}: must be at least {minimum}, got {value}")
+        return None
     return value
 
 
 def _bool(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
     value = doc.get(key, default)
     if not isinstance(value, bool):
-        raise SettingsError(f"{path}{key}: expected true or false, got {value!r}")
+        _problem(f"{path}{key}: expected true or false, got {value!r}")
+        return default
     return value
 
 

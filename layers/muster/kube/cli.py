@@ -64,7 +64,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG"),
-        help="use this kubeconfig instead of the in-cluster service account",
+        help=(
+            "use this kubeconfig (KUBECONFIG); without it, the in-cluster service account "
+            "inside a pod, else ~/.kube/config as kubectl does"
+        ),
     )
     p.add_argument(
         "--heartbeat-file",
@@ -85,6 +88,40 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run_agent)
 
 
+class KubeConfigMissing(Exception):
+    """No way to reach a Kubernetes API server was found; the message says where it looked."""
+
+
+def kube_configuration(kubeconfig: str | None, environ: Any = None) -> Any:
+    """Where to reach the API server, found as kubectl finds it.
+
+    An explicit kubeconfig first; inside a pod, the service account; otherwise
+    the default kubeconfig (the KUBECONFIG list, else ~/.kube/config).
+    """
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    environ = os.environ if environ is None else environ
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig:
+            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif environ.get("KUBERNETES_SERVICE_HOST"):
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"),
+                client_configuration=configuration,
+            )
+    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
+        where = kubeconfig or environ.get("KUBECONFIG") or "~/.kube/config"
+        raise KubeConfigMissing(
+            f"cannot reach a Kubernetes API server: {where}: {exc}; give --kubeconfig FILE "
+            "(or set KUBECONFIG), or run inside the cluster"
+        ) from None
+    return configuration
+
+
 class PrintSender:
     """Writes events to stdout: for trying the agent out without a bus."""
 
@@ -100,16 +137,9 @@ def agent_api(kubeconfig: str | None) -> KubeApi:
     or a kubeconfig, with its refreshing tokens and exec plugins; requests then go
     through Muster's own `KubeApi`, like the control plane's.
     """
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-
     from muster.kube.http import KubeApi
 
-    configuration = k8s.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
+    configuration = kube_configuration(kubeconfig)  # KubeConfigMissing when none is found
     return KubeApi(
         configuration.host,
         # The loaders store the whole header value ("Bearer ..."), refreshed by their hook.
@@ -139,7 +169,11 @@ def run_agent(args: argparse.Namespace) -> int:
     from muster.kube.sender import EventBridgeSender, Outbox
     from muster.kube.watch import KubeWatchSource
 
-    api = agent_api(args.kubeconfig)
+    try:
+        api = agent_api(args.kubeconfig)
+    except KubeConfigMissing as exc:
+        print(f"muster agent: {exc}", file=sys.stderr)
+        return 2
 
     sender: Any
     if args.print_only:

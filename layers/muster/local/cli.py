@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from muster.core.durations import format_duration
 from muster.local.moto_server import Endpoint, PortInUse
 from muster.local.run import (
     STACK,
@@ -45,7 +46,9 @@ def register(subparsers: Any) -> None:
         default=10.0,
         help="how many times faster than the scenario's clock to run (default 10: a 60s timeout takes 6 s)",
     )
-    p.add_argument("--port", type=int, help="port of the local AWS endpoint (default: a free one)")
+    p.add_argument(
+        "--port", type=port_number, help="port of the local AWS endpoint (default: a free one)"
+    )
     p.add_argument("--out", type=Path, default=Path("out/local"), help="where to write the results")
     p.add_argument("--quiet", action="store_true", help="no live view")
     p.add_argument("--verbose", action="store_true", help="also show the functions' own logs")
@@ -55,6 +58,17 @@ def register(subparsers: Any) -> None:
         help="after the scenario, keep the control plane serving (for muster status, describe, ...) until Ctrl-C",
     )
     p.set_defaults(handler=run_command)
+
+
+def port_number(text: str) -> int:
+    """A TCP port from the command line: a message, not a traceback, when it is not one."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535)")
+    return port
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -71,6 +85,7 @@ def run_command(args: argparse.Namespace) -> int:
         f"{args.scale:g}x faster than scenario time; setting up the local AWS endpoint and stack...",
         file=sys.stderr,
     )
+    print(f"muster local: {scaled_time_note(scenario, args.scale)}", file=sys.stderr)
 
     def report(result: LocalResult) -> None:
         run = as_run_result(scenario, result)
@@ -86,12 +101,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     def hold(endpoint: Endpoint, result: LocalResult) -> None:
         report(result)
-        print(
-            f"\nthe scenario is over; the control plane keeps serving on {endpoint.url} until Ctrl-C:\n"
-            f"  muster status --endpoint {endpoint.url} --stack {STACK}\n"
-            f"  muster describe default/WORKLOAD --endpoint {endpoint.url} --stack {STACK}",
-            flush=True,
-        )
+        print(hold_message(endpoint.url, scenario, args.scale), flush=True)
 
     # `kill` stops it as cleanly as Ctrl-C: the moto server and the runner go with it.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -119,6 +129,34 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         report(result)
     return 0
+
+
+def scaled_time_note(scenario: Scenario, scale: float) -> str:
+    """Local mode deploys the scenario's settings divided by the scale: say so."""
+    q = scenario.settings.defaults
+    return (
+        f"settings run in scaled time: the control plane is deployed with every duration "
+        f"divided by {scale:g} (timeout {format_duration(q.timeout)} runs as "
+        f"{format_duration(q.timeout / scale)}, backoff base {q.backoff_base_seconds:g}s as "
+        f"{q.backoff_base_seconds / scale:g}s); times printed here are scenario time"
+    )
+
+
+def hold_message(url: str, scenario: Scenario, scale: float) -> str:
+    """What an administrator can do against a held local control plane."""
+    where = f"--endpoint {url} --stack {STACK}"
+    return (
+        f"\nthe scenario is over; the control plane keeps serving on {url} until Ctrl-C:\n"
+        f"  muster status {where}\n"
+        f"  muster describe default/WORKLOAD {where}\n"
+        f"  muster settings get {where}\n"
+        f"  muster settings set timeout=30s {where}\n"
+        f"  muster reactivate default/WORKLOAD {where}\n"
+        f"settings there are in scaled time ({scale:g}x faster: the scenario's timeout "
+        f"{format_duration(scenario.settings.defaults.timeout)} reads "
+        f"{format_duration(scenario.settings.defaults.timeout / scale)}); set durations "
+        "divided by the same factor"
+    )
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -154,6 +154,11 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+# How often a held control plane (the scenario over) looks for work: admin commands
+# such as `muster reactivate` get an answer within about this long.
+HOLD_POLL = 0.5
+
+
 def run_local(
     scenario: Scenario,
     *,
@@ -226,8 +231,12 @@ def run_local(
             result.end = min(cluster.now(), scaled.until)
             if hold is not None:
                 hold(endpoint, result)
-                while True:  # until Ctrl-C: the admin commands work against the endpoint
+                # Until Ctrl-C the admin commands work against the endpoint. Nothing is
+                # scheduled any more, so poll slowly: an idle hold sleeps.
+                runner.idle_interval = HOLD_POLL
+                while True:
                     advance()
+                    time.sleep(HOLD_POLL)
         except KeyboardInterrupt:
             if hold is None:
                 raise

@@ -161,6 +161,9 @@ class LambdaRunner:
         self.stats = RunnerStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The longest pause between polls of empty queues; raised while a finished
+        # local run only serves the admin commands (`muster local --hold`).
+        self.idle_interval = 0.0
 
     def poll_once(self) -> int:
         """One receive per mapping; returns the number of messages handled."""
@@ -177,11 +180,18 @@ class LambdaRunner:
             idle = idle + 1 if self.poll_once() == 0 else 0
 
     def start(self, interval: float = 0.05) -> None:
+        """Poll in a thread: every `interval` while there is work; slower up to
+        `idle_interval` (doubling) while every queue stays empty."""
+
         def loop() -> None:
+            wait = interval
             while not self._stop.is_set():
                 try:
                     if self.poll_once() == 0:
-                        self._stop.wait(interval)
+                        self._stop.wait(wait)
+                        wait = min(wait * 2, max(interval, self.idle_interval))
+                    else:
+                        wait = interval
                 except Exception as exc:  # keep serving; the message stays queued
                     log.exception("local runner: poll failed")
                     self.stats.errors.append(repr(exc))

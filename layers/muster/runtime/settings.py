@@ -31,7 +31,7 @@ def settings_from_json(text: str | None, source: str = "MUSTER_SETTINGS") -> Set
     try:
         return parse_settings(doc)
     except SettingsError as exc:
-        raise SettingsError(f"{source}: {exc}") from None
+        raise exc.prefixed(source) from None
 
 
 class RuntimeSettings:

@@ -35,7 +35,12 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
 
 def status(store: WorkloadStore) -> dict[str, Any]:
     """Workloads by phase, and who holds admission (the ledger)."""
-    phases = {p.value: [w.summary() for w in store.by_phase(p.value)] for p in Phase}
+    phases = {
+        p.value: [
+            {**w.summary(), "evictions": sum(w.evictions.values())} for w in store.by_phase(p.value)
+        ]
+        for p in Phase
+    }
     ledger = store.ledger()
     return {
         "phases": phases,

@@ -1,7 +1,8 @@
 """Scenario files: the cluster, the settings, the workloads, the faults, a trace.
 
 Parsing is strict and every error names the field (`workloads[2].pods: ...`), so
-an administrator fixing a file knows where to look. A trace is expanded into
+an administrator fixing a file knows where to look; one `ScenarioError` carries
+every mistake of the file, so one run finds them all. A trace is expanded into
 workloads here, with every random choice drawn from the seed, so that the same
 file and seed always describe the same run.
 """
@@ -19,14 +20,45 @@ from typing import Any
 
 import yaml
 
-from muster.core import DurationError, Settings, SettingsError, parse_duration, parse_settings
+from muster.core import (
+    DEFAULT_SETTINGS,
+    DurationError,
+    Settings,
+    SettingsError,
+    parse_duration,
+    parse_settings,
+)
 
 DEFAULT_UNTIL = 7 * 86400.0
 MAPPINGS = ("pods-of-8", "pod-per-gpu")
 
 
 class ScenarioError(ValueError):
-    """A scenario that cannot be run; the message names the field."""
+    """A scenario that cannot be run; each of its `errors` names the field."""
+
+    def __init__(self, *errors: str) -> None:
+        self.errors: tuple[str, ...] = errors or ("invalid scenario",)
+        super().__init__("\n".join(self.errors))
+
+    def prefixed(self, source: str) -> ScenarioError:
+        return ScenarioError(*(f"{source}: {e}" for e in self.errors))
+
+
+class _Problems:
+    """Collects the mistakes of one file; a part that fails yields its fallback."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.errors.append(message)
+
+    def check(self, fallback: Any, parse: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return parse(*args, **kwargs)
+        except ScenarioError as exc:
+            self.errors.extend(exc.errors)
+            return fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +195,7 @@ def parse_scenario_text(
     try:
         return parse_scenario(doc, base_dir=base_dir or Path.cwd(), seed=seed, name=name)
     except ScenarioError as exc:
-        raise ScenarioError(f"{source}: {exc}") from None
+        raise exc.prefixed(source) from None
 
 
 def parse_scenario(
@@ -172,35 +204,44 @@ def parse_scenario(
     """A scenario from its mapping; `seed` (the command line's) overrides the file's."""
     if not isinstance(doc, Mapping):
         raise ScenarioError("a scenario must be a mapping with at least 'cluster'")
-    _keys(doc, _TOP, "")
+    p = _Problems()
+    p.check(None, _keys, doc, _TOP, "")
+    cluster: Mapping[str, Any] = {}
     if "cluster" not in doc:
-        raise ScenarioError("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
-    cluster = _mapping(doc["cluster"], "cluster")
-    _keys(cluster, _CLUSTER, "cluster.")
-    nodes = _int(cluster, "nodes", "cluster.", minimum=1, required=True)
-    per_node = _int(cluster, "gpusPerNode", "cluster.", minimum=1, default=8)
-    quota = _int(cluster, "gpuQuota", "cluster.", minimum=0, default=nodes * per_node)
-    raw_settings = _mapping(doc.get("settings") or {}, "settings")
+        p.add("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
+    else:
+        cluster = p.check({}, _mapping, doc["cluster"], "cluster")
+    p.check(None, _keys, cluster, _CLUSTER, "cluster.")
+    nodes = p.check(1, _int, cluster, "nodes", "cluster.", minimum=1, required=True)
+    per_node = p.check(8, _int, cluster, "gpusPerNode", "cluster.", minimum=1, default=8)
+    quota = p.check(
+        nodes * per_node, _int, cluster, "gpuQuota", "cluster.", minimum=0, default=nodes * per_node
+    )
+    raw_settings = p.check({}, _mapping, doc.get("settings") or {}, "settings")
     if "gpuQuota" in raw_settings:
-        raise ScenarioError("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
+        p.add("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
+    settings = DEFAULT_SETTINGS
     try:
-        settings = parse_settings(raw_settings)
+        settings = parse_settings({k: v for k, v in raw_settings.items() if k != "gpuQuota"})
     except SettingsError as exc:
-        raise ScenarioError(f"settings.{exc}") from None
+        p.errors += [f"settings.{e}" for e in exc.errors]
     settings = replace(settings, gpu_quota=quota)
-    until = _duration(doc, "until", "", DEFAULT_UNTIL)
-    file_seed = _int(doc, "seed", "", minimum=0, default=0)
+    until = p.check(DEFAULT_UNTIL, _duration, doc, "until", "", DEFAULT_UNTIL)
+    file_seed = p.check(0, _int, doc, "seed", "", minimum=0, default=0)
     run_seed = file_seed if seed is None else seed
 
     workloads: list[WorkloadSpec] = []
     names: set[str] = set()
     raw_workloads = doc.get("workloads") or []
     if not isinstance(raw_workloads, list):
-        raise ScenarioError("workloads: must be a list")
+        p.add("workloads: must be a list")
+        raw_workloads = []
     for i, raw in enumerate(raw_workloads):
-        w = _workload(raw, f"workloads[{i}].", per_node)
+        w = p.check(None, _workload, raw, f"workloads[{i}].", per_node)
+        if w is None:
+            continue
         if w.name in names:
-            raise ScenarioError(f"workloads[{i}].name: {w.name!r} is used twice")
+            p.add(f"workloads[{i}].name: {w.name!r} is used twice")
         names.add(w.name)
         workloads.append(w)
 
@@ -208,13 +249,19 @@ def parse_scenario(
     faults: list[FaultSpec] = []
     raw_faults = doc.get("faults") or []
     if not isinstance(raw_faults, list):
-        raise ScenarioError("faults: must be a list")
+        p.add("faults: must be a list")
+        raw_faults = []
     for i, raw in enumerate(raw_faults):
-        faults.append(_fault(raw, f"faults[{i}].", node_names))
+        fault = p.check(None, _fault, raw, f"faults[{i}].", node_names)
+        if fault is not None:
+            faults.append(fault)
 
     trace: TraceSpec | None = None
     if doc.get("trace") is not None:
-        trace = _trace(doc["trace"], base_dir)
+        trace = p.check(None, _trace, doc["trace"], base_dir)
+    if p.errors:  # expand a trace only for an otherwise sound file
+        raise ScenarioError(*p.errors)
+    if trace is not None:
         from muster.sim.traces import expand_trace
 
         extra, extra_faults = expand_trace(
@@ -224,11 +271,13 @@ def parse_scenario(
         faults.extend(extra_faults)
     if not workloads:
         raise ScenarioError("workloads: a scenario needs at least one workload or a trace")
-    too_big = next((w for w in workloads if w.gpus_per_pod > per_node), None)
-    if too_big is not None:
-        raise ScenarioError(
-            f"{too_big.name}: gpusPerPod {too_big.gpus_per_pod} exceeds cluster.gpusPerNode {per_node}"
-        )
+    too_big = [
+        f"{w.name}: gpusPerPod {w.gpus_per_pod} exceeds cluster.gpusPerNode {per_node}"
+        for w in workloads
+        if w.gpus_per_pod > per_node
+    ]
+    if too_big:
+        raise ScenarioError(*too_big)
     return Scenario(
         name=str(doc.get("name") or name),
         nodes=nodes,
@@ -249,28 +298,33 @@ def parse_scenario(
 
 
 def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
+    """One workload; every wrong field of it is reported, not just the first."""
     doc = _mapping(raw, path[:-1])
-    _keys(doc, _WORKLOAD, path)
+    p = _Problems()
+    p.check(None, _keys, doc, _WORKLOAD, path)
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ScenarioError(f"{path}name: a non-empty name is required")
+        p.add(f"{path}name: a non-empty name is required")
     queue = doc.get("queue", "default")
     if not isinstance(queue, str) or not queue:
-        raise ScenarioError(f"{path}queue: expected a queue name, got {queue!r}")
+        p.add(f"{path}queue: expected a queue name, got {queue!r}")
     never = doc.get("neverReady", False)
     if not isinstance(never, bool):
-        raise ScenarioError(f"{path}neverReady: expected true or false, got {never!r}")
-    return WorkloadSpec(
-        name=name.strip(),
+        p.add(f"{path}neverReady: expected true or false, got {never!r}")
+    spec = WorkloadSpec(
+        name=name.strip() if isinstance(name, str) else "",
         queue=queue,
-        submit_at=_duration(doc, "submitAt", path, 0.0),
-        pods=_int(doc, "pods", path, minimum=1, required=True),
-        gpus_per_pod=_int(doc, "gpusPerPod", path, minimum=1, default=per_node),
-        startup_seconds=_duration(doc, "startupSeconds", path, 30.0),
-        run_seconds=_duration(doc, "runSeconds", path, 3600.0),
-        priority=_int(doc, "priority", path, minimum=-(2**31), default=0),
-        never_ready=never,
+        submit_at=p.check(0.0, _duration, doc, "submitAt", path, 0.0),
+        pods=p.check(1, _int, doc, "pods", path, minimum=1, required=True),
+        gpus_per_pod=p.check(1, _int, doc, "gpusPerPod", path, minimum=1, default=per_node),
+        startup_seconds=p.check(30.0, _duration, doc, "startupSeconds", path, 30.0),
+        run_seconds=p.check(3600.0, _duration, doc, "runSeconds", path, 3600.0),
+        priority=p.check(0, _int, doc, "priority", path, minimum=-(2**31), default=0),
+        never_ready=never is True,
     )
+    if p.errors:
+        raise ScenarioError(*p.errors)
+    return spec
 
 
 def _fault(raw: Any, path: str, node_names: list[str]) -> FaultSpec:
@@ -343,13 +397,16 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
 
 
 def _keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    unknown: list[str] = []
     for key in doc:
         if key not in allowed:
             hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-            raise ScenarioError(
+            unknown.append(
                 f"{path}{key}: unknown field{suggestion} (known: {', '.join(sorted(allowed))})"
             )
+    if unknown:
+        raise ScenarioError(*unknown)
 
 
 def _mapping(value: Any, path: str) -> Mapping[str, Any]:

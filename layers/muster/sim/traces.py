@@ -45,6 +45,55 @@ class TraceJob:
 # ---------------------------------------------------------------------- Philly
 
 
+# A trace with a systematic mistake has one per row: name the first ones only.
+MAX_ROW_ERRORS = 20
+
+
+def _philly_row(row: Mapping[str, Any]) -> tuple[list[str], tuple[float, float, int]]:
+    """One CSV row's (submit time, duration, GPUs), or what is wrong with each field."""
+    problems: list[str] = []
+    stamp = _field(
+        row,
+        "timestamp",
+        lambda t: datetime.strptime(t, "%Y-%m-%d %H:%M:%S").timestamp(),
+        "YYYY-MM-DD HH:MM:SS",
+        problems,
+    )
+    duration = _field(row, "duration", float, "seconds", problems)
+    gpus = _field(row, "num_gpus", lambda v: int(float(v)), "a whole number", problems)
+    return problems, (stamp or 0.0, duration or 0.0, gpus or 0)
+
+
+def _raise_row_errors(path: Path, bad: list[str]) -> None:
+    if not bad:
+        return
+    shown = bad[:MAX_ROW_ERRORS]
+    more = len(bad) - len(shown)
+    if more:
+        shown.append(f"trace.path: {path}: and {more} more errors like these")
+    raise ScenarioError(*shown)
+
+
+def _field(
+    row: Mapping[str, Any],
+    name: str,
+    parse: Any,
+    expected: str,
+    problems: list[str],
+    *,
+    optional: bool = False,
+) -> Any:
+    """One column of a trace row parsed, or None with what is wrong added to `problems`."""
+    raw = row.get(name)
+    if optional and not raw:
+        return None
+    try:
+        return parse(raw)
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        problems.append(f"{name}: expected {expected}, got {raw!r}")
+        return None
+
+
 def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
     """Jobs of a Philly job-trace CSV (Jeon et al., USENIX ATC 2019), in submit order."""
     try:
@@ -60,20 +109,19 @@ def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
                 f"(a Philly trace has {', '.join(PHILLY_COLUMNS)})"
             )
         rows: list[tuple[float, int, float, str]] = []
+        bad: list[str] = []
         for line, row in enumerate(reader, start=2):
-            try:
-                stamp = datetime.strptime(row["timestamp"], "%Y-%m-%d %H:%M:%S").timestamp()
-                duration = float(row["duration"])
-                gpus = int(float(row["num_gpus"]))
-            except (TypeError, ValueError):
-                raise ScenarioError(
-                    f"trace.path: {path} line {line}: cannot read timestamp, duration or num_gpus"
-                ) from None
+            problems, parsed = _philly_row(row)
+            if problems:
+                bad += [f"trace.path: {path} line {line}: {p}" for p in problems]
+                continue
+            stamp, duration, gpus = parsed
             if gpus < 1 or duration < 0:
                 continue  # CPU-only or malformed rows hold no GPUs: nothing to gang-schedule
             rows.append((stamp, gpus, duration, row["cluster"] or "default"))
             if limit is not None and len(rows) >= limit:
                 break
+    _raise_row_errors(path, bad)
     if not rows:
         raise ScenarioError(f"trace.path: {path} has no jobs with GPUs")
     rows.sort(key=lambda r: r[0])
@@ -101,21 +149,22 @@ def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
                 f"(a Muster trace has {', '.join(TRACE_COLUMNS)})"
             )
         rows: list[TraceJob] = []
+        bad: list[str] = []
         for line, row in enumerate(reader, start=2):
-            try:
-                submitted = parse_time(row["submitted"])
-                gang = int(row["gangSize"])
-                gpus = int(row["gpus"])
-                startup = float(row["startupSeconds"]) if row.get("startupSeconds") else None
-                run = float(row["runSeconds"]) if row["runSeconds"] else None
-                priority = int(row.get("priority") or 0)
-            except (TypeError, ValueError):
-                raise ScenarioError(
-                    f"trace.path: {path} line {line}: cannot read submitted, gangSize, gpus, "
-                    "priority, startupSeconds or runSeconds"
-                ) from None
-            if gang < 1 or gpus < 0:
-                raise ScenarioError(f"trace.path: {path} line {line}: gangSize must be at least 1")
+            problems: list[str] = []
+            submitted = _field(row, "submitted", parse_time, "an ISO 8601 time", problems)
+            gang = _field(row, "gangSize", int, "a whole number", problems)
+            gpus = _field(row, "gpus", int, "a whole number", problems)
+            startup = _field(row, "startupSeconds", float, "seconds", problems, optional=True)
+            run = _field(row, "runSeconds", float, "seconds", problems, optional=True)
+            priority = _field(row, "priority", int, "a whole number", problems, optional=True)
+            if gang is not None and gang < 1:
+                problems.append(f"gangSize: must be at least 1, got {gang}")
+            if gpus is not None and gpus < 0:
+                problems.append(f"gpus: must not be negative, got {gpus}")
+            if problems:
+                bad += [f"trace.path: {path} line {line}: {p}" for p in problems]
+                continue
             never_ready = startup is None and row["outcome"] == "Deactivated"
             if run is None and not never_ready:
                 continue
@@ -128,11 +177,12 @@ def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
                     pods=gang,
                     startup=startup,
                     never_ready=never_ready,
-                    priority=priority,
+                    priority=priority or 0,
                 )
             )
             if limit is not None and len(rows) >= limit:
                 break
+    _raise_row_errors(path, bad)
     if not rows:
         raise ScenarioError(f"trace.path: {path} has no workload to replay")
     rows.sort(key=lambda j: j.submit_at)
