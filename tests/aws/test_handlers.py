@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from muster.core import Outcome
+from muster.runtime.memory import MemoryStore
+from muster.runtime.messages import retry_delay
 
 from functions.admission.handler import handler as admission_handler
 from functions.ingest.handler import handler as ingest_handler
@@ -122,12 +126,37 @@ def test_admission_handler_requeue_then_admits(rig: Rig):
     assert rig.cluster.calls[-1] == ("admit", KEY, 2)
 
 
-def test_admission_pass_failure_asks_for_another(rig: Rig):
+def test_a_failed_effect_asks_for_another_pass_after_a_backoff(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     plane = rig.plane(inline_admission=True)
     rig.cluster.fail_next = ConnectionError("API server unreachable")
     admission_handler(sqs_event(sample("admission_request.json")), CTX, plane=plane)
-    assert rig.messages.admission_requests[-1] == ("retry after a failed pass", None)
+    # The admission is committed; its effects are tried again by a later pass, not at once.
+    assert rig.messages.admission_requests[-1] == ("retry workloads set aside", None)
+    assert rig.messages.retries[-1] == 1
+    assert rig.cluster.calls == []
+    retry = json.dumps({"type": "admission", "reason": "retry", "workload": None, "retry": 1})
+    admission_handler(sqs_event(retry), CTX, plane=rig.plane(inline_admission=True))
+    assert rig.cluster.calls == [("admit", KEY, 1)]
+
+
+class BrokenLedgerStore(MemoryStore):
+    def ledger(self):
+        raise RuntimeError("table unavailable")
+
+
+def test_a_failed_pass_is_retried_with_a_growing_backoff_never_at_once():
+    # GIVEN a pass that fails as a whole (the ledger cannot be read)
+    rig = Rig(store=BrokenLedgerStore())
+    plane = rig.plane(inline_admission=True)
+    # WHEN it runs on a first request, then on the retry it asked for
+    admission_handler(sqs_event(sample("admission_request.json")), CTX, plane=plane)
+    retry = json.dumps({"type": "admission", "reason": "retry", "workload": None, "retry": 1})
+    admission_handler(sqs_event(retry), CTX, plane=plane)
+    # THEN each failure asks for one more pass, each later than the one before
+    assert rig.messages.retries == [1, 2]
+    assert [retry_delay(n) for n in rig.messages.retries] == [5.0, 10.0]
+    assert retry_delay(30) == 900.0
 
 
 @pytest.mark.parametrize("body", ['{"type": "requeue", "workload": "a/b"}', "[]", '{"type": 3}'])

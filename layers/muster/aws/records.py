@@ -39,6 +39,9 @@ def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
     except (InvalidEvent, ValueError) as exc:
         reject(plane, "agent", str(exc), body)
         return
+    except RecursionError:
+        reject(plane, "agent", "body: JSON nested too deeply", body)
+        return
     if cluster != cluster_name:
         reject(plane, "agent", f"cluster: expected {cluster_name!r}, got {cluster!r}", body)
         return
@@ -95,14 +98,18 @@ def admission_batch(
 ) -> dict[str, Any]:
     """Requeues first (each may end a backoff), then one admission pass for the batch.
 
-    Should the pass fail, a new admission request is queued so that the
-    requeues already applied are not left waiting for an unrelated trigger.
+    A workload whose effects fail is set aside by the pass, which goes on with
+    the others. Should the pass fail, or set a workload aside, another pass is
+    queued with a backoff (5 s, doubling, up to 15 minutes), never at once: the
+    requeues already applied are not left waiting for an unrelated trigger, and
+    a lasting failure does not turn into a hot loop.
     """
     requested = False
     hints: set[str] = set()
+    retry = 0
 
     def handle(body: str) -> None:
-        nonlocal requested
+        nonlocal requested, retry
         try:
             message = parse_requeue_message(body)
         except InvalidEvent as exc:
@@ -110,6 +117,7 @@ def admission_batch(
             return
         if isinstance(message, AdmissionRequest):
             requested = True
+            retry = max(retry, message.retry)
             if message.workload:
                 hints.add(message.workload)
             return
@@ -123,10 +131,18 @@ def admission_batch(
         try:
             admitted = plane.admission_pass(hints | named)
         except Exception:
-            logger.exception("admission pass failed; asking for another")
-            plane.messages.request_admission("retry after a failed pass", None)
+            logger.exception("admission pass failed; asking for another after a backoff")
+            plane.messages.request_admission("retry after a failed pass", None, retry=retry + 1)
         else:
             logger.info("admission pass done", extra={"admitted": admitted})
+            if plane.failed:
+                logger.warning(
+                    "admission pass set workloads aside; asking for another after a backoff",
+                    extra={"failed": plane.failed, "retry": retry + 1},
+                )
+                plane.messages.request_admission(
+                    "retry workloads set aside", None, retry=retry + 1
+                )
         plane.take_admission_request()  # the pass itself ran until nothing more fitted
     return response
 

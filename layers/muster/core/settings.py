@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -21,6 +22,11 @@ from muster.core.durations import DurationError, format_duration, parse_duration
 
 class SettingsError(ValueError):
     """A settings document that cannot be used; the message names the field."""
+
+
+MAX_DURATION_SECONDS = 365 * 86400.0
+"""The longest duration the runtime can carry out: a readiness timer is a Step
+Functions Standard execution, whose lifetime is at most one year."""
 
 
 class Timestamp(StrEnum):
@@ -213,6 +219,9 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         limit_count = _optional_int(strategy, "backoffLimitCount", spath, minimum=0)
     base_seconds = _number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
     max_seconds = _number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
+    for key, seconds in (("backoffBaseSeconds", base_seconds), ("backoffMaxSeconds", max_seconds)):
+        if key in strategy:
+            _within_runtime(seconds, strategy[key], f"{spath}{key}")
     if max_seconds < base_seconds:
         raise SettingsError(
             f"{spath}backoffMaxSeconds: {max_seconds:g} is below backoffBaseSeconds {base_seconds:g}"
@@ -254,9 +263,20 @@ def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> fl
     if key not in doc:
         return default
     try:
-        return parse_duration(doc[key])
+        seconds = parse_duration(doc[key])
     except DurationError as exc:
         raise SettingsError(f"{path}{key}: {exc}") from None
+    _within_runtime(seconds, doc[key], f"{path}{key}")
+    return seconds
+
+
+def _within_runtime(seconds: float, value: Any, field: str) -> None:
+    if seconds > MAX_DURATION_SECONDS:
+        raise SettingsError(
+            f"{field}: {value!r} is longer than 365d, the longest wait the runtime can carry "
+            "out (a readiness timer is a Step Functions Standard execution, which lives at "
+            "most one year)"
+        )
 
 
 def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
@@ -265,6 +285,8 @@ def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> floa
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SettingsError(f"{path}{key}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise SettingsError(f"{path}{key}: expected a finite number, got {value!r}")
     if value < 0:
         raise SettingsError(f"{path}{key}: must not be negative, got {value!r}")
     return float(value)
