@@ -8,7 +8,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from muster.core import Outcome
 from muster.runtime.memory import MemoryStore
-from muster.runtime.messages import retry_delay
+from muster.runtime.messages import retry_delay, rfc3339
 
 from functions.admission.handler import handler as admission_handler
 from functions.ingest.handler import handler as ingest_handler
@@ -93,7 +93,7 @@ def test_timer_handler_evicts_on_the_current_attempt_only(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     rig.admit()
     rig.clock.now += 300
-    body = sample("deadline_reached.json")
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(rig.clock.now)}
     stale = {**body, "attempt": 7}
     bad = {**body, "kind": "lunch"}
     plane = rig.plane()
@@ -118,7 +118,8 @@ def test_admission_handler_requeue_then_admits(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     rig.admit()
     rig.clock.now += 300
-    timer_handler(sqs_event(sample("deadline_reached.json")), CTX, plane=rig.plane())
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(rig.clock.now)}
+    timer_handler(sqs_event(body), CTX, plane=rig.plane())
     rig.clock.now += 60
     plane = rig.plane(inline_admission=True)
     event = sqs_event(sample("requeue.json"), sample("requeue.json"), queue="muster-requeue")
@@ -163,4 +164,27 @@ def test_a_failed_pass_is_retried_with_a_growing_backoff_never_at_once():
 def test_malformed_requeue_messages_are_rejected(rig: Rig, body: str):
     plane = rig.plane(inline_admission=True)
     assert admission_handler(sqs_event(body), CTX, plane=plane) == {"batchItemFailures": []}
+    assert rig.metrics.total("InvalidEvents") == 1
+
+
+def test_a_timer_signal_well_before_its_deadline_is_rearmed_for_the_remainder(rig: Rig):
+    # GIVEN an admitted workload whose deadline is 300 s away
+    _ingest(rig, sample("workload_observed.json"))
+    rig.admit()
+    deadline = rig.clock.now + 300
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(deadline)}
+    # WHEN its signal arrives 100 s after admission (200 s early)
+    rig.clock.now += 100
+    timer_handler(sqs_event(body, queue="muster-timer"), CTX, plane=rig.plane())
+    # THEN nothing is evicted, and the signal comes again for the remaining 200 s
+    assert rig.phase(KEY) == "Admitted"
+    assert [c for c in rig.cluster.calls if c[0] == "evict"] == []
+    [(workload, timer, delay)] = rig.messages.deadlines
+    assert (workload, timer.attempt, timer.kind.value, delay) == (KEY, 1, "startup", 200.0)
+    assert timer.deadline == deadline
+
+
+def test_deeply_nested_json_is_rejected_by_ingest_and_not_retried(rig: Rig):
+    deep = "[" * 100_000 + "]" * 100_000
+    assert _ingest(rig, deep) == {"batchItemFailures": []}
     assert rig.metrics.total("InvalidEvents") == 1

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from muster.aws.observability import logger
-from muster.core import NodeObserved
+from muster.core import NodeObserved, Timer
 from muster.runtime.messages import AdmissionRequest, parse_requeue_message, parse_timer_message
 from muster.runtime.service import ControlPlane
 from muster.schema import InvalidEvent, parse_agent_event
@@ -59,7 +59,9 @@ def timer_record(
     """One "deadline reached" message from the timer state machine.
 
     A signal that comes a little early (a Wait state's one-second precision, or
-    clock skew) is held until the deadline, so no gang is evicted before its time.
+    clock skew) is held until the deadline; one that comes well before it is
+    re-armed for the remainder (sent again to the timer queue with that delay),
+    so no gang is evicted before its time.
     """
     try:
         event, deadline = parse_timer_message(body)
@@ -71,7 +73,13 @@ def timer_record(
     if 0 < early <= EARLY_TOLERANCE_SECONDS:
         sleep(early)
     elif early > EARLY_TOLERANCE_SECONDS:
-        logger.warning("timer fired well before its deadline", extra={"earlySeconds": early})
+        logger.warning(
+            "timer fired well before its deadline; re-armed for the remainder",
+            extra={"earlySeconds": early},
+        )
+        timer = Timer(event.kind, event.attempt, event.episode, deadline)
+        plane.messages.deadline_later(event.workload, timer, early)
+        return
     plane.handle(event)
 
 
