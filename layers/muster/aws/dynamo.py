@@ -498,6 +498,8 @@ class DynamoStore:
                 IndexName=INDEX,
                 KeyConditionExpression="gsi1pk = :pk",
                 ExpressionAttributeValues={":pk": _s(f"PHASE#{phase}")},
+                ProjectionExpression="#s",
+                ExpressionAttributeNames={"#s": "state"},
             )
         ]
 

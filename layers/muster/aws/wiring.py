@@ -62,7 +62,9 @@ def build_control_plane(
     return ControlPlane(
         store=store,
         timers=StepFunctionsTimers(session.client("stepfunctions"), config.timer_state_machine_arn),
-        messages=SqsMessages(session.client("sqs"), config.requeue_queue_url),
+        messages=SqsMessages(
+            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+        ),
         bus=EventBridgeBus(session.client("events"), config.event_bus_name, config.cluster_name),
         metrics=EmfMetrics(),
         cluster=cluster(config),
