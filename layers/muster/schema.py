@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from muster.core.durations import DurationError, parse_duration
-from muster.core.settings import MAX_DURATION_SECONDS
 from muster.core.model import (
     Event,
     Kind,
@@ -23,6 +22,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.settings import MAX_DURATION_SECONDS
 
 SCHEMA_VERSION = 1
 AGENT_SOURCE = "muster.agent"
@@ -232,7 +232,9 @@ def parse_agent_detail(detail_type: object, detail: Mapping[str, Any]) -> tuple[
             raise InvalidEvent(f"phase: expected one of {', '.join(POD_PHASES)}, got {phase!r}")
         uid = _str(detail, "uid", required=False) or ""
         if uid and (len(uid.encode()) > UID_BYTES or not _UID.fullmatch(uid)):
-            raise InvalidEvent(f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)")
+            raise InvalidEvent(
+                f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)"
+            )
         node = _str(detail, "node", required=False)
         reason = _str(detail, "reason", required=False)
         message = _str(detail, "message", required=False)

@@ -125,6 +125,14 @@ def test_backoff_limit_deactivates(rig: Rig):
     assert rig.phase(KEY) == "Deactivated"
     assert rig.messages.requeues == []
     assert rig.metrics.total("Deactivations") == 1
+    # Kueue's vocabulary: the deactivating eviction is not one more readiness timeout,
+    # so the eviction metric (and the EvictionsHigh alarm on it) does not count it as one.
+    assert rig.metrics.total("Evictions", reason="PodsReadyTimeout") == 0
+    assert rig.metrics.total("Evictions", reason="Deactivated", cause="RequeuingLimitExceeded") == 1
+    history = [(h["event"], h["detail"].get("reason")) for h in rig.store.history(KEY)]
+    assert history[-2:] == [("Evicted", "Deactivated"), ("Deactivated", "RequeuingLimitExceeded")]
+    info = describe(rig.store, KEY)
+    assert info is not None and info["evictions"] == {"Deactivated/RequeuingLimitExceeded": 1}
 
 
 def test_duplicate_and_reordered_pod_events_change_nothing(rig: Rig):

@@ -131,7 +131,12 @@ def _client_error(code: str, reasons: list[str] | None = None, message: str = ""
         (_client_error("TransactionCanceledException", ["None", "ConditionalCheckFailed"]), True),
         (_client_error("TransactionCanceledException", ["TransactionConflict", "None"]), True),
         (_client_error("TransactionCanceledException", ["ValidationError", "None"]), False),
-        (_client_error("TransactionCanceledException", ["None", "ItemCollectionSizeLimitExceeded"]), False),
+        (
+            _client_error(
+                "TransactionCanceledException", ["None", "ItemCollectionSizeLimitExceeded"]
+            ),
+            False,
+        ),
         (_client_error("TransactionCanceledException", ["ThrottlingError"]), False),
         (
             _client_error(
@@ -191,7 +196,9 @@ def test_the_ledger_holds_ten_thousand_active_workloads(aws: ControlPlaneOnMoto)
     seeded = time.monotonic() - started
     # WHEN two more one-GPU workloads ask to be admitted
     for name in ("ns/one", "ns/two"):
-        store.write_workload(None, Workload(key=name, queue="default", gang_size=1, gpus=1), 0, (), 1.0)
+        store.write_workload(
+            None, Workload(key=name, queue="default", gang_size=1, gpus=1), 0, (), 1.0
+        )
     started = time.monotonic()
     admitted = plane.admission_pass()
     elapsed = time.monotonic() - started

@@ -95,7 +95,7 @@ def _pod(**overrides: object) -> dict:
     ],
 )
 def test_names_beyond_kubernetes_rules_are_rejected_naming_the_field(overrides, field):
-    with pytest.raises(InvalidEvent, match=f"^{field}"):
+    with pytest.raises(InvalidEvent, match=rf"^{field}"):
         parse_agent_event(_pod(**overrides))
 
 
@@ -103,10 +103,12 @@ def test_queue_and_health_must_be_label_values():
     workload = workload_detail(
         cluster="training", workload="a/b", kind="Job", queue="q" * 64, gang_size=1, seq=1
     )
-    with pytest.raises(InvalidEvent, match="^queue"):
-        parse_agent_event({"source": AGENT_SOURCE, "detail-type": WORKLOAD_OBSERVED, "detail": workload})
+    with pytest.raises(InvalidEvent, match=r"^queue"):
+        parse_agent_event(
+            {"source": AGENT_SOURCE, "detail-type": WORKLOAD_OBSERVED, "detail": workload}
+        )
     node = node_detail(cluster="training", node="n1", seq=1, health="x" * 100)
-    with pytest.raises(InvalidEvent, match="^health"):
+    with pytest.raises(InvalidEvent, match=r"^health"):
         parse_agent_event({"source": AGENT_SOURCE, "detail-type": NODE_OBSERVED, "detail": node})
 
 
@@ -115,8 +117,10 @@ def test_a_workload_timeout_beyond_a_year_is_rejected():
         cluster="training", workload="a/b", kind="Job", queue="q", gang_size=1, seq=1,
         timeout="100000000d",
     )  # fmt: skip
-    with pytest.raises(InvalidEvent, match="^timeout"):
-        parse_agent_event({"source": AGENT_SOURCE, "detail-type": WORKLOAD_OBSERVED, "detail": detail})
+    with pytest.raises(InvalidEvent, match=r"^timeout"):
+        parse_agent_event(
+            {"source": AGENT_SOURCE, "detail-type": WORKLOAD_OBSERVED, "detail": detail}
+        )
 
 
 def test_messages_are_cut_at_a_byte_budget_on_a_character_boundary():

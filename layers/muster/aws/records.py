@@ -148,9 +148,7 @@ def admission_batch(
                     "admission pass set workloads aside; asking for another after a backoff",
                     extra={"failed": plane.failed, "retry": retry + 1},
                 )
-                plane.messages.request_admission(
-                    "retry workloads set aside", None, retry=retry + 1
-                )
+                plane.messages.request_admission("retry workloads set aside", None, retry=retry + 1)
         plane.take_admission_request()  # the pass itself ran until nothing more fitted
     return response
 

@@ -54,7 +54,6 @@ from muster.core import (
     reassess,
 )
 from muster.ports import ClusterActions, WorkloadGone
-from muster.schema import clip_utf8
 from muster.runtime.ports import (
     Bus,
     Conflict,
@@ -67,6 +66,7 @@ from muster.runtime.ports import (
     Timers,
     WorkloadStore,
 )
+from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
 
@@ -431,7 +431,11 @@ class ControlPlane:
             self.failed[key] = exc.error
         log.warning(
             "workload set aside by the admission pass",
-            extra={"workload": key, "error": exc.error, "quarantined": isinstance(exc, Quarantined)},
+            extra={
+                "workload": key,
+                "error": exc.error,
+                "quarantined": isinstance(exc, Quarantined),
+            },
         )
 
     def _with_pods(self, w: Workload) -> Workload:
@@ -487,9 +491,7 @@ class ControlPlane:
         except Conflict:
             # A later decision was committed meanwhile; its writer carries on.
             raise EffectFailed(key, error) from exc
-        log.warning(
-            "effect failed", extra={"workload": key, "error": error, "tries": tries}
-        )
+        log.warning("effect failed", extra={"workload": key, "error": error, "tries": tries})
         if tries < self.max_effect_tries:
             raise EffectFailed(key, error) from exc
         quarantine = Quarantine(error, effect, tries, self.clock())
@@ -572,11 +574,13 @@ def _indexed_recent(
     for key, attempt in ledger.recent.items():
         shown = indexed.get(key)
         fresh = read.get(key)
-        if shown is not None and shown.attempt >= attempt:
-            seen[key] = attempt
-        elif fresh is not None and (fresh.phase not in ACTIVE_PHASES or fresh.attempt != attempt):
-            seen[key] = attempt
-        elif fresh is None and key not in indexed:
+        if (
+            (shown is not None and shown.attempt >= attempt)
+            or (
+                fresh is not None and (fresh.phase not in ACTIVE_PHASES or fresh.attempt != attempt)
+            )
+            or (fresh is None and key not in indexed)
+        ):
             seen[key] = attempt
     return seen
 

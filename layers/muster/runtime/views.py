@@ -57,11 +57,15 @@ def status(store: WorkloadStore) -> dict[str, Any]:
     return {
         "phases": phases,
         "counts": {name: len(items) for name, items in phases.items()},
-        "admitted": sorted(
-            w["workload"] for p in sorted(ACTIVE_PHASES) for w in phases[p.value]
-        ),
+        "admitted": sorted(w["workload"] for p in sorted(ACTIVE_PHASES) for w in phases[p.value]),
         "quarantined": [
-            {"workload": key, "error": q.error, "effect": q.effect, "tries": q.tries, "since": q.since}
+            {
+                "workload": key,
+                "error": q.error,
+                "effect": q.effect,
+                "tries": q.tries,
+                "since": q.since,
+            }
             for key, q in sorted(quarantined.items())
         ],
     }
