@@ -503,6 +503,19 @@ class DynamoStore:
             )
         ]
 
+    def unsettled(self, phase: str) -> list[str]:
+        """Workloads of `phase` with effects left in their outbox (from the phase index)."""
+        return sorted(
+            item["workload"]["S"]
+            for item in self._query(
+                IndexName=INDEX,
+                KeyConditionExpression="gsi1pk = :pk",
+                FilterExpression="attribute_exists(outbox)",
+                ExpressionAttributeValues={":pk": _s(f"PHASE#{phase}")},
+                ProjectionExpression="workload",
+            )
+        )
+
     def get_workloads(
         self,
         keys: Iterable[str],

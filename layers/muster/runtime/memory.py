@@ -183,6 +183,11 @@ class MemoryStore:
     def by_phase(self, phase: str) -> list[Workload]:
         return [i.workload for i in self.items.values() if i.workload.phase.value == phase]
 
+    def unsettled(self, phase: str) -> list[str]:
+        return sorted(
+            k for k, i in self.items.items() if i.outbox and i.workload.phase.value == phase
+        )
+
     def get_workloads(
         self,
         keys: Iterable[str],

@@ -139,6 +139,10 @@ class WorkloadStore(Protocol):
 
     def pending(self) -> list[Workload]: ...
 
+    def unsettled(self, phase: str) -> list[str]:
+        """Workloads of `phase` whose outbox is not empty (from the phase index)."""
+        ...
+
     def get_workloads(
         self,
         keys: Iterable[str],
