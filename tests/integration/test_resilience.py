@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from muster.aws.dynamo import DynamoStore
+from muster.aws.wiring import build_sweeper
 from muster.core import PodObserved
 from muster.runtime import status
 from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, workload_detail
@@ -154,3 +156,37 @@ def test_racing_admission_passes_hold_the_lock_once(aws: ControlPlaneOnMoto):
     assert first.stats.conflicts >= 1
     view = status(original)
     assert view["counts"]["Admitted"] == 1 and view["counts"]["Pending"] == 1
+
+
+def test_a_lost_timer_and_a_lost_requeue_are_resent_by_the_sweeper(aws: ControlPlaneOnMoto):
+    # GIVEN a workload admitted with a one-second deadline whose timer execution is lost
+    aws.settings = {**FAST, "timeout": "1s"}
+    submit(aws, "team-a/lost", 1)
+    aws.settle(timers=False)
+    assert aws.state("team-a/lost")["phase"] == "Admitted"
+    sfn = aws.session.client("stepfunctions")
+    for execution in aws.executions("RUNNING"):
+        sfn.stop_execution(executionArn=execution["executionArn"])
+    sweeper = build_sweeper(aws.config, session=aws.session)
+    sweeper.grace = 0.0
+    time.sleep(1.5)
+    assert aws.drain("timer") == 0  # no signal will come
+    # WHEN the sweeper runs (the scheduled function, with real queues)
+    report = sweeper.run(time.time())
+    # THEN it sent the deadline signal to the timer queue, and the timer function evicts
+    assert report.deadlines == ["team-a/lost"]
+    assert aws.drain("timer") == 1
+    assert aws.state("team-a/lost")["phase"] == "Requeued"
+    # GIVEN its requeue message is lost too (e.g. it went to the DLQ)
+    sqs = aws.session.client("sqs")
+    sqs.purge_queue(QueueUrl=aws.resources["MUSTER_REQUEUE_QUEUE_URL"])
+    requeue_at = aws.state("team-a/lost")["requeueAt"]
+    time.sleep(max(0.0, requeue_at + 0.2 - time.time()))
+    # WHEN the sweeper runs after the requeue time
+    report = sweeper.run(time.time())
+    # THEN the requeue goes out again and the admission function readmits it
+    assert report.requeues == ["team-a/lost"]
+    aws.drain("admission")
+    assert aws.state("team-a/lost")["phase"] in ("Pending", "Admitted")
+    aws.drain("admission")
+    assert aws.cluster.calls[-1] == ("admit", "team-a/lost", 2)
