@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-faults bench-ledger clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -22,6 +22,8 @@ help:
 	@echo "make bench-sim  simulator throughput and the Philly week's wall time"
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
+	@echo "make bench-faults  the control plane under injected faults: invariants and figures"
+	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -60,7 +62,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent
+bench: bench-sim bench-ingest bench-agent bench-faults bench-ledger
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -70,6 +72,12 @@ bench-ingest: $(STAMP)
 
 bench-agent: $(STAMP)
 	$(BIN)/python benchmarks/agent_burst.py
+
+bench-faults: $(STAMP)
+	$(BIN)/python benchmarks/faults.py
+
+bench-ledger: $(STAMP)
+	$(BIN)/python benchmarks/ledger_10k.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

@@ -30,9 +30,19 @@ log = logging.getLogger("muster.runtime")
 GRACE_SECONDS = 60.0
 """How late a message must be before the sweeper sends it again."""
 
-# Phases whose leftover effects the sweeper looks for: those that wait on Muster.
-# A Running workload's next event repairs it; Finished is final.
-SWEPT_PHASES = (Phase.PENDING, Phase.ADMITTED, Phase.RECOVERING, Phase.REQUEUED, Phase.DEACTIVATED)
+# Phases whose leftover effects the sweeper looks for: every one but Finished, which
+# is final (what it may leave is a lifecycle event and a timer stop; the quota it
+# held is free, and a pass comes by the admissible rule above). Running is read
+# too: a Running workload whose admission was committed but not yet carried out
+# gets no event of its own that would repair it.
+SWEPT_PHASES = (
+    Phase.PENDING,
+    Phase.ADMITTED,
+    Phase.RUNNING,
+    Phase.RECOVERING,
+    Phase.REQUEUED,
+    Phase.DEACTIVATED,
+)
 
 
 @dataclass(slots=True)
