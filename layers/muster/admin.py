@@ -676,6 +676,12 @@ def reactivate_command(args: argparse.Namespace, out: TextIO) -> int:
     )
     plane.metrics = QuietMetrics()
     key = workload_key(plane.store, args.workload)
+    current = plane.store.load(key)
+    if current is not None and current.quarantine is not None:
+        raise AdminError(
+            f"{key} is quarantined ({current.quarantine.error}); fix the cause and "
+            f"`muster release {key}` first"
+        )
     outcomes = plane.handle(Reactivate(key))
     outcome = outcomes[0] if outcomes else Outcome.IGNORED
     if outcome is Outcome.APPLIED:

@@ -11,6 +11,7 @@ from muster.aws.dynamo import DynamoStore
 from muster.aws.wiring import build_sweeper
 from muster.core import PodObserved
 from muster.runtime import status
+from muster.runtime.messages import retry_delay
 from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, workload_detail
 
 from .conftest import CLUSTER, ControlPlaneOnMoto
@@ -66,7 +67,10 @@ def test_crash_before_the_timer_started_is_repaired(aws: ControlPlaneOnMoto):
     # GIVEN the timer start of the admission fails once (state written, timer not started)
     fail_once(aws.plane("admission").timers.client, "StartExecution")
     submit(aws, "team-a/notimer", 1)
-    aws.settle()  # the failed pass asks for another, which finishes the admission
+    aws.settle()  # the failed pass asks for another, after a backoff (not at once)
+    assert aws.executions() == []
+    time.sleep(retry_delay(1) + 0.5)
+    aws.settle()  # the retry finishes the admission
     assert [e["name"] for e in aws.executions()] == ["team-a.notimer.a1.startup.e1"]
     # AND the timer does its job
     aws.until("team-a/notimer", "Requeued")
@@ -162,11 +166,10 @@ def test_a_lost_timer_and_a_lost_requeue_are_resent_by_the_sweeper(aws: ControlP
     # GIVEN a workload admitted with a one-second deadline whose timer execution is lost
     aws.settings = {**FAST, "timeout": "1s"}
     submit(aws, "team-a/lost", 1)
+    aws.plane("admission").timers.start = lambda *args: None  # type: ignore[method-assign]
     aws.settle(timers=False)
     assert aws.state("team-a/lost")["phase"] == "Admitted"
-    sfn = aws.session.client("stepfunctions")
-    for execution in aws.executions("RUNNING"):
-        sfn.stop_execution(executionArn=execution["executionArn"])
+    assert aws.executions() == []
     sweeper = build_sweeper(aws.config, session=aws.session)
     sweeper.grace = 0.0
     time.sleep(1.5)
