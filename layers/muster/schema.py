@@ -76,14 +76,14 @@ def clip_utf8(text: str, budget: int) -> str:
 def check_name(value: str, field: str, *, label: bool = False) -> str:
     """A Kubernetes object name (DNS-1123 subdomain, or label for a namespace)."""
     limit, pattern, what = (
-        (NAMESPACE_BYTES, _LABEL, "a DNS-1123 label")
+        (NAMESPACE_BYTES, _LABEL, "a DNS-1123 label (lower-case a-z, 0-9, '-')")
         if label
-        else (NAME_BYTES, _SUBDOMAIN, "a DNS-1123 subdomain")
+        else (NAME_BYTES, _SUBDOMAIN, "a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')")
     )
     if len(value.encode()) > limit:
         raise InvalidEvent(f"{field}: longer than {limit} bytes, Kubernetes' limit")
     if not pattern.fullmatch(value):
-        raise InvalidEvent(f"{field}: {value!r} is not {what} (lower-case a-z, 0-9, '-', '.')")
+        raise InvalidEvent(f"{field}: {value!r} is not {what}")
     return value
 
 
