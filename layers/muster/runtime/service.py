@@ -295,6 +295,9 @@ class ControlPlane:
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
             self._carry_out(decision.workload, version, decision.effects)
+            # A pod written between our read and our commit saw the old phase and left
+            # it to us: read the count back after our own write, as every writer does.
+            self._check_readiness(current.workload.key, settings, now)
             return
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
 
@@ -339,12 +342,16 @@ class ControlPlane:
         hinted = set(hints)
         self.failed = {}
         conflicts = 0
+        # The index is read once per pass: admissions since are in the ledger's recent
+        # entries, read consistently every round, and a workload the index still shows
+        # as holding quota it has freed only makes the pass more careful.
+        # So is the queue: a workload queued during the pass asks for a pass of its own.
+        indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
+        queued_keys = {w.key for w in self.store.pending()} | hinted
         while conflicts <= self.max_conflicts:
             settings = self.settings()
             now = self.clock()
             ledger = self.store.ledger()
-            indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
-            queued_keys = {w.key for w in self.store.pending()} | hinted
             recheck = set(ledger.recent) | {
                 k for k, w in indexed.items() if w.phase in NOT_READY_PHASES
             }
