@@ -12,7 +12,7 @@ from infra import constants as c
 
 
 class EventBus(Construct):
-    """A custom bus that accepts PutEvents only from the agent's role and this account.
+    """A custom bus that accepts PutEvents only from Muster's roles, each with its own source.
 
     The rule sends every `muster.agent` event to the ingest queue; the control
     plane's own `muster.controlplane` events stay on the bus for users to route
@@ -35,13 +35,15 @@ class EventBus(Construct):
         # and one that AWS emulators (the local mode) resolve too.
         cfn_bus: events.CfnEventBus = self.bus.node.default_child  # type: ignore[assignment]
         self.bus_name: str = cfn_bus.attr_name
-        # The agent's role may put events (also from another account, if it lives there).
+        # The agent's role may put events (also from another account, if it lives
+        # there), and only with the agent's source.
         self.bus.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="MusterAgentPutEvents",
                 principals=[iam.ArnPrincipal(agent_role.role_arn)],
                 actions=["events:PutEvents"],
                 resources=[self.bus.event_bus_arn],
+                conditions={"StringEquals": {"events:source": c.AGENT_SOURCE}},
             )
         )
         self.agent_rule = events.Rule(
@@ -63,11 +65,15 @@ class EventBus(Construct):
         cfn_rule.add_property_override("EventBusName", self.bus_name)
 
     def restrict_put_events(self, publishers: list[iam.IRole]) -> None:
-        """Deny PutEvents to every principal but the agent and the control plane's roles.
+        """Each source only from the principal that owns it; nobody else at all.
 
-        Without the Deny, any principal of the account with an IAM allow on
-        `events:PutEvents` could inject workload, pod or node events.
+        Without the first Deny, any principal of the account with an IAM allow on
+        `events:PutEvents` could inject workload, pod or node events. Without the
+        other two, the agent could forge the control plane's lifecycle events, or a
+        control-plane role the agent's observations.
         """
+        agent = [self._agent_role.role_arn]
+        controlplane = [role.role_arn for role in publishers]
         self.bus.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="OnlyMusterPutEvents",
@@ -75,11 +81,32 @@ class EventBus(Construct):
                 principals=[iam.AnyPrincipal()],
                 actions=["events:PutEvents"],
                 resources=[self.bus.event_bus_arn],
+                conditions={"ArnNotEquals": {"aws:PrincipalArn": agent + controlplane}},
+            )
+        )
+        self.bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AgentPutsOnlyAgentSource",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[self.bus.event_bus_arn],
                 conditions={
-                    "ArnNotEquals": {
-                        "aws:PrincipalArn": [self._agent_role.role_arn]
-                        + [role.role_arn for role in publishers]
-                    }
+                    "ArnEquals": {"aws:PrincipalArn": agent},
+                    "StringNotEquals": {"events:source": c.AGENT_SOURCE},
+                },
+            )
+        )
+        self.bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="ControlPlanePutsOnlyItsSource",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[self.bus.event_bus_arn],
+                conditions={
+                    "ArnEquals": {"aws:PrincipalArn": controlplane},
+                    "StringNotEquals": {"events:source": c.CONTROLPLANE_SOURCE},
                 },
             )
         )

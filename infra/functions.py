@@ -94,9 +94,21 @@ class ControlPlaneFunctions(Construct):
             schedule=events.Schedule.rate(Duration.minutes(config.sweep_minutes)),
             targets=[event_targets.LambdaFunction(function, retry_attempts=0)],
         )
-        wiring.table.grant_read_data(role)
-        wiring.queues[c.REQUEUE].grant_send_messages(role)
-        wiring.queues[c.TIMER].grant_send_messages(role)
+        table = wiring.table
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SweepReads",
+                actions=["dynamodb:GetItem", "dynamodb:Query"],  # the phase index, the record
+                resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SendAgain",
+                actions=["sqs:SendMessage"],
+                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
+            )
+        )
         return function, role
 
     def _function(
@@ -155,15 +167,55 @@ class ControlPlaneFunctions(Construct):
         return function, role
 
     def _grant_runtime_rights(self, role: iam.Role, wiring: FunctionWiring) -> None:
-        wiring.table.grant_read_write_data(role)
-        wiring.bus.grant_put_events_to(role)
-        wiring.queues[c.REQUEUE].grant_send_messages(role)
-        wiring.queues[c.TIMER].grant_send_messages(role)  # a timer signal re-armed
-        wiring.state_machine.grant_start_execution(role)
+        """Exactly the calls `muster.aws` makes, on this stack's own resources.
+
+        DynamoDB: the item reads and writes of `DynamoStore` (transactions need only
+        the per-item actions they contain) and queries of the table and its index;
+        no Scan, batch write, stream or describe call is made. The consumed queue's
+        rights come with its event source mapping.
+        """
+        table = wiring.table
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="WorkloadRecords",
+                actions=[
+                    "dynamodb:GetItem",
+                    "dynamodb:BatchGetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:Query",
+                ],
+                resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PutLifecycleEvents",
+                actions=["events:PutEvents"],
+                resources=[wiring.bus.event_bus_arn],
+                conditions={"StringEquals": {"events:source": c.CONTROLPLANE_SOURCE}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SendRequeues",
+                actions=["sqs:SendMessage"],
+                # the timer queue too: a timer signal that came early is re-armed
+                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="StartReadinessTimers",
+                actions=["states:StartExecution"],
+                resources=[wiring.state_machine.state_machine_arn],
+            )
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="StopReadinessTimers",
-                actions=["states:StopExecution", "states:DescribeExecution"],
+                actions=["states:StopExecution"],
                 resources=[
                     Stack.of(self).format_arn(
                         service="states",

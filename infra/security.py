@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -11,26 +13,64 @@ from infra import constants as c
 
 
 class AgentRole(Construct):
-    """The in-cluster agent's role (EKS Pod Identity): it may only put events on the bus."""
+    """The in-cluster agent's role (EKS Pod Identity): it may only put its own events.
 
-    def __init__(self, scope: Construct, construct_id: str) -> None:
+    The trust policy admits EKS Pod Identity only for this cluster, the agent's
+    namespace and its service account (the session tags Pod Identity sets), so no
+    other pod, namespace or cluster that shares the account can assume it; and the
+    role may put events on the Muster bus only with the agent's `source`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster_arn: str,
+        namespace: str,
+        service_account: str,
+    ) -> None:
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal(c.POD_IDENTITY_PRINCIPAL),
-            description="Muster agent (EKS Pod Identity): PutEvents on the Muster bus only",
+            assumed_by=iam.PrincipalWithConditions(
+                iam.ServicePrincipal(c.POD_IDENTITY_PRINCIPAL),
+                pod_identity_conditions(cluster_arn, namespace, service_account),
+            ),
+            description="Muster agent (EKS Pod Identity): PutEvents of its own source only",
         )
-        # Pod Identity assumes the role with session tags.
+        # Pod Identity assumes the role with session tags, under the same conditions.
         self.role.assume_role_policy.add_statements(  # type: ignore[union-attr]
             iam.PolicyStatement(
                 actions=["sts:TagSession"],
                 principals=[iam.ServicePrincipal(c.POD_IDENTITY_PRINCIPAL)],
+                conditions=pod_identity_conditions(cluster_arn, namespace, service_account),
             )
         )
 
     def allow_put_events(self, bus: events.IEventBus) -> None:
-        bus.grant_put_events_to(self.role)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PutAgentObservations",
+                actions=["events:PutEvents"],
+                resources=[bus.event_bus_arn],
+                conditions={"StringEquals": {"events:source": c.AGENT_SOURCE}},
+            )
+        )
+
+
+def pod_identity_conditions(
+    cluster_arn: str, namespace: str, service_account: str
+) -> dict[str, Any]:
+    """The session tags EKS Pod Identity sets, pinned to one cluster, namespace and account."""
+    return {
+        "StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": cluster_arn,
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account,
+        }
+    }
 
 
 class EksAccess(Construct):

@@ -75,7 +75,15 @@ class MusterStack(Stack):
 
         queues = Queues(self, c.ID_QUEUES)
         table = StateTable(self, c.ID_TABLE, removal_policy=removal)
-        agent = AgentRole(self, c.ID_AGENT_ROLE)
+        agent = AgentRole(
+            self,
+            c.ID_AGENT_ROLE,
+            cluster_arn=self.format_arn(
+                service="eks", resource="cluster", resource_name=config.cluster_name
+            ),
+            namespace=config.agent_namespace,
+            service_account=config.agent_service_account,
+        )
         bus = EventBus(
             self,
             c.ID_EVENTS,

@@ -40,6 +40,7 @@ from muster.core import (
     merge_settings,
     plan_admission,
 )
+from muster.core.decide import INADMISSIBLE
 from muster.runtime.ports import Conflict
 
 # Stack output keys and the local stack's name; `infra.constants` holds the same
@@ -289,7 +290,7 @@ def format_describe(doc: Mapping[str, Any]) -> str:
     lines = [
         f"Workload {doc['workload']}",
         f"  queue      {doc['queue']}",
-        f"  phase      {doc['phase']}" + (f" ({doc['reason']})" if doc.get("reason") else ""),
+        f"  phase      {doc['phase']}" + _reason_text(doc),
         f"  attempt    {doc['attempt']}",
         f"  requeues   {doc['requeueCount']}"
         + (f" (back in queue at {_time(doc['requeueAt'])})" if doc.get("requeueAt") else ""),
@@ -329,6 +330,14 @@ def format_describe(doc: Mapping[str, Any]) -> str:
     else:
         lines.append("  (none kept; history entries expire after the deployment's TTL)")
     return "\n".join(lines) + "\n"
+
+
+def _reason_text(doc: Mapping[str, Any]) -> str:
+    if not doc.get("reason"):
+        return ""
+    # A refusal by the administrator's rules says which rule; other reasons stand alone.
+    refused = doc["reason"] == INADMISSIBLE and doc.get("message")
+    return f" ({doc['reason']}: {doc['message']})" if refused else f" ({doc['reason']})"
 
 
 def _last_eviction(history: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -13,6 +13,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.cli",
     "muster.local.cli",
     "muster.kube.cli",
+    "muster.kube.policy_params",
     "muster.admin",
 )
 

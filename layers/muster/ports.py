@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from muster.core.model import Admit, Evict, Kind
+from muster.core.model import Admit, Evict, Kind, LogEvent
 
 
 class WorkloadGone(Exception):
@@ -37,6 +37,26 @@ class ClusterActions(Protocol):
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None: ...
 
 
+@runtime_checkable
+class WorkloadAnnouncer(Protocol):
+    """Shows a lifecycle event where the workload's users look (Kubernetes Events).
+
+    Best effort: the caller logs a failure and carries on; `key` is the lifecycle
+    event's idempotency key, so a retried effect announces nothing twice.
+    """
+
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None: ...
+
+
 @dataclass
 class RecordingCluster:
     """An in-memory `ClusterActions` for tests and the simulator: it records every call.
@@ -47,6 +67,7 @@ class RecordingCluster:
 
     calls: list[tuple[str, str, int]] = field(default_factory=list)
     views: dict[str, dict[str, str]] = field(default_factory=dict)
+    announced: list[tuple[str, str]] = field(default_factory=list)  # (workload, event)
     gone: set[str] = field(default_factory=set)
     fail_next: Exception | None = None
 
@@ -68,3 +89,16 @@ class RecordingCluster:
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
         self._check(workload)
         self.views[workload] = dict(view)
+
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None:
+        self._check(workload)
+        self.announced.append((workload, event.value))

@@ -207,8 +207,10 @@ def test_the_agent_role_may_only_put_events_on_the_bus(
     assert statements == [
         {
             "Action": "events:PutEvents",
+            "Condition": {"StringEquals": {"events:source": c.AGENT_SOURCE}},
             "Effect": "Allow",
             "Resource": {"Fn::GetAtt": [bus_id, "Arn"]},
+            "Sid": "PutAgentObservations",
         }
     ]
     template.has_output(c.OUT_AGENT_ROLE_ARN, {"Value": {"Fn::GetAtt": [agent_id, "Arn"]}})
@@ -220,7 +222,12 @@ def test_the_bus_accepts_events_only_from_muster_roles(synthesized: Synthesized)
         p["Properties"]["StatementId"].removeprefix("cdk-"): p["Properties"]["Statement"]
         for p in resources(doc, "AWS::Events::EventBusPolicy").values()
     }
-    assert set(statements) == {"MusterAgentPutEvents", "OnlyMusterPutEvents"}
+    assert set(statements) == {
+        "MusterAgentPutEvents",
+        "OnlyMusterPutEvents",
+        "AgentPutsOnlyAgentSource",
+        "ControlPlanePutsOnlyItsSource",
+    }
     deny = statements["OnlyMusterPutEvents"]
     assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
     allowed = {_ref_id(a) for a in deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from muster.core.model import Admit, Evict, Kind, Reason
+from muster.core.model import Admit, Evict, Kind, Phase, Reason, Workload
 from muster.kube.adapter import ClusterActionError, ClusterUnavailable, KubernetesCluster
 from muster.kube.http import KubeApi
 from muster.ports import WorkloadGone
@@ -38,9 +38,26 @@ def sleeps() -> list[float]:
     return []
 
 
+# The control plane's committed record of each workload: the fencing authority.
+RECORDS: dict[str, Workload] = {}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_records() -> Any:
+    RECORDS.clear()
+    yield
+    RECORDS.clear()
+
+
+def recorded(key: str, attempt: int, phase: Phase, kind: Kind = Kind.JOB) -> None:
+    RECORDS[key] = Workload(key, "q", 1, kind=kind, attempt=attempt, phase=phase)
+
+
 @pytest.fixture()
 def cluster(apiserver: Any, sleeps: list[float]) -> KubernetesCluster:
-    return KubernetesCluster(KubeApi.for_host(apiserver.url, token="t0ken"), sleep=sleeps.append)
+    return KubernetesCluster(
+        KubeApi.for_host(apiserver.url, token="t0ken"), records=RECORDS.get, sleep=sleeps.append
+    )
 
 
 def requests(h: Any) -> list[tuple[str, str, Any]]:
@@ -70,11 +87,16 @@ def pod(name: str, group: str = "grp", gates: list[str] | None = None) -> dict[s
     }
 
 
-def admit(kind: Kind, attempt: int = 1, key: str = "ml/train") -> Admit:
+def admit(kind: Kind, attempt: int = 1, key: str = "ml/train", *, record: bool = True) -> Admit:
+    """The admit effect, with the record the core committed before it (unless told not to)."""
+    if record:
+        recorded(key, attempt, Phase.ADMITTED, kind)
     return Admit(key, attempt, kind)
 
 
-def evict(kind: Kind, attempt: int = 1, key: str = "ml/train") -> Evict:
+def evict(kind: Kind, attempt: int = 1, key: str = "ml/train", *, record: bool = True) -> Evict:
+    if record:
+        recorded(key, attempt, Phase.REQUEUED, kind)
     return Evict(key, attempt, kind, Reason.PODS_READY_TIMEOUT, Reason.WAIT_FOR_START)
 
 
@@ -122,7 +144,7 @@ def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
     }
     k8s.objects[PYTORCHJOBS, "ml", "pt"] = {
         "metadata": {"name": "pt", "namespace": "ml"},
-        "spec": {"runPolicy": {"suspend": True}},
+        "spec": {"runPolicy": {"suspend": False}},
     }
     cluster.admit(admit(Kind.JOBSET, key="ml/js"))
     cluster.evict(evict(Kind.PYTORCHJOB, attempt=2, key="ml/pt"))
@@ -166,12 +188,11 @@ def test_a_redelivered_admit_changes_nothing(k8s: Any, cluster: KubernetesCluste
 
 
 def test_a_late_admit_does_not_undo_a_newer_eviction(k8s: Any, cluster: KubernetesCluster) -> None:
-    # GIVEN attempt 2 was already evicted
-    k8s.objects[JOBS, "ml", "train"] = job(
-        annotations={"muster.io/admitted-attempt": "2", "muster.io/evicted-attempt": "2"}
-    )
+    # GIVEN the record says attempt 2 was evicted (the Job's annotations say nothing)
+    k8s.objects[JOBS, "ml", "train"] = job()
+    recorded("ml/train", 2, Phase.REQUEUED)
     # WHEN the admit of attempt 2 is delivered again late
-    cluster.admit(admit(Kind.JOB, attempt=2))
+    cluster.admit(admit(Kind.JOB, attempt=2, record=False))
     # THEN the Job stays suspended
     assert [m for m, _, _ in requests(k8s)] == ["GET"]
     assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
@@ -180,10 +201,52 @@ def test_a_late_admit_does_not_undo_a_newer_eviction(k8s: Any, cluster: Kubernet
 def test_a_late_eviction_does_not_withdraw_a_newer_attempt(
     k8s: Any, cluster: KubernetesCluster
 ) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=False)
+    recorded("ml/train", 4, Phase.ADMITTED)
+    cluster.evict(evict(Kind.JOB, attempt=3, record=False))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
+def test_a_forged_admitted_attempt_does_not_stop_an_eviction(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN the Job's owner wrote a huge admitted-attempt mark on it
     k8s.objects[JOBS, "ml", "train"] = job(
-        suspend=False, annotations={"muster.io/admitted-attempt": "4"}
+        suspend=False, annotations={"muster.io/admitted-attempt": "999999"}
     )
+    # WHEN the control plane, whose record holds attempt 3, evicts attempt 3
     cluster.evict(evict(Kind.JOB, attempt=3))
+    # THEN the Job is suspended all the same, and the view says which attempt was evicted
+    obj = k8s.objects[JOBS, "ml", "train"]
+    assert obj["spec"]["suspend"] is True
+    assert obj["metadata"]["annotations"]["muster.io/evicted-attempt"] == "3"
+
+
+def test_a_forged_evicted_attempt_does_not_stop_an_admission(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job(annotations={"muster.io/evicted-attempt": "999999"})
+    cluster.admit(admit(Kind.JOB, attempt=1))
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is False
+
+
+def test_an_admit_with_no_record_is_not_carried_out(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[JOBS, "ml", "train"] = job()
+    cluster.admit(admit(Kind.JOB, record=False))
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+
+
+def test_a_stale_admit_leaves_a_pod_group_gated(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    recorded("ml/grp", 1, Phase.REQUEUED, Kind.POD_GROUP)
+    cluster.admit(admit(Kind.POD_GROUP, attempt=1, key="ml/grp", record=False))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
+def test_a_stale_eviction_deletes_no_replacement_pods(k8s: Any, cluster: KubernetesCluster) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0", gates=[])
+    recorded("ml/grp", 2, Phase.ADMITTED, Kind.POD_GROUP)
+    cluster.evict(evict(Kind.POD_GROUP, attempt=1, key="ml/grp", record=False))
     assert [m for m, _, _ in requests(k8s)] == ["GET"]
 
 
@@ -266,7 +329,9 @@ def test_forbidden_is_not_retried_and_says_why(k8s: Any, cluster: KubernetesClus
 
 def test_connection_refused_is_transient(sleeps: list[float]) -> None:
     cluster = KubernetesCluster(
-        KubeApi.for_host("http://127.0.0.1:9", request_timeout=1), sleep=sleeps.append
+        KubeApi.for_host("http://127.0.0.1:9", request_timeout=1),
+        records=RECORDS.get,
+        sleep=sleeps.append,
     )
     with pytest.raises(ClusterUnavailable):
         cluster.evict(evict(Kind.JOB))

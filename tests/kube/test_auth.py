@@ -94,26 +94,34 @@ def test_endpoint_and_ca_come_from_describe_cluster(aws: boto3.Session) -> None:
         assert f.read() == base64.b64decode(described["certificateAuthority"]["data"])
 
 
+def no_record(key: str) -> None:
+    return None
+
+
 def test_for_cluster_authenticates_with_a_fresh_bearer_token(aws: boto3.Session) -> None:
     eks = aws.client("eks")
     role = aws.client("iam").create_role(RoleName="eks", AssumeRolePolicyDocument="{}")["Role"][
         "Arn"
     ]
     eks.create_cluster(name="auth-test", roleArn=role, resourcesVpcConfig={})
-    actions = adapter.for_cluster("auth-test", region=REGION, session=aws)
+    actions = adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws)
     config = actions.api.api_client.configuration
     header = config.auth_settings()["BearerToken"]["value"]
     assert header.startswith("Bearer " + TOKEN_PREFIX)
     assert config.host == eks.describe_cluster(name="auth-test")["cluster"]["endpoint"]
     # cached per cluster for the process (a warm Lambda reuses it)
-    assert adapter.for_cluster("auth-test", region=REGION, session=aws) is actions
+    assert (
+        adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws) is actions
+    )
 
 
 def test_from_environment_names_the_missing_setting() -> None:
     with pytest.raises(ValueError, match="MUSTER_CLUSTER_NAME"):
-        adapter.from_environment({})
+        adapter.from_environment({}, records=no_record)
 
 
 def test_from_environment_can_point_at_an_api_server_directly() -> None:
-    actions = adapter.from_environment({"MUSTER_KUBE_HOST": "http://127.0.0.1:8001/"})
+    actions = adapter.from_environment(
+        {"MUSTER_KUBE_HOST": "http://127.0.0.1:8001/"}, records=no_record
+    )
     assert actions.api.api_client.configuration.host == "http://127.0.0.1:8001"

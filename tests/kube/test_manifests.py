@@ -61,6 +61,7 @@ def test_controlplane_has_only_what_admit_evict_and_record_use() -> None:
         ("jobset.x-k8s.io", "jobsets"): {"get", "patch"},
         ("kubeflow.org", "pytorchjobs"): {"get", "patch"},
         ("", "pods"): {"list", "get", "patch", "delete"},
+        ("", "events"): {"create"},
     }
 
 

@@ -11,7 +11,9 @@ from muster.aws.eventbridge import EventBridgeBus
 from muster.aws.metrics import EmfMetrics
 from muster.aws.sqs import SqsMessages
 from muster.aws.stepfunctions import StepFunctionsTimers
+from muster.core.model import Workload
 from muster.ports import ClusterActions
+from muster.runtime.ports import WorkloadStore
 from muster.runtime.service import ControlPlane
 from muster.runtime.settings import RuntimeSettings, settings_from_json
 from muster.runtime.sweeper import Sweeper
@@ -40,11 +42,27 @@ def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
 
     `muster.kube.adapter.from_environment` reads `MUSTER_CLUSTER_NAME`, asks EKS
     for the endpoint (`eks:DescribeCluster`) and authenticates with the function's
-    role, which an EKS access entry maps to the `muster-controlplane` group.
+    role, which an EKS access entry maps to the `muster-controlplane` group. Its
+    fencing authority is the workload's record in the table (a consistent read).
     """
+    import boto3
+
     from muster.kube.adapter import from_environment
 
-    return from_environment()
+    store = DynamoStore(
+        boto3.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+    )
+    return from_environment(records=record_reader(store))
+
+
+def record_reader(store: WorkloadStore) -> Callable[[str], Workload | None]:
+    """The committed record of a workload, without its pods (what fencing needs)."""
+
+    def read(key: str) -> Workload | None:
+        light = store.load_pod(key, None)
+        return light.workload if light is not None else None
+
+    return read
 
 
 def build_control_plane(

@@ -38,11 +38,12 @@ class AdmissionPlan:
     admit: tuple[str, ...] = ()
     blocked_by: str | None = None  # the admitted-not-ready workload holding the lock
     skips: tuple[Skip, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()  # (workload, why): `queueAccess` says no
 
     @property
     def skipped(self) -> dict[str, str]:
         """Workload -> why it was passed over (formatted only when asked for)."""
-        return {s.workload: str(s) for s in self.skips}
+        return {s.workload: str(s) for s in self.skips} | dict(self.refused)
 
 
 @dataclass(slots=True)
@@ -109,9 +110,14 @@ def plan_admission(
     )
     chosen: list[str] = []
     skips: list[Skip] = []
+    refused: list[tuple[str, str]] = []
     for w in candidates:
         if settings.block_admission and blocker is not None:
-            return AdmissionPlan(tuple(chosen), blocker, tuple(skips))
+            return AdmissionPlan(tuple(chosen), blocker, tuple(skips), tuple(refused))
+        refusal = settings.access.refusal(w.queue, w.key, w.priority)
+        if refusal is not None:
+            refused.append((w.key, refusal))
+            continue
         if settings.gpu_quota is not None and used_cluster + w.gpus > settings.gpu_quota:
             skips.append(Skip(w.key, "cluster", w.gpus, settings.gpu_quota - used_cluster))
             continue
@@ -125,4 +131,4 @@ def plan_admission(
         used_queue[w.queue] = in_queue + w.gpus
         if settings.block_admission:
             blocker = w.key
-    return AdmissionPlan(tuple(chosen), None, tuple(skips))
+    return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused))

@@ -45,6 +45,9 @@ from muster.core.settings import QueueSettings, Settings, Timestamp
 # HyperPod health-monitoring marks a node with these when it must be replaced or
 # rebooted; its pods will not come back, so waiting out the recovery timeout only
 # wastes the rest of the gang's GPUs.
+# Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
+INADMISSIBLE = "Inadmissible"
+
 NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
 NODE_REPLACEMENT_HEALTH = frozenset(
     {"UnschedulablePendingReplacement", "UnschedulablePendingReboot"}
@@ -121,6 +124,11 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
             queued_at=e.created_at,
         )
         detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
+        refusal = settings.access.refusal(e.queue, e.workload, e.priority)
+        if refusal is not None:
+            # Kept and listed, never admitted while the administrator's rules say no.
+            new = replace(new, reason=INADMISSIBLE, message=refusal)
+            detail = {**detail, "inadmissible": refusal}
         return Decision(
             new,
             (Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),

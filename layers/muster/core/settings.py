@@ -12,6 +12,7 @@ import copy
 import difflib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -65,6 +66,107 @@ class QueueSettings:
         return min(requested, cap)
 
 
+# --------------------------------------------------------------------------- queue access
+# Which namespaces may use which queue, and how high a workload's priority may be on
+# it: Kueue's LocalQueue → ClusterQueue mapping, as data. Off unless `restrict` is
+# true. The cluster's admission policy enforces the same rules at creation (its
+# params are rendered from this block by `muster kube policy-params`); the core
+# refuses whatever reaches it anyway, and says why.
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGrant:
+    """Who may use one queue, and within which priorities."""
+
+    namespaces: tuple[str, ...] = ()  # "*" for every namespace
+    priority_classes: tuple[str, ...] | None = None  # None: any PriorityClass
+    max_priority: int = 0  # the highest muster.io/priority on the queue
+
+    def opens_to(self, namespace: str) -> bool:
+        return "*" in self.namespaces or namespace in self.namespaces
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAccess:
+    restrict: bool = False
+    queues: Mapping[str, QueueGrant] = field(default_factory=dict)
+
+    def refusal(self, queue: str, workload: str, priority: int) -> str | None:
+        """Why a workload may not be admitted on `queue`, or None when it may."""
+        if not self.restrict:
+            return None
+        namespace = workload.partition("/")[0] if "/" in workload else ""
+        grant = self.queues.get(queue)
+        if grant is None or not grant.opens_to(namespace):
+            return f"queue {queue} is not open to namespace {namespace or '(none)'}"
+        if priority > grant.max_priority:
+            return f"priority {priority} is above queue {queue}'s bound {grant.max_priority}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        queues: dict[str, Any] = {}
+        for name, grant in self.queues.items():
+            entry: dict[str, Any] = {
+                "namespaces": list(grant.namespaces),
+                "maxPriority": grant.max_priority,
+            }
+            if grant.priority_classes is not None:
+                entry["priorityClasses"] = list(grant.priority_classes)
+            queues[name] = entry
+        return {"restrict": self.restrict, "queues": queues}
+
+
+_ACCESS_KEYS = {"restrict", "queues"}
+_GRANT_KEYS = {"namespaces", "priorityClasses", "maxPriority"}
+_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+def _parse_access(doc: Any) -> QueueAccess:
+    path = "queueAccess."
+    if doc is None:
+        return QueueAccess()
+    if not isinstance(doc, Mapping):
+        raise SettingsError("queueAccess: must be a mapping (restrict, queues)")
+    _check_keys(doc, _ACCESS_KEYS, path)
+    raw = doc.get("queues") or {}
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{path}queues: must be a mapping of queue name to grant")
+    grants: dict[str, QueueGrant] = {}
+    for name, entry in raw.items():
+        where = f"{path}queues.{name}."
+        if not isinstance(name, str) or not re.match(_NAME, name):
+            raise SettingsError(f"{path}queues: {name!r} is not a valid queue name")
+        if not isinstance(entry, Mapping):
+            raise SettingsError(
+                f"{where[:-1]}: must be a mapping ({', '.join(sorted(_GRANT_KEYS))})"
+            )
+        _check_keys(entry, _GRANT_KEYS, where)
+        namespaces = _names(entry, "namespaces", where, allow_star=True) or ()
+        classes = _names(entry, "priorityClasses", where, allow_star=False)
+        bound = entry.get("maxPriority", 0)
+        if isinstance(bound, bool) or not isinstance(bound, int):
+            raise SettingsError(f"{where}maxPriority: expected a whole number, got {bound!r}")
+        grants[name] = QueueGrant(namespaces, classes, bound)
+    return QueueAccess(_bool(doc, "restrict", False, path), grants)
+
+
+def _names(
+    doc: Mapping[str, Any], key: str, path: str, *, allow_star: bool
+) -> tuple[str, ...] | None:
+    if key not in doc or doc[key] is None:
+        return None
+    value = doc[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SettingsError(f"{path}{key}: expected a list of names, got {value!r}")
+    for v in value:
+        if not (allow_star and v == "*") and not re.match(_NAME, v):
+            raise SettingsError(f"{path}{key}: {v!r} is not a valid Kubernetes name")
+    return tuple(value)
+
+
+# --------------------------------------------------------------------------- settings
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Cluster-wide settings with per-queue overrides."""
@@ -74,6 +176,7 @@ class Settings:
     gpu_quota: int | None = None  # the whole cluster's
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)
     raw_queues: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    access: QueueAccess = field(default_factory=QueueAccess)
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
@@ -86,6 +189,8 @@ class Settings:
         doc.update(queue_document(self.defaults))
         if self.raw_queues:
             doc["queues"] = {name: dict(raw) for name, raw in self.raw_queues.items()}
+        if self.access != QueueAccess():
+            doc["queueAccess"] = self.access.to_dict()
         return doc
 
     def to_json(self) -> str:
@@ -111,7 +216,7 @@ _QUEUE_KEYS = {
     "dryRun",
     "nodeReplacementEviction",
 }
-_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "queues"}
+_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "queues", "queueAccess"}
 
 
 def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
@@ -147,6 +252,7 @@ def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
         gpu_quota=_optional_int(doc, "gpuQuota", "", minimum=0),
         queues=queues,
         raw_queues=raw_queues,
+        access=_parse_access(doc.get("queueAccess")),
     )
 
 

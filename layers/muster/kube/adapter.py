@@ -12,10 +12,15 @@ Error handling, so that nothing is left half-done without the core knowing:
 - Other 4xx (403 Forbidden, 422 Invalid): `ClusterActionError`, which retrying
   cannot mend (fix RBAC or the workload).
 
-Admit and evict write a fencing mark (`muster.io/admitted-attempt`,
-`muster.io/evicted-attempt`) in the same patch as the suspend flag, so a late,
-redelivered admit cannot release a workload that a newer eviction withdrew, and a
-late eviction cannot withdraw a newer attempt.
+Fencing: a late, redelivered admit must not release a workload that a newer
+eviction withdrew, and a late eviction must not withdraw a newer attempt. The
+authority is the control plane's own record (`records`, a consistent read of the
+workload's committed state), consulted after reading the object and before a
+patch conditional on that read's resourceVersion: a decision is committed to the
+record before its effects run, so whichever of two racing writers patches second
+has already seen the other's record. `muster.io/admitted-attempt` and
+`muster.io/evicted-attempt` are still written, as a view for `kubectl` users; the
+workload's owner can edit annotations, so they never decide.
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from typing import Any, TypeVar
 
 import urllib3
 
-from muster.core.model import Admit, Evict, Kind
+from muster.core.fencing import still_current
+from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
+    EVENT_RESOURCE,
     EVICTED_ATTEMPT_ANNOTATION,
     POD_GROUP_LABEL,
     POD_RESOURCE,
@@ -43,6 +50,7 @@ from muster.kube.conventions import (
     SCHEDULING_GATE,
     split_key,
 )
+from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi
 from muster.ports import WorkloadGone
 
@@ -51,6 +59,11 @@ log = logging.getLogger("muster.kube")
 T = TypeVar("T")
 
 TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
+
+MAX_ANNOUNCED_PODS = 32  # Events per lifecycle event on a pod group
+
+RecordReader = Callable[[str], Workload | None]
+"""The control plane's committed record of a workload (None: not known)."""
 
 
 class ClusterActionError(Exception):
@@ -72,6 +85,7 @@ class KubernetesCluster:
         self,
         api: KubeApi,
         *,
+        records: RecordReader,
         attempts: int = 4,
         base_delay: float = 0.2,
         max_delay: float = 2.0,
@@ -79,6 +93,7 @@ class KubernetesCluster:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.api = api
+        self.records = records
         self.attempts = attempts
         self.base_delay = base_delay
         self.max_delay = max_delay
@@ -89,15 +104,15 @@ class KubernetesCluster:
 
     def admit(self, effect: Admit) -> None:
         if effect.kind is Kind.POD_GROUP:
-            self._ungate_pod_group(effect.workload, effect.attempt)
+            self._ungate_pod_group(effect)
         else:
-            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=False)
+            self._set_suspended(effect, suspend=False)
 
     def evict(self, effect: Evict) -> None:
         if effect.kind is Kind.POD_GROUP:
-            self._delete_pod_group(effect.workload, effect.attempt)
+            self._delete_pod_group(effect)
         else:
-            self._set_suspended(effect.workload, effect.kind, effect.attempt, suspend=True)
+            self._set_suspended(effect, suspend=True)
 
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
         """Write `view` as `muster.io/<key>` annotations; an empty value removes one."""
@@ -117,28 +132,95 @@ class KubernetesCluster:
         path = RESOURCES[kind].item(namespace, name)
         self._call(workload, partial(self.api.merge_patch, path, body))
 
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None:
+        """A Kubernetes Event on the workload (each pod, for a pod group).
+
+        The Event is sent once, without retries: it is a courtesy and must not
+        hold up the decision that caused it. The object is read first for its uid,
+        which `kubectl describe` uses to find its Events; a pod group's Events go
+        on the pods that still exist.
+        """
+        shown = describe(event, detail)
+        if shown is None:
+            return
+        namespace, name = split_key(workload)
+        if kind is Kind.POD_GROUP:
+            targets = [
+                (POD_RESOURCE, p["metadata"])
+                for p in self._pod_group(workload)[:MAX_ANNOUNCED_PODS]
+            ]
+        else:
+            resource = RESOURCES[kind]
+            obj = self._call_once(workload, partial(self.api.get, resource.item(namespace, name)))
+            targets = [(resource, obj.get("metadata") or {})]
+        for resource, meta in targets:
+            involved = {
+                "apiVersion": resource.api_version,
+                "kind": resource.kind,
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            }
+            body = event_body(involved=involved, event=shown, key=key, at=at)
+            try:
+                self.api.create(EVENT_RESOURCE.collection(namespace), body)
+            except ApiException as exc:
+                if exc.status != 409:  # 409 AlreadyExists: announced by an earlier try
+                    raise ClusterActionError(
+                        f"{workload}: Event refused ({exc.status} {exc.reason}): {_message(exc)}"
+                    ) from exc
+
+    def _call_once(self, workload: str, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except ApiException as exc:
+            if exc.status == 404:
+                raise WorkloadGone(workload) from exc
+            raise ClusterActionError(
+                f"{workload}: the API server refused ({exc.status} {exc.reason}): {_message(exc)}"
+            ) from exc
+
     # ------------------------------------------------------------------ suspend kinds
 
-    def _set_suspended(self, workload: str, kind: Kind, attempt: int, *, suspend: bool) -> None:
-        resource = RESOURCES[kind]
+    def _stale(self, effect: Admit | Evict) -> bool:
+        """Ask the record (never the object's annotations) whether `effect` still stands."""
+        record = self.records(effect.workload)
+        if still_current(effect, record):
+            return False
+        log.warning(
+            "skipping stale %s of %s attempt %d (the record holds attempt %s, %s)",
+            "admission" if isinstance(effect, Admit) else "eviction",
+            effect.workload,
+            effect.attempt,
+            record.attempt if record else "none",
+            record.phase.value if record else "no record",
+        )
+        return True
+
+    def _set_suspended(self, effect: Admit | Evict, *, suspend: bool) -> None:
+        workload, attempt = effect.workload, effect.attempt
+        resource = RESOURCES[effect.kind]
         namespace, name = split_key(workload)
         path = resource.item(namespace, name)
         mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
         for _ in range(self.conflict_attempts):
             obj = self._call(workload, partial(self.api.get, path))
-            annotations = obj.get("metadata", {}).get("annotations") or {}
-            if _fenced(annotations, attempt, suspend=suspend):
-                log.warning(
-                    "skipping stale %s of %s attempt %d (admitted %s, evicted %s)",
-                    "eviction" if suspend else "admission",
-                    workload,
-                    attempt,
-                    annotations.get(ADMITTED_ATTEMPT_ANNOTATION),
-                    annotations.get(EVICTED_ATTEMPT_ANNOTATION),
-                )
+            # The record is read after the object: a writer that committed a newer
+            # decision before our read of the object is seen here; one that commits
+            # later changes the object, and our conditional patch then conflicts.
+            if self._stale(effect):
                 return
             current = _dig(obj.get("spec") or {}, resource.suspend_path)
-            if bool(current) is suspend and annotations.get(mark) == str(attempt):
+            if bool(current) is suspend:
                 return  # already done (a redelivered effect)
             metadata: dict[str, Any] = {"annotations": {mark: str(attempt)}}
             version = obj.get("metadata", {}).get("resourceVersion")
@@ -175,11 +257,14 @@ class KubernetesCluster:
         ]
         return sorted(pods, key=lambda p: p["metadata"]["name"])
 
-    def _ungate_pod_group(self, workload: str, attempt: int) -> None:
+    def _ungate_pod_group(self, effect: Admit) -> None:
+        workload, attempt = effect.workload, effect.attempt
         namespace, _ = split_key(workload)
         pods = [p for p in self._pod_group(workload) if not p["metadata"].get("deletionTimestamp")]
         if not pods:
             raise WorkloadGone(workload)
+        if self._stale(effect):
+            return
         for pod in pods:
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
@@ -204,9 +289,13 @@ class KubernetesCluster:
                 pod = self._call(workload, partial(self.api.get, path))
         raise ClusterUnavailable(f"{path}: still conflicting after {self.conflict_attempts} reads")
 
-    def _delete_pod_group(self, workload: str, attempt: int) -> None:
+    def _delete_pod_group(self, effect: Evict) -> None:
+        workload, attempt = effect.workload, effect.attempt
         namespace, _ = split_key(workload)
-        for pod in self._pod_group(workload):
+        pods = self._pod_group(workload)
+        if self._stale(effect):
+            return
+        for pod in pods:
             if pod["metadata"].get("deletionTimestamp"):
                 continue
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
@@ -245,19 +334,6 @@ class KubernetesCluster:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _fenced(annotations: Mapping[str, str], attempt: int, *, suspend: bool) -> bool:
-    if suspend:
-        return _int(annotations.get(ADMITTED_ATTEMPT_ANNOTATION)) > attempt
-    return _int(annotations.get(EVICTED_ATTEMPT_ANNOTATION)) >= attempt
-
-
-def _int(text: str | None) -> int:
-    try:
-        return int(text) if text is not None else 0
-    except ValueError:
-        return 0
-
-
 def _dig(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(obj, Mapping):
@@ -289,6 +365,7 @@ _CACHE_LOCK = threading.Lock()
 def for_cluster(
     name: str,
     *,
+    records: RecordReader,
     region: str | None = None,
     session: Any = None,
     eks_client: Any = None,
@@ -297,7 +374,7 @@ def for_cluster(
     """The adapter for EKS cluster `name`, authenticated with the standard AWS chain.
 
     Cached per (cluster, region) for the life of the process, so a warm Lambda
-    reuses its connection pool and token.
+    reuses its connection pool and token; `records` is the fencing authority.
     """
     import boto3
     from kubernetes import client as k8s
@@ -311,6 +388,7 @@ def for_cluster(
     key = (name, region)
     with _CACHE_LOCK:
         if key in _CACHE:
+            _CACHE[key].records = records
             return _CACHE[key]
         endpoint = describe_cluster(eks_client or session.client("eks", region_name=region), name)
         tokens = TokenCache(lambda: eks_token(session, name, region), clock=clock)
@@ -323,13 +401,15 @@ def for_cluster(
 
         config.refresh_api_key_hook = refresh  # type: ignore[assignment]
         refresh(config)  # the client only asks for a key it already has
-        adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)))
+        adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)), records=records)
         _CACHE[key] = adapter
         return adapter
 
 
-def from_environment(environ: Mapping[str, str] | None = None) -> KubernetesCluster:
-    """The adapter the Lambdas use: cluster from `MUSTER_CLUSTER_NAME`.
+def from_environment(
+    environ: Mapping[str, str] | None = None, *, records: RecordReader
+) -> KubernetesCluster:
+    """The adapter the Lambdas use: cluster from `MUSTER_CLUSTER_NAME`, fenced by `records`.
 
     `MUSTER_KUBE_HOST` (optional) points straight at an API server instead of asking
     EKS (local runs and tests); `MUSTER_KUBE_TOKEN` is then its bearer token.
@@ -337,8 +417,12 @@ def from_environment(environ: Mapping[str, str] | None = None) -> KubernetesClus
     env = os.environ if environ is None else environ
     host = env.get("MUSTER_KUBE_HOST")
     if host:
-        return KubernetesCluster(KubeApi.for_host(host, token=env.get("MUSTER_KUBE_TOKEN")))
+        return KubernetesCluster(
+            KubeApi.for_host(host, token=env.get("MUSTER_KUBE_TOKEN")), records=records
+        )
     name = env.get("MUSTER_CLUSTER_NAME")
     if not name:
         raise ValueError("MUSTER_CLUSTER_NAME: required (the EKS cluster's name)")
-    return for_cluster(name, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"))
+    return for_cluster(
+        name, records=records, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
+    )

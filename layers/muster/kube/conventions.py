@@ -39,6 +39,7 @@ KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 __all__ = [
     "ADMITTED_ATTEMPT_ANNOTATION",
     "ANNOTATION_PREFIX",
+    "EVENT_RESOURCE",
     "EVICTED_ATTEMPT_ANNOTATION",
     "GPU_RESOURCE",
     "JOBSET_NAME_LABEL",
@@ -100,6 +101,7 @@ PYTORCHJOB_RESOURCE = Resource(
 POD_RESOURCE = Resource("", "v1", "pods", "Pod")
 NODE_RESOURCE = Resource("", "v1", "nodes", "Node", namespaced=False)
 LEASE_RESOURCE = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+EVENT_RESOURCE = Resource("", "v1", "events", "Event")
 
 # The workload object of each kind held by suspension (pod groups have none).
 RESOURCES: dict[Kind, Resource] = {

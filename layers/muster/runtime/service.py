@@ -53,7 +53,7 @@ from muster.core import (
     pod_update,
     reassess,
 )
-from muster.ports import ClusterActions, WorkloadGone
+from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
     Bus,
     Conflict,
@@ -525,6 +525,7 @@ class ControlPlane:
                 self.messages.requeue(effect.workload, effect.count, effect.delay)
             case Publish():
                 self._publish(effect, version, index)
+                self._announce(w, effect, version, index)
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True
@@ -560,6 +561,26 @@ class ControlPlane:
                 self.metrics.count("PodsReady")
                 if "secondsSinceAdmission" in detail:
                     self.metrics.seconds("AdmittedToReadySeconds", detail["secondsSinceAdmission"])
+
+    def _announce(self, w: Workload, effect: Publish, version: int, index: int) -> None:
+        """The lifecycle event on the workload in the cluster too; never blocks the decision."""
+        if not isinstance(self.cluster, WorkloadAnnouncer):
+            return
+        try:
+            self.cluster.announce(
+                effect.workload,
+                w.kind,
+                effect.event,
+                effect.detail,
+                key=f"{effect.workload}/{version}/{index}",
+                at=self.clock(),
+            )
+        except Exception as exc:  # best effort: the record and the bus have it already
+            self.metrics.count("AnnounceFailures")
+            log.warning(
+                "could not record a Kubernetes Event",
+                extra={"workload": effect.workload, "event": effect.event.value, "error": str(exc)},
+            )
 
     def _count_outcome(
         self, outcome: Outcome, workload: str = "", event: str = "", note: str = ""

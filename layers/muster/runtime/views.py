@@ -17,6 +17,7 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
     quarantine = snap.quarantine
     return {
         **w.summary(),
+        "message": w.message,
         "version": snap.version,
         "quarantine": (
             None

@@ -1,0 +1,84 @@
+"""`muster policy-params`: the admission policies' params, rendered from Muster's settings.
+
+The cluster's policies (deploy/kubernetes/admission-policy.yaml) read the ConfigMap
+muster-system/muster-policy-params; rendering it from the same `queueAccess` block
+the core uses keeps the two from drifting apart: what the API server refuses at
+creation is what the control plane would refuse to admit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from muster.core.settings import Settings, SettingsError, load_settings_text
+
+PARAMS_NAME = "muster-policy-params"
+PARAMS_NAMESPACE = "muster-system"
+# The controllers whose children (owned by a JobSet or PyTorchJob) are exempt from
+# the "created held" rule: the JobSet and Kubeflow training operator defaults.
+DEFAULT_OWNER_CONTROLLERS = (
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    "system:serviceaccount:kubeflow:training-operator",
+)
+
+
+def render(
+    settings: Settings, owner_controllers: Sequence[str] = DEFAULT_OWNER_CONTROLLERS
+) -> dict[str, Any]:
+    """The params ConfigMap (comma-separated lists, as the policies' CEL reads them)."""
+    data = {
+        "ownerControllers": ",".join(owner_controllers),
+        "restrictQueues": "true" if settings.access.restrict else "false",
+    }
+    for name, grant in sorted(settings.access.queues.items()):
+        data[f"queue.{name}.namespaces"] = ",".join(grant.namespaces)
+        data[f"queue.{name}.maxPriority"] = str(grant.max_priority)
+        if grant.priority_classes is not None:
+            data[f"queue.{name}.priorityClasses"] = ",".join(grant.priority_classes)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PARAMS_NAME,
+            "namespace": PARAMS_NAMESPACE,
+            "labels": {"app.kubernetes.io/part-of": "muster"},
+        },
+        "data": data,
+    }
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "policy-params",
+        help="render the admission policies' params ConfigMap from a settings file",
+        description=(
+            "Print the ConfigMap muster-system/muster-policy-params for the settings' "
+            "queueAccess block; pipe it to `kubectl apply -f -`."
+        ),
+    )
+    p.add_argument("--settings", required=True, help="settings file (YAML or JSON)")
+    p.add_argument(
+        "--owner-controller",
+        action="append",
+        default=None,
+        help="user name of a controller whose children are exempt (repeatable; "
+        "default: the JobSet and Kubeflow training operator service accounts)",
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings_text(Path(args.settings).read_text(), args.settings)
+    except (OSError, SettingsError) as exc:
+        print(f"muster policy-params: {exc}", file=sys.stderr)
+        return 2
+    owners = args.owner_controller or DEFAULT_OWNER_CONTROLLERS
+    yaml.safe_dump(render(settings, owners), sys.stdout, sort_keys=False)
+    return 0

@@ -1,0 +1,257 @@
+"""The synthesized template grants what the code calls, on Muster's own resources, and
+nothing more; the bus takes each source only from its owner; the agent's role can be
+assumed only by the agent's service account on this cluster.
+
+The calls are read from the code itself (every `self.client.<operation>(` in
+`muster.aws`, and the EKS lookup in `muster.kube.auth`), so a new call without its
+grant, or a grant left after its call is gone, fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from infra import constants as c
+from tests.infra.conftest import REPO_ROOT, Synthesized, resources
+
+pytestmark = pytest.mark.slow
+
+AWS_ADAPTERS = {
+    "dynamo.py": "dynamodb",
+    "sqs.py": "sqs",
+    "eventbridge.py": "events",
+    "stepfunctions.py": "states",
+}
+# Actions the platform needs that no line of Muster calls: the function's own logs
+# and traces, and the event source mapping that consumes its queue.
+PLATFORM = {
+    "logs:CreateLogStream",
+    "logs:PutLogEvents",
+    "xray:PutTelemetryRecords",
+    "xray:PutTraceSegments",
+}
+CONSUMER = {
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueAttributes",
+    "sqs:GetQueueUrl",
+}
+
+
+def _action(service: str, operation: str) -> str:
+    return f"{service}:" + "".join(part.capitalize() for part in operation.split("_"))
+
+
+def calls_in_code() -> set[str]:
+    """Every AWS action the control plane's code performs."""
+    found: set[str] = set()
+    aws = REPO_ROOT / "layers" / "muster" / "aws"
+    for name, service in AWS_ADAPTERS.items():
+        text = (aws / name).read_text()
+        for operation in re.findall(r"self\.client\.(\w+)\(", text):
+            if operation == "transact_write_items":
+                # A transaction is authorised by the item actions inside it.
+                kinds = set(re.findall(r'\{"(Put|Update|Delete|ConditionCheck)"', text))
+                found |= {f"dynamodb:{k}Item" for k in kinds}
+            else:
+                found.add(_action(service, operation))
+    auth = (REPO_ROOT / "layers" / "muster" / "kube" / "auth.py").read_text()
+    found |= {_action("eks", op) for op in re.findall(r"eks_client\.(\w+)\(", auth)}
+    return found
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _ref(value: Any) -> str:
+    if isinstance(value, dict) and "Ref" in value:
+        return str(value["Ref"])
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return str(value["Fn::GetAtt"][0])
+    return str(value)
+
+
+def _statements_of(doc: dict[str, Any], role_id: str) -> list[dict[str, Any]]:
+    return [
+        s
+        for p in resources(doc, "AWS::IAM::Policy").values()
+        if role_id in {_ref(r) for r in p["Properties"]["Roles"]}
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _function_roles(doc: dict[str, Any]) -> set[str]:
+    return {_ref(f["Properties"]["Role"]) for f in resources(doc, "AWS::Lambda::Function").values()}
+
+
+def _agent_role(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    [(role_id, role)] = [
+        (k, r)
+        for k, r in resources(doc, "AWS::IAM::Role").items()
+        if any(
+            s["Principal"].get("Service") == c.POD_IDENTITY_PRINCIPAL
+            for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        )
+    ]
+    return role_id, role
+
+
+def test_the_code_makes_the_calls_this_test_expects() -> None:
+    # A guard on the reader above: it must find the calls (and no Scan, no batch write).
+    calls = calls_in_code()
+    assert {"dynamodb:Query", "dynamodb:UpdateItem", "sqs:SendMessage"} <= calls
+    assert {"states:StartExecution", "states:StopExecution", "events:PutEvents"} <= calls
+    assert "eks:DescribeCluster" in calls
+    assert not calls & {"dynamodb:Scan", "dynamodb:BatchWriteItem", "states:DescribeExecution"}
+
+
+def test_each_function_role_grants_exactly_the_calls_the_code_makes(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    calls = calls_in_code()
+    for role_id in _function_roles(doc):
+        granted = {
+            a
+            for s in _statements_of(doc, role_id)
+            if s["Effect"] == "Allow"
+            for a in _list(s["Action"])
+        }
+        unused = granted - calls - PLATFORM - CONSUMER
+        assert not unused, f"{role_id} is granted actions nothing calls: {sorted(unused)}"
+        missing = calls - granted
+        assert not missing, f"{role_id} lacks actions the code calls: {sorted(missing)}"
+        for dropped in ("dynamodb:Scan", "dynamodb:BatchWriteItem", "dynamodb:GetRecords"):
+            assert dropped not in granted
+        assert not granted & {
+            "dynamodb:GetShardIterator",
+            "dynamodb:DescribeTable",
+            "states:DescribeExecution",
+        }
+
+
+def test_function_grants_name_their_own_resources(synthesized: Synthesized) -> None:
+    doc = synthesized.template
+    [table] = resources(doc, "AWS::DynamoDB::Table")
+    [bus] = resources(doc, "AWS::Events::EventBus")
+    [machine] = resources(doc, "AWS::StepFunctions::StateMachine")
+    for role_id in _function_roles(doc):
+        for s in _statements_of(doc, role_id):
+            actions = _list(s["Action"])
+            targets = {_ref(r) for r in _list(s["Resource"])}
+            if any(a.startswith("dynamodb:") for a in actions):
+                assert all(table in str(r) for r in _list(s["Resource"])), s
+            if "events:PutEvents" in actions:
+                assert targets == {bus}
+                assert s["Condition"] == {"StringEquals": {"events:source": c.CONTROLPLANE_SOURCE}}
+            if "states:StartExecution" in actions:
+                assert targets == {machine}
+            if "sqs:SendMessage" in actions:
+                [queue] = targets
+                assert "Requeue" in queue
+
+
+def test_the_agent_role_puts_only_its_own_source(synthesized: Synthesized) -> None:
+    doc = synthesized.template
+    role_id, _ = _agent_role(doc)
+    [bus] = resources(doc, "AWS::Events::EventBus")
+    [statement] = _statements_of(doc, role_id)
+    assert statement["Action"] == "events:PutEvents"
+    assert _ref(statement["Resource"]) == bus
+    assert statement["Condition"] == {"StringEquals": {"events:source": c.AGENT_SOURCE}}
+
+
+def test_the_agent_role_trusts_only_the_agents_service_account_on_this_cluster(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    _, role = _agent_role(doc)
+    statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    actions = {a for s in statements for a in _list(s["Action"])}
+    assert actions == {"sts:AssumeRole", "sts:TagSession"}
+    for s in statements:
+        tags = s["Condition"]["StringEquals"]
+        assert tags["aws:RequestTag/kubernetes-namespace"] == c.DEFAULT_AGENT_NAMESPACE
+        assert tags["aws:RequestTag/kubernetes-service-account"] == (
+            c.DEFAULT_AGENT_SERVICE_ACCOUNT
+        )
+        cluster = tags["aws:RequestTag/eks-cluster-arn"]
+        rendered = "".join(p if isinstance(p, str) else "<>" for p in cluster["Fn::Join"][1])
+        assert rendered.endswith(":cluster/training")
+
+
+def _bus_policy(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        p["Properties"]["StatementId"].removeprefix("cdk-"): p["Properties"]["Statement"]
+        for p in resources(doc, "AWS::Events::EventBusPolicy").values()
+    }
+
+
+def _bus_says(statements: dict[str, dict[str, Any]], principal: str, source: str) -> str | None:
+    """ "Deny", "Allow" or None: the bus policy on `principal` putting `source` (Deny wins).
+
+    Evaluates only the condition operators the policy uses; principal ARNs are
+    compared by the roles' logical ids.
+    """
+    verdict = None
+    for statement in statements.values():
+        matches = True
+        for operator, pairs in statement.get("Condition", {}).items():
+            for key, wanted in pairs.items():
+                inside = (principal if key == "aws:PrincipalArn" else source) in {
+                    _ref(v) for v in _list(wanted)
+                }
+                if operator in ("ArnEquals", "StringEquals"):
+                    matches = matches and inside
+                elif operator in ("ArnNotEquals", "StringNotEquals"):
+                    matches = matches and not inside
+                else:
+                    raise AssertionError(f"unexpected operator {operator}")
+        who = statement["Principal"]
+        if matches and (who == {"AWS": "*"} or _ref(who["AWS"]) == principal):
+            if statement["Effect"] == "Deny":
+                return "Deny"
+            verdict = "Allow"
+    return verdict
+
+
+def _identity_allows(doc: dict[str, Any], role_id: str, source: str) -> bool:
+    for s in _statements_of(doc, role_id):
+        if s["Effect"] == "Allow" and "events:PutEvents" in _list(s["Action"]):
+            wanted = s.get("Condition", {}).get("StringEquals", {}).get("events:source")
+            if wanted is None or source in _list(wanted):
+                return True
+    return False
+
+
+def test_the_bus_takes_each_source_only_from_its_owner(synthesized: Synthesized) -> None:
+    doc = synthesized.template
+    statements = _bus_policy(doc)
+    agent, _ = _agent_role(doc)
+
+    def may_put(principal: str, source: str, identity: bool) -> bool:
+        bus = _bus_says(statements, principal, source)
+        return bus != "Deny" and (bus == "Allow" or identity)
+
+    for function in _function_roles(doc):
+        assert may_put(function, c.CONTROLPLANE_SOURCE, True)
+        # Even were its own policy widened, the bus refuses the agent's source from it.
+        assert not may_put(function, c.AGENT_SOURCE, True)
+        assert not _identity_allows(doc, function, c.AGENT_SOURCE)
+    assert may_put(agent, c.AGENT_SOURCE, False)
+    assert not may_put(agent, c.CONTROLPLANE_SOURCE, True)
+    assert not _identity_allows(doc, agent, c.CONTROLPLANE_SOURCE)
+    for source in (c.AGENT_SOURCE, c.CONTROLPLANE_SOURCE):
+        # Another principal of the account, even with an IAM allow of its own.
+        assert not may_put("SomeOtherRole", source, True)
+
+
+def test_the_bus_allow_for_the_agent_names_its_source(synthesized: Synthesized) -> None:
+    statements = _bus_policy(synthesized.template)
+    allow = statements["MusterAgentPutEvents"]
+    assert allow["Condition"] == {"StringEquals": {"events:source": c.AGENT_SOURCE}}
