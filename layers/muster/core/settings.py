@@ -1,9 +1,14 @@
-"""Settings: Kueue's `waitForPodsReady` names and defaults, plus Muster's additions.
+"""Settings: Kueue's `waitForPodsReady` names, plus Muster's additions.
+
+The defaults are SageMaker HyperPod task governance's (timeout 5m, blockAdmission
+off); Kueue's current configuration API defaults the timeout to 30m, and its
+older v1beta1 API to 5m with blockAdmission on.
 
 A settings document is a mapping (from YAML, JSON, cdk.json context or the
 settings record in DynamoDB). Global values apply to every queue; `queues.<name>`
 overrides them for one queue. Parsing is strict: an unknown key, a malformed
-duration or a negative limit is a `SettingsError` naming the field.
+duration, a negative limit, a number that is not finite or a duration longer than
+the runtime can carry out (a year) is a `SettingsError` naming the field.
 """
 
 from __future__ import annotations
