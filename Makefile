@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-faults bench-ledger clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-ledger clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-sim  simulator throughput and the Philly week's wall time"
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
+	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
 	@echo "make bench-faults  the control plane under injected faults: invariants and figures"
 	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make clean      remove the virtual environment and build output"
@@ -62,7 +63,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent bench-faults bench-ledger
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-ledger
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -72,6 +73,9 @@ bench-ingest: $(STAMP)
 
 bench-agent: $(STAMP)
 	$(BIN)/python benchmarks/agent_burst.py
+
+bench-cost: venv
+	$(BIN)/python benchmarks/cost.py
 
 bench-faults: $(STAMP)
 	$(BIN)/python benchmarks/faults.py

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 # `handler` (a function of the parsed arguments returning an exit code).
 COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.cli",
+    "muster.sim.tune",
     "muster.local.cli",
     "muster.kube.cli",
     "muster.kube.policy_params",
     "muster.admin",
+    "muster.history_export",
 )
 
 

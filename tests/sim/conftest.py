@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,21 @@ import yaml
 from muster.sim.engine import RunResult, simulate
 from muster.sim.scenario import Scenario, parse_scenario
 
-TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def find_traces() -> Path:
+    """`MUSTER_TRACES`, or the first `shared/traces` beside the repository or above it."""
+    explicit = os.environ.get("MUSTER_TRACES")
+    if explicit:
+        return Path(explicit)
+    for parent in REPO.parents:
+        if (parent / "shared" / "traces").is_dir():
+            return parent / "shared" / "traces"
+    return REPO.parent / "shared" / "traces"
+
+
+TRACES = find_traces()
 
 
 def scenario(doc: dict[str, Any] | str, **kwargs: Any) -> Scenario:

@@ -10,11 +10,13 @@ one workload.
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from muster.core.decide import admissible
-from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Workload
+from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Kind, Phase, Workload
 from muster.core.settings import Settings, Timestamp
 
 
@@ -70,10 +72,27 @@ class Usage:
         return usage
 
 
-def queue_order_key(w: Workload, settings: Settings) -> tuple[int, float, str]:
+OrderKey = tuple[int, float, str]
+Bucket = tuple[str, int]  # (queue, GPUs)
+
+
+def queue_order_key(w: Workload, settings: Settings) -> OrderKey:
     stamp = settings.for_queue(w.queue).timestamp
     when = w.created_at if stamp is Timestamp.CREATION else w.queued_at
     return (-w.priority, when, w.key)
+
+
+def quota_skip(
+    w: Workload, settings: Settings, used_cluster: int, used_queue: dict[str, int]
+) -> Skip | None:
+    """Why `w` does not fit the cluster's or its queue's GPU quota now (None: it fits)."""
+    if settings.gpu_quota is not None and used_cluster + w.gpus > settings.gpu_quota:
+        return Skip(w.key, "cluster", w.gpus, settings.gpu_quota - used_cluster)
+    queue_quota = settings.for_queue(w.queue).gpu_quota
+    in_queue = used_queue.get(w.queue, 0)
+    if queue_quota is not None and in_queue + w.gpus > queue_quota:
+        return Skip(w.key, f"queue {w.queue}", w.gpus, queue_quota - in_queue)
+    return None
 
 
 def plan_admission(
@@ -118,17 +137,167 @@ def plan_admission(
         if refusal is not None:
             refused.append((w.key, refusal))
             continue
-        if settings.gpu_quota is not None and used_cluster + w.gpus > settings.gpu_quota:
-            skips.append(Skip(w.key, "cluster", w.gpus, settings.gpu_quota - used_cluster))
-            continue
-        queue_quota = settings.for_queue(w.queue).gpu_quota
-        in_queue = used_queue.get(w.queue, 0)
-        if queue_quota is not None and in_queue + w.gpus > queue_quota:
-            skips.append(Skip(w.key, f"queue {w.queue}", w.gpus, queue_quota - in_queue))
+        skip = quota_skip(w, settings, used_cluster, used_queue)
+        if skip is not None:
+            skips.append(skip)
             continue
         chosen.append(w.key)
         used_cluster += w.gpus
-        used_queue[w.queue] = in_queue + w.gpus
+        used_queue[w.queue] = used_queue.get(w.queue, 0) + w.gpus
         if settings.block_admission:
             blocker = w.key
     return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused))
+
+
+class AdmissionQueue:
+    """Pending workloads indexed so that a pass looks only at those that can fit.
+
+    `plan_admission` walks every queued workload, which is right for a shell that
+    reads the queue afresh for each pass (the Lambdas) but, for one that keeps
+    thousands queued in memory (the simulator), makes every pass cost the whole
+    queue. This keeps the same workloads ready for the same rules:
+
+    - a workload still in backoff (`requeue_at` later than the pass) waits in a
+      timer heap and joins the queue when its time comes;
+    - a pod group waiting for replacement pods is not indexed at all (the shell
+      adds it again on every change, as it does for every Pending workload);
+    - one that `queueAccess` refuses is kept aside, never admitted (it still
+      counts as waiting, for `blockAdmission`'s report);
+    - the others sit in one bucket per (queue, GPUs), each in queue order, so a
+      pass merges only the buckets whose size still fits both the cluster's and
+      the queue's quota: a workload that does not fit is never looked at.
+
+    `plan` gives the same `admit` and `blocked_by` as `plan_admission` on the
+    same workloads (a property test holds them together); it does not list the
+    workloads it passed over, since it never looks at them.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._buckets: dict[Bucket, list[tuple[OrderKey, Workload]]] = {}
+        self._indexed: dict[str, tuple[Bucket, OrderKey]] = {}
+        self._refused: dict[str, OrderKey] = {}  # admissible but refused by `queueAccess`
+        self._refused_workloads: dict[str, Workload] = {}
+        self._backoff: dict[str, float] = {}  # key -> requeue_at of its waiting entry
+        self._waiting: list[tuple[float, int, str, Workload]] = []  # a heap by requeue_at
+        self._pushed = 0
+
+    def __len__(self) -> int:
+        return len(self._indexed) + len(self._refused) + len(self._backoff)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._indexed or key in self._refused or key in self._backoff
+
+    def reorder(self, settings: Settings) -> None:
+        """New settings may order the queue differently (the `timestamp` per queue)."""
+        queued = [w for bucket in self._buckets.values() for _, w in bucket]
+        queued += [w for at, _, key, w in self._waiting if self._backoff.get(key) == at]
+        queued += self._refused_workloads.values()
+        self._settings = settings
+        self._buckets.clear()
+        self._indexed.clear()
+        self._refused.clear()
+        self._refused_workloads.clear()
+        self._backoff.clear()
+        self._waiting.clear()
+        for w in queued:
+            self.add(w)
+
+    def add(self, w: Workload) -> None:
+        """Queue (or queue again, after a change) a workload; one not Pending is dropped."""
+        self.discard(w.key)
+        if w.phase is not Phase.PENDING:
+            return
+        if w.kind is Kind.POD_GROUP and w.live_pods < w.gang_size:
+            return
+        if w.requeue_at is not None:
+            self._backoff[w.key] = w.requeue_at
+            self._pushed += 1
+            heapq.heappush(self._waiting, (w.requeue_at, self._pushed, w.key, w))
+            return
+        self._index(w)
+
+    def discard(self, key: str) -> None:
+        """Drop a workload (a waiting entry is dropped from the heap when its time comes)."""
+        self._backoff.pop(key, None)
+        if self._refused.pop(key, None) is not None:
+            del self._refused_workloads[key]
+            return
+        found = self._indexed.pop(key, None)
+        if found is None:
+            return
+        where, order = found
+        bucket = self._buckets[where]
+        del bucket[bisect_left(bucket, (order,))]
+        if not bucket:
+            del self._buckets[where]
+
+    def plan(self, now: float, usage: Usage) -> AdmissionPlan:
+        """The admission plan at `now` with `usage` held (see the class)."""
+        self._release_due(now)
+        settings = self._settings
+        blocker = usage.blocker
+        if settings.block_admission and blocker is not None:
+            waiting = self._buckets or self._refused
+            return AdmissionPlan((), blocker) if waiting else AdmissionPlan()
+        free_cluster = (
+            settings.gpu_quota - usage.cluster if settings.gpu_quota is not None else None
+        )
+        free_queue: dict[str, int | None] = {}
+        for queue in {q for q, _ in self._buckets}:
+            quota = settings.for_queue(queue).gpu_quota
+            free_queue[queue] = quota - usage.queues.get(queue, 0) if quota is not None else None
+        heads: list[tuple[OrderKey, int, Bucket]] = []
+        for where, bucket in self._buckets.items():
+            if _fits(where, free_cluster, free_queue):
+                heads.append((bucket[0][0], 0, where))
+        heapq.heapify(heads)
+        chosen: list[str] = []
+        while heads:
+            order, i, where = heapq.heappop(heads)
+            if not _fits(where, free_cluster, free_queue):
+                continue  # it fitted when it was pushed; free GPUs only shrink in a pass
+            bucket = self._buckets[where]
+            queue, gpus = where
+            chosen.append(order[2])
+            if free_cluster is not None:
+                free_cluster -= gpus
+            q_free = free_queue[queue]
+            if q_free is not None:
+                free_queue[queue] = q_free - gpus
+            if settings.block_admission:
+                later = any(b[-1][0] > order for b in self._buckets.values()) or any(
+                    other > order for other in self._refused.values()
+                )
+                return AdmissionPlan(tuple(chosen), order[2] if later else None)
+            if i + 1 < len(bucket):
+                heapq.heappush(heads, (bucket[i + 1][0], i + 1, where))
+        return AdmissionPlan(tuple(chosen))
+
+    def _index(self, w: Workload) -> None:
+        order = queue_order_key(w, self._settings)
+        if self._settings.access.refusal(w.queue, w.key, w.priority) is not None:
+            self._refused[w.key] = order
+            self._refused_workloads[w.key] = w
+            return
+        where = (w.queue, w.gpus)
+        self._indexed[w.key] = (where, order)
+        insort(self._buckets.setdefault(where, []), (order, w))
+
+    def _release_due(self, now: float) -> None:
+        """Backoffs that have ended by `now` join the queue."""
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= now:
+            at, _, key, w = heapq.heappop(waiting)
+            if self._backoff.get(key) == at:
+                del self._backoff[key]
+                self._index(w)
+
+
+def _fits(where: Bucket, free_cluster: int | None, free_queue: dict[str, int | None]) -> bool:
+    """The same test as `quota_skip`, on a bucket's size and what is still free."""
+    gpus = where[1]
+    if free_cluster is not None and gpus > free_cluster:
+        return False
+    q_free = free_queue[where[0]]
+    return q_free is None or gpus <= q_free

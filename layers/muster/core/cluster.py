@@ -8,11 +8,11 @@ running the admission pass itself.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from muster.core.admission import AdmissionPlan, Usage, plan_admission, queue_order_key
+from muster.core.admission import AdmissionPlan, AdmissionQueue, Usage
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -70,8 +70,8 @@ class Cluster:
         # workload's GPUs nor sorts the queue again.
         self._usage = Usage()
         self._not_ready: set[str] = set()
-        self._queue: list[tuple[tuple[int, float, str], str]] = []  # in queue order
-        self._queue_keys: dict[str, tuple[int, float, str]] = {}
+        self._not_ready_order: list[str] = []  # a heap of `_not_ready`, stale keys dropped late
+        self._queue = AdmissionQueue(settings)
         self._settings = settings
 
     @property
@@ -82,11 +82,7 @@ class Cluster:
     def settings(self, settings: Settings) -> None:
         """New settings (e.g. a runtime change) may change the queue's order."""
         self._settings = settings
-        pending = [self.workloads[k] for _, k in self._queue]
-        self._queue.clear()
-        self._queue_keys.clear()
-        for w in pending:
-            self._enqueue(w)
+        self._queue.reorder(settings)
 
     def __iter__(self) -> Iterator[Workload]:
         return iter(self.workloads.values())
@@ -115,15 +111,8 @@ class Cluster:
         if not self._queue:
             return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._queue) + 1):
-            self._usage.blocker = min(self._not_ready) if self._not_ready else None
-            plan = plan_admission(
-                [self.workloads[k] for _, k in self._queue],
-                (),
-                self.settings,
-                now,
-                usage=self._usage,
-                ordered=True,
-            )
+            self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
+            plan = self._queue.plan(now, self._usage)
             result.plans.append(plan)
             if not plan.admit:
                 break
@@ -146,13 +135,13 @@ class Cluster:
         return result
 
     def _decide(self, w: Workload | None, event: Event, now: float) -> tuple[StepResult, bool]:
-        decision = decide(w, event, self.settings, now, draw=self._draw())
+        decision = decide(w, event, self._settings, now, draw=self._draw())
         result = StepResult(outcomes=[(event.workload, decision.outcome, decision.note)])
         if decision.workload is not None and decision.outcome is Outcome.APPLIED:
             self._store(decision.workload)
         wants = False
         for effect in decision.effects:
-            if isinstance(effect, RunAdmission):
+            if type(effect) is RunAdmission:
                 wants = True
             else:
                 result.effects.append(effect)
@@ -161,6 +150,14 @@ class Cluster:
     def _store(self, w: Workload) -> None:
         old = self.workloads.get(w.key)
         self.workloads[w.key] = w
+        if (
+            old is not None
+            and old.phase is w.phase
+            and old.gpus == w.gpus
+            and old.queue == w.queue
+            and w.phase is not Phase.PENDING
+        ):
+            return  # e.g. a pod event of a running gang: no index depends on what changed
         usage = self._usage
         if old is not None and old.phase in ACTIVE_PHASES:
             usage.cluster -= old.gpus
@@ -172,19 +169,20 @@ class Cluster:
         else:
             self._active.discard(w.key)
         if w.phase in NOT_READY_PHASES:
-            self._not_ready.add(w.key)
+            if w.key not in self._not_ready:
+                self._not_ready.add(w.key)
+                heapq.heappush(self._not_ready_order, w.key)
         else:
             self._not_ready.discard(w.key)
-        position = self._queue_keys.pop(w.key, None)
-        if position is not None:
-            del self._queue[bisect_left(self._queue, (position, w.key))]
-        if w.phase is Phase.PENDING:
-            self._enqueue(w)
+        if w.phase is Phase.PENDING or w.key in self._queue:
+            self._queue.add(w)
 
-    def _enqueue(self, w: Workload) -> None:
-        position = queue_order_key(w, self._settings)
-        self._queue_keys[w.key] = position
-        insort(self._queue, (position, w.key))
+    def _first_not_ready(self) -> str | None:
+        """The `blockAdmission` holder: the first admitted-not-ready workload by key."""
+        order = self._not_ready_order
+        while order and order[0] not in self._not_ready:
+            heapq.heappop(order)
+        return order[0] if order else None
 
     def by_phase(self) -> dict[Phase, list[str]]:
         out: dict[Phase, list[str]] = {p: [] for p in Phase}

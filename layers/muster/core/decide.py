@@ -7,9 +7,9 @@ simulator and the local mode all call it, so its rules exist exactly once.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
+from muster.core.copying import replace
 from muster.core.model import (
     ACTIVE_PHASES,
     AdmissionGranted,

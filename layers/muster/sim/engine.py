@@ -28,7 +28,9 @@ from muster.core import (
     Event,
     Evict,
     Kind,
+    LogEvent,
     NodeObserved,
+    Outcome,
     PodObserved,
     Publish,
     QueueSettings,
@@ -51,6 +53,7 @@ _FAULT, _READY, _COMPLETE, _DEADLINE, _REQUEUE, _SUBMIT = range(6)
 
 # Event-log fields copied from the core's Publish details.
 _LOG_FIELDS = ("attempt", "reason", "cause", "count", "requeueAt", "readyPods", "gangSize", "node")
+_EVENT_NAMES = {e: e.value for e in LogEvent}
 
 
 class SimulatedActions:
@@ -128,7 +131,7 @@ class Simulation:
         cancelled: set[tuple[str, int, str, int]] = set()
         tracking: dict[str, Tracking] = {}
         delivered = 0
-        outcomes: dict[str, int] = {}
+        outcomes: dict[Outcome, int] = {}
         evictions = requeues = 0
         open_workloads = len(sc.workloads)
 
@@ -146,11 +149,11 @@ class Simulation:
 
         def deliver(event: Event) -> bool:
             """Give one event to the core and carry out its effects."""
-            nonlocal delivered, evictions, requeues, open_workloads
+            nonlocal delivered
             delivered += 1
             step = core.apply(event, now)
             for _, outcome, _ in step.outcomes:
-                outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
             for effect in step.effects:
                 carry_out(effect)
             return step.admission_wanted
@@ -158,6 +161,22 @@ class Simulation:
         def carry_out(effect: Effect) -> None:
             nonlocal evictions, requeues, open_workloads
             match effect:
+                case Publish(event=name):
+                    log(effect)
+                    if name is LogEvent.EVICTED:
+                        evictions += 1
+                    elif name is LogEvent.REQUEUED:
+                        requeues += 1
+                    elif name is LogEvent.PODS_READY:
+                        track = tracking[effect.workload]
+                        if track.first_ready is None:
+                            track.first_ready = now
+                    elif name is LogEvent.DEACTIVATED:
+                        tracking[effect.workload].deactivated = True
+                        open_workloads -= 1
+                    elif name is LogEvent.FINISHED:
+                        tracking[effect.workload].finished = now
+                        open_workloads -= 1
                 case Admit():
                     actions.admit(effect)
                 case Evict():
@@ -171,37 +190,22 @@ class Simulation:
                             DeadlineReached(key, timer.attempt, timer.kind, timer.episode),
                         )
                 case StopTimer(workload=key, timer=timer):
-                    cancelled.add((key, timer.attempt, timer.kind.value, timer.episode))
+                    cancelled.add((key, timer.attempt, timer.kind, timer.episode))
                 case Requeue(workload=key, count=count, requeue_at=at):
                     if at <= sc.until:
                         push(at, _REQUEUE, order[key], RequeueDue(key, count))
-                case Publish():
-                    log(effect)
-                    if effect.event.value == "Evicted":
-                        evictions += 1
-                    elif effect.event.value == "Requeued":
-                        requeues += 1
-                    elif effect.event.value == "PodsReady":
-                        track = tracking[effect.workload]
-                        if track.first_ready is None:
-                            track.first_ready = now
-                    elif effect.event.value == "Deactivated":
-                        tracking[effect.workload].deactivated = True
-                        open_workloads -= 1
-                    elif effect.event.value == "Finished":
-                        tracking[effect.workload].finished = now
-                        open_workloads -= 1
 
         def log(effect: Publish) -> None:
             entry: dict[str, Any] = {
                 "t": _num(now),
                 "workload": effect.workload,
-                "event": effect.event.value,
+                "event": _EVENT_NAMES[effect.event],
             }
+            get = effect.detail.get
             for key in _LOG_FIELDS:
-                value = effect.detail.get(key)
+                value = get(key)
                 if value is not None:
-                    entry[key] = _num(value) if isinstance(value, float) else value
+                    entry[key] = _num(value) if type(value) is float else value
             self.events.append(entry)
 
         def drain() -> bool:
@@ -238,7 +242,7 @@ class Simulation:
         def handle(item: Any) -> bool:
             """One due item; True if the core asked for an admission pass."""
             if isinstance(item, DeadlineReached):
-                ident = (item.workload, item.attempt, item.kind.value, item.episode)
+                ident = (item.workload, item.attempt, item.kind, item.episode)
                 if ident in cancelled:
                     cancelled.discard(ident)
                     return False
@@ -303,7 +307,7 @@ class Simulation:
                 if wanted:
                     step = core.admission_pass(now)
                     for _, outcome, _ in step.outcomes:
-                        outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
+                        outcomes[outcome] = outcomes.get(outcome, 0) + 1
                     delivered += len(step.outcomes)
                     for effect in step.effects:
                         carry_out(effect)
@@ -320,7 +324,8 @@ class Simulation:
             end = now
         kube.finish_accounting(end)
         wall = time.perf_counter() - started
-        summary = summarize(sc, kube, tracking, end, evictions, requeues, delivered, outcomes, wall)
+        counted = {outcome.value: n for outcome, n in outcomes.items()}
+        summary = summarize(sc, kube, tracking, end, evictions, requeues, delivered, counted, wall)
         summary["policy"] = self.policy
         return RunResult(
             sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end

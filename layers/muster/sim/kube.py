@@ -44,7 +44,7 @@ class JobSpec:
     never_ready: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodChange:
     """One pod as a watcher sees it after a change."""
 
@@ -58,7 +58,7 @@ class PodChange:
     deleted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wakeup:
     """Call the cluster back at `at`: `pod_ready(job, uid)` or `complete(job, token)`."""
 
@@ -123,6 +123,7 @@ class SimulatedCluster:
         self._on_node: list[dict[str, _Pod]] = [{} for _ in range(nodes)]
         self._jobs: dict[str, _Job] = {}
         self._pending: list[_Pod] = []  # creation order; deleted or bound pods are skipped
+        self._stale = 0  # deleted or bound pods still in `_pending`
         self._unscheduled_from = 0  # pods before this index did not fit at last look
         self._room_freed = False  # capacity came back since the last binding pass
         self._to_reconcile: list[str] = []  # jobs whose controllers must act, in order
@@ -175,6 +176,8 @@ class SimulatedCluster:
         on, as concurrent job controllers do. Pods are created after every pod that
         exists.
         """
+        if not self._to_reconcile:
+            return
         jobs = [self._jobs[name] for name in dict.fromkeys(self._to_reconcile)]
         self._to_reconcile.clear()
         missing = [[i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running]
@@ -217,7 +220,8 @@ class SimulatedCluster:
                     biggest = max(free)
                     break
         self._room_freed = False
-        self._compact()
+        if self._stale * 2 > len(self._pending):
+            self._compact()  # only when it pays: the order of the others is kept either way
         self._unscheduled_from = len(self._pending)
         if bound:
             self._sample(now)
@@ -225,6 +229,7 @@ class SimulatedCluster:
 
     def _bind(self, pod: _Pod, n: int, now: float) -> None:
         pod.node = n
+        self._stale += 1
         self._free[n] -= pod.gpus
         self._on_node[n][pod.uid] = pod
         self._held += pod.gpus
@@ -235,6 +240,7 @@ class SimulatedCluster:
 
     def _compact(self) -> None:
         self._pending = [p for p in self._pending if not p.deleted and p.node is None]
+        self._stale = 0
 
     # ------------------------------------------------------------------ kubelet
 
@@ -367,6 +373,8 @@ class SimulatedCluster:
             self._on_node[pod.node].pop(pod.uid, None)
             self._held -= pod.gpus
             self._room_freed = True
+        elif not pod.deleted:
+            self._stale += 1  # an unbound pod: it was waiting in `_pending`
         pod.deleted = True
 
     def _lose_ready(self, j: _Job, now: float) -> None:

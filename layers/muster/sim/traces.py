@@ -1,6 +1,8 @@
-"""Job traces: the Philly CSV format and a synthetic generator fitted to it.
+"""Job traces: the Philly CSV format, Muster's own history, a synthetic generator.
 
-Both produce `TraceJob`s (submit time, GPUs, duration, queue); `expand_trace`
+All produce `TraceJob`s (submit time, GPUs, duration, queue; a Muster trace from
+`muster history export` also gives the gang, the observed startup and whether the
+workload ever became Ready); `expand_trace`
 turns them into workloads with a mapping of GPUs to pods, draws startup times,
 marks a seeded `brokenFraction` as never ready and draws node faults from
 `nodeMtbfHours`. Every draw comes from its own seeded stream (`seeded`), so the
@@ -15,12 +17,13 @@ import csv
 import math
 import random
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from muster.core import DurationError, parse_duration
+from muster.sim.history import TRACE_COLUMNS, is_muster_trace, parse_time
 from muster.sim.scenario import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
@@ -32,6 +35,11 @@ class TraceJob:
     gpus: int
     duration: float
     queue: str
+    # Known from a Muster trace (observed), drawn or mapped for the others:
+    pods: int | None = None
+    startup: float | None = None
+    never_ready: bool = False
+    priority: int = 0
 
 
 # ---------------------------------------------------------------------- Philly
@@ -71,6 +79,65 @@ def load_philly(path: Path, limit: int | None = None) -> list[TraceJob]:
     rows.sort(key=lambda r: r[0])
     first = rows[0][0]
     return [TraceJob(s - first, g, d, q) for s, g, d, q in rows]
+
+
+# ---------------------------------------------------------------------- Muster
+
+
+def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
+    """Jobs of a trace from `muster history export` (docs/simulator.md, "Muster traces").
+
+    A workload that never became Ready and was deactivated is replayed as never
+    Ready; one with no observed run time otherwise (still pending, or deleted
+    before it ran) is left out: there is nothing to replay.
+    """
+    required = ("submitted", "gangSize", "gpus", "runSeconds", "outcome")
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in required if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ScenarioError(
+                f"trace.path: {path} lacks the column(s) {', '.join(missing)} "
+                f"(a Muster trace has {', '.join(TRACE_COLUMNS)})"
+            )
+        rows: list[TraceJob] = []
+        for line, row in enumerate(reader, start=2):
+            try:
+                submitted = parse_time(row["submitted"])
+                gang = int(row["gangSize"])
+                gpus = int(row["gpus"])
+                startup = float(row["startupSeconds"]) if row.get("startupSeconds") else None
+                run = float(row["runSeconds"]) if row["runSeconds"] else None
+                priority = int(row.get("priority") or 0)
+            except (TypeError, ValueError):
+                raise ScenarioError(
+                    f"trace.path: {path} line {line}: cannot read submitted, gangSize, gpus, "
+                    "priority, startupSeconds or runSeconds"
+                ) from None
+            if gang < 1 or gpus < 0:
+                raise ScenarioError(f"trace.path: {path} line {line}: gangSize must be at least 1")
+            never_ready = startup is None and row["outcome"] == "Deactivated"
+            if run is None and not never_ready:
+                continue
+            rows.append(
+                TraceJob(
+                    submitted,
+                    gpus,
+                    run or 0.0,
+                    row.get("queue") or "default",
+                    pods=gang,
+                    startup=startup,
+                    never_ready=never_ready,
+                    priority=priority,
+                )
+            )
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ScenarioError(f"trace.path: {path} has no workload to replay")
+    rows.sort(key=lambda j: j.submit_at)
+    first = rows[0].submit_at
+    return [replace(j, submit_at=round(j.submit_at - first, 3)) for j in rows]
 
 
 # ---------------------------------------------------------------------- synthetic
@@ -218,7 +285,9 @@ def expand_trace(
     taken: Collection[str] = (),
 ) -> tuple[list[WorkloadSpec], list[FaultSpec]]:
     """Workloads (named job-00001, ... in submit order) and node faults for a trace."""
-    if spec.path is not None:
+    if spec.path is not None and is_muster_trace(spec.path):
+        jobs = load_muster_trace(spec.path, spec.limit)
+    elif spec.path is not None:
         jobs = load_philly(spec.path, spec.limit)
     else:
         assert spec.synthetic is not None
@@ -231,7 +300,11 @@ def expand_trace(
     startup_rng = seeded(seed, "startup")
     workloads: list[WorkloadSpec] = []
     for i, job in enumerate(jobs):
-        pods, per_pod = map_gpus(job.gpus, spec.mapping)
+        if job.pods is not None:  # a Muster trace: the gang as it was
+            pods, per_pod = job.pods, max(1, math.ceil(job.gpus / job.pods))
+        else:
+            pods, per_pod = map_gpus(job.gpus, spec.mapping)
+        startup = draw_startup(startup_rng)  # drawn for every job, so the stream stays aligned
         name = f"job-{i + 1:0{width}d}"
         if name in taken:
             raise ScenarioError(f"workloads: the name {name!r} is taken by a trace job")
@@ -242,9 +315,10 @@ def expand_trace(
                 submit_at=job.submit_at,
                 pods=pods,
                 gpus_per_pod=per_pod,
-                startup_seconds=draw_startup(startup_rng),
+                startup_seconds=job.startup if job.startup is not None else startup,
                 run_seconds=job.duration,
-                never_ready=i in broken,
+                priority=job.priority,
+                never_ready=i in broken or job.never_ready,
             )
         )
     faults: list[FaultSpec] = []

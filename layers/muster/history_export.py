@@ -1,0 +1,117 @@
+"""`muster history export`: the deployment's recent history as a trace for the simulator.
+
+It reads the history entries of the state table (see `muster.aws.history`), turns
+each workload submitted since `--since` into one row (`muster.sim.history`) and
+writes the CSV that a scenario's `trace.path` accepts, so that `muster simulate`
+and `muster tune` replay the cluster's own last week.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from muster.admin import (
+    DEFAULT_STACK,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    LOCAL_STACK,
+    AdminError,
+    connect,
+)
+from muster.core import DurationError, parse_duration
+from muster.sim.history import parse_time, trace_rows, write_trace
+
+
+def since_epoch(text: str, now: float) -> float:
+    """`7d`, `36h` (that long before now) or an ISO 8601 time."""
+    try:
+        return now - parse_duration(text)
+    except DurationError:
+        pass
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise AdminError(
+            f"--since: expected a duration like 7d or 36h, or a time like "
+            f"2026-11-24T00:00:00Z, got {text!r}",
+            EXIT_BAD_INPUT,
+        ) from None
+
+
+def export_command(args: argparse.Namespace, out: TextIO) -> int:
+    from muster.aws.history import scan_history
+
+    now = time.time()
+    since = since_epoch(args.since, now)
+    deployment = connect(args.stack, args.region, args.endpoint)
+    client = deployment.session.client("dynamodb")
+    histories = scan_history(client, deployment.config.table_name, since)
+    rows = trace_rows(histories, since, now)
+    if args.out == "-":
+        write_trace(rows, out)
+        return 0
+    path = Path(args.out)
+    try:
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            written = write_trace(rows, handle)
+    except OSError as exc:
+        raise AdminError(f"--out {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+    outcomes: dict[str, int] = {}
+    for r in rows:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(outcomes.items()))
+    out.write(
+        f"wrote {written} workloads of cluster {deployment.config.cluster_name} "
+        f"submitted since {args.since} to {path}" + (f" ({counts})" if counts else "") + "\n"
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "history", help="the deployment's workload history (export it as a simulator trace)"
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    e = actions.add_parser(
+        "export",
+        help="write the workloads submitted since a moment as a trace for muster simulate/tune",
+        description=(
+            "One CSV row per workload submitted since --since: submission time, gang size, "
+            "GPUs, observed startup and run times, outcome. A scenario's trace.path reads "
+            "it (docs/simulator.md, 'Muster traces')."
+        ),
+    )
+    e.add_argument("--since", default="7d", help="a duration (7d, 36h) or an ISO time (default 7d)")
+    e.add_argument("--out", default="-", help="the CSV file to write (default: stdout)")
+    e.add_argument(
+        "--stack",
+        help=f"CloudFormation stack (default {DEFAULT_STACK}; {LOCAL_STACK} with --endpoint)",
+    )
+    e.add_argument("--region", help="AWS region (default: your AWS configuration's)")
+    e.add_argument("--endpoint", metavar="URL", help="a local deployment's AWS endpoint")
+    e.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return export_command(args, sys.stdout)
+    except AdminError as exc:
+        print(f"muster history export: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        print(
+            f"muster history export: {exc.operation_name} failed: "
+            f"{error.get('Code', '')} {error.get('Message', '')}".rstrip(),
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    except BotoCoreError as exc:
+        print(f"muster history export: {exc}", file=sys.stderr)
+        return EXIT_FAILED

@@ -1,0 +1,186 @@
+"""A running Muster's history as a job trace the simulator replays.
+
+Every workload leaves a history in the state table (Submitted, Admitted,
+PodsReady, Evicted, Requeued, Deactivated, Finished, with their times and
+details). `trace_rows` turns the histories of the workloads submitted since a
+moment into one row per workload: when it was submitted, its gang and GPUs, the
+startup and run times that were observed, and how it ended. `write_trace` writes
+them as CSV (the format docs/simulator.md documents under "Muster traces");
+`muster.sim.traces` reads it back, so an administrator tunes on their own
+cluster's last week.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+TRACE_COLUMNS = (
+    "workload",
+    "queue",
+    "submitted",
+    "gangSize",
+    "gpus",
+    "priority",
+    "startupSeconds",
+    "runSeconds",
+    "outcome",
+    "attempts",
+    "evictions",
+)
+OUTCOMES = ("Succeeded", "Failed", "Deleted", "Deactivated", "Running", "Pending")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One workload of the trace; None where it was never observed."""
+
+    workload: str
+    queue: str
+    submitted: float  # epoch seconds
+    gang_size: int
+    gpus: int
+    priority: int
+    startup_seconds: float | None  # admission to all pods Ready, of the attempt that started
+    run_seconds: float | None  # PodsReady to Finished (or to the export, while Running)
+    outcome: str
+    attempts: int
+    evictions: int
+
+
+def trace_rows(
+    histories: Mapping[str, Sequence[Mapping[str, Any]]], since: float, now: float
+) -> list[TraceRow]:
+    """Rows for the workloads submitted at or after `since`, in submission order.
+
+    `histories` maps a workload to its history entries (`event`, `at`, `detail`),
+    in any order; entries are ordered by time (then by their `version`, and their
+    place in the list) before they are read.
+    """
+    rows = []
+    for key, entries in histories.items():
+        row = _row(key, _ordered(entries), now)
+        if row is not None and row.submitted >= since:
+            rows.append(row)
+    rows.sort(key=lambda r: (r.submitted, r.workload))
+    return rows
+
+
+def _ordered(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    indexed = list(enumerate(entries))
+    indexed.sort(key=lambda pair: (float(pair[1]["at"]), int(pair[1].get("version", 0)), pair[0]))
+    return [e for _, e in indexed]
+
+
+def _row(key: str, entries: Iterable[Mapping[str, Any]], now: float) -> TraceRow | None:
+    submitted: Mapping[str, Any] | None = None
+    submitted_at = 0.0
+    admitted_at: float | None = None
+    ready_at: float | None = None
+    startup: float | None = None
+    run: float | None = None
+    outcome = "Pending"
+    attempts = evictions = 0
+    for e in entries:
+        event, at, detail = e["event"], float(e["at"]), e.get("detail") or {}
+        if event == "Submitted" and submitted is None:
+            submitted, submitted_at = detail, at
+        elif event == "Admitted":
+            attempts += 1
+            admitted_at, ready_at = at, None
+            outcome = "Running"
+        elif event == "PodsReady" and detail.get("reason", "Started") == "Started":
+            ready_at = at
+            seconds = detail.get("secondsSinceAdmission")
+            if seconds is None and admitted_at is not None:
+                seconds = at - admitted_at
+            if seconds is not None:
+                startup = float(seconds)
+        elif event == "Evicted" and not detail.get("dryRun"):
+            evictions += 1
+            ready_at = None
+            outcome = "Pending"
+        elif event == "Deactivated":
+            outcome = "Deactivated"
+        elif event == "Reactivated":
+            outcome = "Pending"
+        elif event == "Finished":
+            outcome = str(detail.get("reason") or "Succeeded")
+            if ready_at is not None:
+                run = at - ready_at
+    if submitted is None:
+        return None  # submitted before the history we read (or its entries expired)
+    if outcome == "Running" and ready_at is not None:
+        run = now - ready_at  # still running: what it has run so far
+    elif outcome == "Running":
+        outcome = "Pending"  # admitted, not Ready yet
+    return TraceRow(
+        workload=key,
+        queue=str(submitted.get("queue") or "default"),
+        submitted=submitted_at,
+        gang_size=int(submitted.get("gangSize") or 1),
+        gpus=int(submitted.get("gpus") or 0),
+        priority=int(submitted.get("priority") or 0),
+        startup_seconds=startup,
+        run_seconds=run,
+        outcome=outcome,
+        attempts=attempts,
+        evictions=evictions,
+    )
+
+
+def write_trace(rows: Iterable[TraceRow], handle: TextIO) -> int:
+    """The rows as CSV with `TRACE_COLUMNS`; returns how many were written."""
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(TRACE_COLUMNS)
+    n = 0
+    for r in rows:
+        writer.writerow(
+            [
+                r.workload,
+                r.queue,
+                format_time(r.submitted),
+                r.gang_size,
+                r.gpus,
+                r.priority,
+                _seconds(r.startup_seconds),
+                _seconds(r.run_seconds),
+                r.outcome,
+                r.attempts,
+                r.evictions,
+            ]
+        )
+        n += 1
+    return n
+
+
+def format_time(epoch: float) -> str:
+    """ISO 8601 in UTC with milliseconds, e.g. 2026-12-01T09:30:00.250Z."""
+    stamp = datetime.fromtimestamp(epoch, UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def parse_time(text: str) -> float:
+    """The inverse of `format_time` (any ISO 8601 time; a bare one is read as UTC)."""
+    stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def is_muster_trace(path: Path) -> bool:
+    """Does the file start with the header `write_trace` writes?"""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+    except OSError:
+        return False
+    return "gangSize" in header and "submitted" in header
