@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-ledger clean
+.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -23,7 +23,8 @@ help:
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
-	@echo "make bench-faults  the control plane under injected faults: invariants and figures"
+	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
+	@echo "make bench-faults-aws  the AWS runtime under injected faults (crashes, conflicts, throttling, lost messages): invariants"
 	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make clean      remove the virtual environment and build output"
 
@@ -63,7 +64,7 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-ledger
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -79,6 +80,9 @@ bench-cost: venv
 
 bench-faults: $(STAMP)
 	$(BIN)/python benchmarks/faults.py
+
+bench-faults-aws: $(STAMP)
+	$(BIN)/python benchmarks/faults_aws.py
 
 bench-ledger: $(STAMP)
 	$(BIN)/python benchmarks/ledger_10k.py

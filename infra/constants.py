@@ -77,7 +77,7 @@ DLQ_RETENTION_DAYS = 14
 # ---------------------------------------------------------------- event bus
 AGENT_SOURCE = "muster.agent"
 CONTROLPLANE_SOURCE = "muster.controlplane"
-AGENT_DETAIL_TYPES = ("Workload Observed", "Pod Observed", "Node Observed")
+AGENT_DETAIL_TYPES = ("Workload Observed", "Pod Observed", "Node Observed", "Cluster Snapshot")
 AGENT_EVENT_PATTERN = {"source": [AGENT_SOURCE]}
 
 # ---------------------------------------------------------------- table

@@ -7,6 +7,7 @@ agree. A malformed event raises `InvalidEvent`, whose message names the field.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
 from muster.core.settings import MAX_DURATION_SECONDS
 
 SCHEMA_VERSION = 1
@@ -31,7 +33,13 @@ CONTROLPLANE_SOURCE = "muster.controlplane"
 WORKLOAD_OBSERVED = "Workload Observed"
 POD_OBSERVED = "Pod Observed"
 NODE_OBSERVED = "Node Observed"
-AGENT_DETAIL_TYPES = (WORKLOAD_OBSERVED, POD_OBSERVED, NODE_OBSERVED)
+CLUSTER_SNAPSHOT = "Cluster Snapshot"
+AGENT_DETAIL_TYPES = (WORKLOAD_OBSERVED, POD_OBSERVED, NODE_OBSERVED, CLUSTER_SNAPSHOT)
+
+# A listing is cut into parts whose `detail` stays under this many bytes: one
+# EventBridge entry (and one PutEvents request) is at most 256 KB, and an SQS
+# message of the ingest queue carries the detail with its envelope.
+MAX_SNAPSHOT_PART_BYTES = 200 * 1024
 
 WORKLOAD_STATUSES = ("Active", "Succeeded", "Failed", "Deleted")
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -62,7 +70,6 @@ CLUSTER_BYTES = 100  # an EKS cluster name
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_UID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]*")
 
 
 def clip_utf8(text: str, budget: int) -> str:
@@ -123,6 +130,7 @@ def workload_detail(
     timeout: str | None = None,
     status: str = "Active",
     observed_at: datetime | None = None,
+    uid: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -130,6 +138,7 @@ def workload_detail(
         "observedAt": _iso(observed_at),
         "seq": seq,
         "workload": workload,
+        "uid": uid,
         "kind": str(Kind(kind)),
         "queue": queue,
         "gangSize": gang_size,
@@ -195,6 +204,70 @@ def node_detail(
     }
 
 
+def snapshot_details(
+    *,
+    cluster: str,
+    scope: str,
+    revision: int,
+    snapshot: str,
+    workloads: Mapping[str, str] | None = None,
+    pods: Mapping[str, Mapping[str, str]] | None = None,
+    observed_at: datetime | None = None,
+    max_bytes: int = MAX_SNAPSHOT_PART_BYTES,
+) -> list[dict[str, Any]]:
+    """A listing of `scope` at `revision` as `Cluster Snapshot` details, each under `max_bytes`.
+
+    `workloads` (key -> uid) for a workload kind; `pods` (workload -> pod -> uid)
+    for `Pod`. A large workload's pods may span parts; the control plane merges
+    them once every part has arrived.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    items: list[tuple[str, str, str]] = (
+        [
+            (w, p, u)
+            for w, members in sorted((pods or {}).items())
+            for p, u in sorted(members.items())
+        ]
+        if scope == POD_SCOPE
+        else [(w, "", u) for w, u in sorted((workloads or {}).items())]
+    )
+    budget = max_bytes - 1024  # the fixed fields
+    chunks: list[list[tuple[str, str, str]]] = [[]]
+    size = 0
+    for item in items:
+        cost = len(json.dumps(list(item))) + 8
+        if chunks[-1] and size + cost > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += cost
+    details = []
+    for number, chunk in enumerate(chunks, start=1):
+        listed_pods: dict[str, dict[str, str]] = {}
+        listed: dict[str, str] = {}
+        for w, p, u in chunk:
+            if scope == POD_SCOPE:
+                listed_pods.setdefault(w, {})[p] = u
+            else:
+                listed[w] = u
+        details.append(
+            {
+                "schemaVersion": SCHEMA_VERSION,
+                "cluster": cluster,
+                "observedAt": _iso(observed_at),
+                "seq": revision,
+                "snapshot": snapshot,
+                "part": number,
+                "parts": len(chunks),
+                "scope": scope,
+                "workloads": listed,
+                "pods": listed_pods,
+            }
+        )
+    return details
+
+
 def _iso(when: datetime | None) -> str:
     return (when or datetime.now(UTC)).astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -202,7 +275,7 @@ def _iso(when: datetime | None) -> str:
 # --------------------------------------------------------------------------- validating
 
 
-def parse_agent_event(envelope: Mapping[str, Any]) -> tuple[str, Event]:
+def parse_agent_event(envelope: Mapping[str, Any]) -> tuple[str, Event | SnapshotPart]:
     """(cluster, core event) from an EventBridge event of the agent's."""
     if not isinstance(envelope, Mapping):
         raise InvalidEvent(f"event must be a JSON object, got {type(envelope).__name__}")
@@ -216,7 +289,9 @@ def parse_agent_event(envelope: Mapping[str, Any]) -> tuple[str, Event]:
     return parse_agent_detail(detail_type, detail)
 
 
-def parse_agent_detail(detail_type: object, detail: Mapping[str, Any]) -> tuple[str, Event]:
+def parse_agent_detail(
+    detail_type: object, detail: Mapping[str, Any]
+) -> tuple[str, Event | SnapshotPart]:
     version = detail.get("schemaVersion")
     if version != SCHEMA_VERSION:
         raise InvalidEvent(f"schemaVersion: expected {SCHEMA_VERSION}, got {version!r}")
@@ -231,7 +306,7 @@ def parse_agent_detail(detail_type: object, detail: Mapping[str, Any]) -> tuple[
         if phase not in POD_PHASES:
             raise InvalidEvent(f"phase: expected one of {', '.join(POD_PHASES)}, got {phase!r}")
         uid = _str(detail, "uid", required=False) or ""
-        if uid and (len(uid.encode()) > UID_BYTES or not _UID.fullmatch(uid)):
+        if len(uid.encode()) > UID_BYTES:
             raise InvalidEvent(
                 f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)"
             )
@@ -256,10 +331,35 @@ def parse_agent_detail(detail_type: object, detail: Mapping[str, Any]) -> tuple[
             node=check_name(_str(detail, "node"), "node"),
             ready=_bool(detail, "ready"),
             health=_label_value(health, "health") if health is not None else None,
+            seq=seq,
         )
+    if detail_type == CLUSTER_SNAPSHOT:
+        return cluster, _snapshot_part(detail, seq)
     raise InvalidEvent(
         f"detail-type: expected one of {', '.join(AGENT_DETAIL_TYPES)}, got {detail_type!r}"
     )
+
+
+def _snapshot_part(detail: Mapping[str, Any], seq: int) -> SnapshotPart:
+    scope = _str(detail, "scope")
+    if scope not in SCOPES:
+        raise InvalidEvent(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+    part = _int(detail, "part", minimum=1)
+    parts = _int(detail, "parts", minimum=part)
+    workloads = _names(detail.get("workloads"), "workloads")
+    pods_doc = detail.get("pods")
+    if not isinstance(pods_doc, Mapping):
+        raise InvalidEvent("pods: expected an object of workload -> {pod: uid}")
+    pods = {str(k): _names(v, f"pods.{k}") for k, v in pods_doc.items()}
+    return SnapshotPart(_str(detail, "snapshot"), part, parts, scope, seq, workloads, pods)
+
+
+def _names(value: object, field: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidEvent(f"{field}: expected an object of name -> uid strings")
+    return dict(value)
 
 
 def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
@@ -269,8 +369,9 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         raise InvalidEvent(
             f"status: expected one of {', '.join(WORKLOAD_STATUSES)}, got {status!r}"
         )
+    uid = _str(detail, "uid", required=False) or ""
     if status != "Active":
-        return WorkloadFinished(key, Reason(status), seq)
+        return WorkloadFinished(key, Reason(status), seq, uid=uid)
     kind_text = _str(detail, "kind")
     try:
         kind = Kind(kind_text)
@@ -298,6 +399,7 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         created_at=parse_time(_str(detail, "createdAt"), "createdAt"),
         timeout_override=override,
         seq=seq,
+        uid=uid,
     )
 
 

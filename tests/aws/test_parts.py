@@ -79,6 +79,16 @@ def test_execution_names_are_deterministic_legal_and_bounded():
     assert arn == "arn:aws:states:us-east-1:1:execution:timer:x"
 
 
+def test_a_new_object_under_a_name_gets_new_execution_names_and_timer_messages():
+    old = Timer(TimerKind.STARTUP, 1, 1, 0.0, incarnation="5f1c2a9b")
+    new = Timer(TimerKind.STARTUP, 1, 1, 0.0, incarnation="0d3e7c11")
+    assert execution_name("ns/a", old) == "ns.a.a1.startup.e1.5f1c2a9b"
+    assert execution_name("ns/a", old) != execution_name("ns/a", new)
+    assert len(execution_name("n" * 63 + "/" + "x" * 253, new)) <= 80
+    event, _ = parse_timer_message(json.dumps(timer_input("ns/a", old)))
+    assert event.incarnation == "5f1c2a9b"
+
+
 def test_timer_message_round_trip_and_errors():
     body = timer_input("ns/a", Timer(TimerKind.STARTUP, 1, 1, 1796029499.2))
     assert body["deadline"] == "2026-11-30T09:05:00Z"  # rounded up: never early

@@ -165,11 +165,11 @@ class RacingStore(MemoryStore):
 
     interleave: Any = None
 
-    def write_pod(self, key, write, epoch, ready_delta):
+    def write_pod(self, key, write, epoch, ready_delta, now=0.0):
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pod(key, write, epoch, ready_delta)
+        super().write_pod(key, write, epoch, ready_delta, now)
 
 
 def test_two_concurrent_last_pods_make_the_gang_ready():

@@ -101,11 +101,13 @@ class RacingStore(DynamoStore):
 
     interleave: Any = None
 
-    def write_pod(self, key: str, write: Any, epoch: int, ready_delta: int) -> None:
+    def write_pod(
+        self, key: str, write: Any, epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pod(key, write, epoch, ready_delta)
+        super().write_pod(key, write, epoch, ready_delta, now)
 
 
 def test_two_concurrent_last_pods_on_dynamodb(aws: ControlPlaneOnMoto):

@@ -386,6 +386,41 @@ def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: Kubernet
     ]
 
 
+def test_an_action_for_an_earlier_object_under_the_name_does_not_touch_the_new_one(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a Job re-created under its name: the control plane still admits the old one
+    k8s.objects[JOBS, "ml", "train"] = job(uid="new-uid")
+    RECORDS["ml/train"] = Workload(
+        "ml/train", "q", 1, attempt=1, phase=Phase.ADMITTED, uid="new-uid"
+    )
+    # WHEN the admission and the eviction name the old object's uid
+    with pytest.raises(WorkloadGone):
+        cluster.admit(Admit("ml/train", 1, Kind.JOB, "old-uid"))
+    with pytest.raises(WorkloadGone):
+        cluster.evict(
+            Evict("ml/train", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, None, uid="old-uid")
+        )
+    # THEN the new Job was only read, never patched
+    assert [m for m, _, _ in requests(k8s)] == ["GET", "GET"]
+    # and an action for the object that is there goes through
+    cluster.admit(Admit("ml/train", 1, Kind.JOB, "new-uid"))
+    assert [m for m, _, _ in requests(k8s)][-1] == "PATCH"
+
+
+def test_admit_pod_group_whose_pods_are_terminating_is_not_gone(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a group whose pods are all terminating (their controller replaces them)
+    for name in ("grp-0", "grp-1"):
+        terminating = pod(name)
+        terminating["metadata"]["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+        k8s.objects[PODS, "ml", name] = terminating
+    # WHEN it is admitted, THEN it is not declared gone and nothing is patched
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    assert [m for m, _, _ in requests(k8s)] == ["GET"]
+
+
 def test_admit_pod_group_without_pods_is_gone(k8s: Any, cluster: KubernetesCluster) -> None:
     with pytest.raises(WorkloadGone):
         cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))

@@ -16,6 +16,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from muster.core.model import Kind, NodeObserved, PodObserved, WorkloadFinished, WorkloadObserved
+from muster.core.reconcile import SnapshotPart, complete
 from muster.kube.agent import Agent, SeqSource
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
 from muster.kube.mapping import pod_view, workload_view
@@ -292,8 +293,21 @@ def test_watch_stream_to_sqs_through_the_bus(
     jobs.step()
     clock.now += 1.0
     agent.flush()
-    # THEN the Job and both pods arrive in the queue, valid for the control plane
-    parsed = [parse_agent_event(e) for e in landed(aws)]
+    # THEN the Job and both pods arrive in the queue, valid for the control plane,
+    # and so does what each list held (for the control plane's reconciliation)
+    everything = [parse_agent_event(e) for e in landed(aws)]
+    listings = sorted(
+        (
+            (e.scope, e.revision, dict(e.pods), dict(e.workloads))
+            for _, e in everything
+            if isinstance(e, SnapshotPart)
+        ),
+    )
+    assert listings == [
+        ("Job", 95, {}, {}),
+        ("Pod", 95, {"ml/train": {"train-0": "uid-train-0"}}, {}),
+    ]
+    parsed = [(c, e) for c, e in everything if not isinstance(e, SnapshotPart)]
     assert [c for c, _ in parsed] == ["prod"] * 3
     events = [e for _, e in parsed]
     assert isinstance(events[0], WorkloadObserved)
@@ -636,3 +650,78 @@ def test_a_missing_crd_is_reported_once_and_checked_slowly(
         r.step()
     assert sleeps == [60.0, 60.0, 60.0]
     assert caplog.text.count("jobsets: not served by this cluster") == 1
+
+
+# --------------------------------------------------------------------------- reconciliation, memory
+
+
+def test_a_pod_deleted_after_its_job_is_still_reported(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    # GIVEN a Job and its pod, known to the agent
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(JOB_RESOURCE, "ADDED", job(rv="10")))
+    agent.handle(Change(POD_RESOURCE, "ADDED", job_pod("train-0", "11")))
+    agent.flush(everything=True)
+    landed(aws)
+    # WHEN the Job is deleted, and garbage collection deletes its pod after it
+    agent.handle(Change(JOB_RESOURCE, "DELETED", job(rv="12")))
+    agent.handle(Change(POD_RESOURCE, "DELETED", job_pod("train-0", "13")))
+    agent.flush(everything=True)
+    # THEN the pod's deletion is sent too (the control plane keeps a tombstone that expires)
+    got = [e for _, e in map(parse_agent_event, landed(aws))]
+    assert [(type(e).__name__, e.seq) for e in got] == [
+        ("WorkloadFinished", 12),
+        ("PodObserved", 13),
+    ]
+    assert isinstance(got[1], PodObserved) and got[1].deleted
+
+
+def test_pods_of_jobs_that_are_not_musters_are_not_kept(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    # GIVEN many pods of another team's (unlabelled) Jobs
+    agent = make_agent(aws["events"], clock, sleeps)
+    for i in range(500):
+        agent.handle(Change(POD_RESOURCE, "ADDED", job_pod(f"web-{i}", str(i), job_name=f"w{i}")))
+    assert sum(len(w) for w in agent.waiting.values()) == 500
+    # WHEN their Jobs do not show up within a minute
+    clock.now += 61
+    agent.flush()
+    # THEN the agent forgets them: its memory holds only what Muster manages
+    assert agent.waiting == {} and agent.waiting_since == {} and agent.pods == {}
+
+
+def test_a_listing_of_10000_pods_fits_eventbridge_and_sqs(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    # GIVEN a cluster of 10,000 pods (100 Jobs of 100 pods each)
+    agent = make_agent(aws["events"], clock, sleeps)
+    pods = [
+        job_pod(f"train-{j:03d}-worker-{i:03d}-x7k2p", str(1000 + j * 100 + i), job_name=f"j{j}")
+        for j in range(100)
+        for i in range(100)
+    ]
+    for p in pods:
+        p["metadata"]["uid"] = (
+            f"5f1c2a9b-{p['metadata']['resourceVersion']:0>4}-4e0b-9d2a-1b6c3e8f7a10"
+        )
+    # WHEN the agent lists them
+    agent.handle(Sync(POD_RESOURCE, pods, "20000"))
+    parts = [e for e in agent.outbox.pending.values() if e.detail_type == "Cluster Snapshot"]
+    # THEN the listing goes out in parts, each within one EventBridge entry and one SQS message
+    assert len(parts) > 1
+    for entry in parts:
+        assert entry.size <= 256 * 1024
+        assert len(json.dumps({"detail": entry.detail}).encode()) + 1024 < 256 * 1024
+    assert all(sum(e.size for e in batch) <= 256 * 1024 for batch in batches(parts))
+    # and the parts, parsed as the control plane parses them, make the whole listing
+    parsed = [
+        parse_agent_event(
+            {"source": "muster.agent", "detail-type": e.detail_type, "detail": e.detail}
+        )[1]
+        for e in parts
+    ]
+    whole = complete(p for p in parsed if isinstance(p, SnapshotPart))
+    assert whole is not None and whole.revision == 20000
+    assert sum(len(m) for m in whole.pods.values()) == 10_000

@@ -155,7 +155,7 @@ def test_a_deleted_pod_no_longer_counts() -> None:
     w = decide(w, ready(KEY, "p0"), DEFAULT, 1).workload  # type: ignore[assignment]
     gone = PodObserved(KEY, "p0", 2, uid="p0-uid", deleted=True)
     w = decide(w, gone, DEFAULT, 2).workload  # type: ignore[assignment]
-    assert "p0" not in w.pods and w.ready_pods == 0
+    assert w.pods["p0"].deleted and w.ready_pods == 0 and w.live_pods == 0  # a tombstone
 
 
 # --------------------------------------------------------------------------- startup timeout, requeue, backoff
@@ -291,7 +291,8 @@ def test_pods_of_an_evicted_attempt_do_not_count_for_the_next() -> None:
     d = decide(w, late, DEFAULT, 500)
     assert d.outcome is Outcome.IGNORED and d.workload is not None and d.workload.ready_pods == 0
     for i in range(2):
-        w = decide(w, ready(KEY, f"p{i}", uid=f"fresh{i}"), DEFAULT, 501).workload  # type: ignore[assignment]
+        # The replacements are newer objects: a higher cluster revision.
+        w = decide(w, ready(KEY, f"p{i}", seq=10 + i, uid=f"fresh{i}"), DEFAULT, 501).workload  # type: ignore[assignment]
     assert w.phase is Phase.RUNNING
 
 
@@ -344,7 +345,7 @@ def test_recovery_timeout_evicts_with_cause_wait_for_recovery_and_shares_the_cou
     # The next readiness after an eviction is a fresh start, not a recovery.
     w = requeue_and_admit(d.workload)
     for i in range(2):
-        dd = decide(w, ready(KEY, f"p{i}", uid=f"n{i}"), DEFAULT, 2000)
+        dd = decide(w, ready(KEY, f"p{i}", seq=10, uid=f"n{i}"), DEFAULT, 2000)
         w = dd.workload  # type: ignore[assignment]
     assert published(dd.effects, "PodsReady")[0].detail["reason"] == "Started"
 

@@ -58,3 +58,13 @@ def test_the_lambdas_read_the_committed_record() -> None:
     store.write_workload(None, record(2, Phase.ADMITTED), 0, (), 0.0)
     held = read("ml/train")
     assert held is not None and held.attempt == 2 and held.phase is Phase.ADMITTED
+
+
+def test_an_action_for_an_earlier_object_under_the_name_is_never_current() -> None:
+    # GIVEN the record of a new object under the name, at the same attempt number
+    new = Workload("ml/train", "q", 2, attempt=1, phase=Phase.ADMITTED, uid="new")
+    # THEN the old object's admission and eviction do not stand; the new one's do
+    assert not still_current(Admit("ml/train", 1, Kind.JOB, "old"), new)
+    old_evict = Evict("ml/train", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, None, uid="old")
+    assert not still_current(old_evict, new)
+    assert still_current(Admit("ml/train", 1, Kind.JOB, "new"), new)

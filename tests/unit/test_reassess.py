@@ -64,9 +64,7 @@ def test_pod_update_applies_pod_rules_without_the_gang():
     retired = replace(known, retired=True)
     assert pod_update(retired, PodObserved("ns/a", "p0", 4, uid="u1"))[0] is Outcome.IGNORED
     # a new incarnation under the same name replaces a retired pod
-    outcome, pod, _ = pod_update(retired, PodObserved("ns/a", "p0", 1, uid="u2", ready=True))
+    outcome, pod, _ = pod_update(retired, PodObserved("ns/a", "p0", 5, uid="u2", ready=True))
     assert outcome is Outcome.APPLIED and pod is not None and pod.uid == "u2" and pod.ready
-    assert pod_update(known, PodObserved("ns/a", "p0", 4, uid="u1", deleted=True))[:2] == (
-        Outcome.APPLIED,
-        None,
-    )
+    outcome, tombstone, _ = pod_update(known, PodObserved("ns/a", "p0", 4, uid="u1", deleted=True))
+    assert outcome is Outcome.APPLIED and tombstone is not None and tombstone.deleted

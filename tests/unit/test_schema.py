@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from muster.core import Kind, NodeObserved, PodObserved, Reason, WorkloadFinished, WorkloadObserved
+from muster.core.reconcile import SnapshotPart, complete
 from muster.schema import (
     AGENT_SOURCE,
+    CLUSTER_SNAPSHOT,
     NODE_OBSERVED,
     POD_OBSERVED,
     WORKLOAD_OBSERVED,
@@ -17,6 +20,7 @@ from muster.schema import (
     node_detail,
     parse_agent_event,
     pod_detail,
+    snapshot_details,
     workload_detail,
 )
 
@@ -87,7 +91,7 @@ def test_pod_and_node_observations_round_trip() -> None:
         cluster="c", node="n1", seq=2, ready=True, health="UnschedulablePendingReplacement"
     )
     assert parse_agent_event(envelope(NODE_OBSERVED, detail))[1] == NodeObserved(
-        "n1", True, "UnschedulablePendingReplacement"
+        "n1", True, "UnschedulablePendingReplacement", seq=2
     )
 
 
@@ -145,9 +149,44 @@ def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> N
         ),
         POD_OBSERVED: good_pod(),
         NODE_OBSERVED: node_detail(cluster="c", node="n", seq=1),
+        CLUSTER_SNAPSHOT: snapshot_details(
+            cluster="c", scope="Pod", revision=1, snapshot="s", pods={"a/b": {"b-0": "u"}}
+        )[0],
     }
     common = set(re.findall(r"^\| `(\w+)` \|", doc.split("### ")[0], re.M))
     for title, built in sections.items():
         body = doc.split(f"### `{title}`")[1].split("\n#")[0]
         documented = set(re.findall(r"^\| `(\w+)` \|", body, re.M)) | common
         assert documented == set(built), title
+
+
+def test_a_listing_is_cut_into_parts_that_parse_back_whole() -> None:
+    pods = {f"ns/job-{j}": {f"job-{j}-{i}": f"uid-{j}-{i}" for i in range(50)} for j in range(40)}
+    details = snapshot_details(
+        cluster="c", scope="Pod", revision=77, snapshot="s1", pods=pods, max_bytes=16 * 1024
+    )
+    assert len(details) > 2 and all(len(json.dumps(d)) <= 16 * 1024 for d in details)
+    parts = [parse_agent_event(envelope(CLUSTER_SNAPSHOT, d))[1] for d in details]
+    whole = complete(p for p in parts if isinstance(p, SnapshotPart))
+    assert whole is not None and whole.revision == 77 and whole.pods == pods
+    assert complete(p for p in parts[1:] if isinstance(p, SnapshotPart)) is None  # one missing
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("scope", "Deployment", "scope: expected one of"),
+        ("part", 0, "part: must be at least 1"),
+        ("parts", 1, "parts: must be at least 2"),
+        ("workloads", {"a/b": 3}, "workloads: expected an object"),
+        ("pods", [], "pods: expected an object"),
+    ],
+)
+def test_malformed_listing_fields_name_the_field(field: str, value: object, message: str) -> None:
+    detail = snapshot_details(
+        cluster="c", scope="Job", revision=5, snapshot="s", workloads={"a/b": "u"}
+    )[0]
+    detail["part"] = 2 if field == "parts" else detail["part"]
+    detail[field] = value
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        parse_agent_event(envelope(CLUSTER_SNAPSHOT, detail))

@@ -5,39 +5,48 @@ Layout (partition key `pk`, sort key `sk`; index `gsi1` on `gsi1pk`/`gsi1sk`):
 | item | pk | sk | gsi1pk / gsi1sk |
 |---|---|---|---|
 | workload state | `WL#<ns/name>` | `STATE` | `PHASE#<phase>` / `<ns/name>` (queue index) |
-| pod | `WL#<ns/name>` | `POD#<pod>` | `NODE#<node>` / `<ns/name>#<pod>` (node index) |
+| pod | `WL#<ns/name>` | `POD#<pod>` | `NODE#<node>` / `<ns/name>#<pod>` (node index, live pods only) |
 | history entry | `WL#<ns/name>` | `HIST#<version>#<index>` | none; TTL `expiresAt` |
 | admission ledger | `ADMISSION` | `LEDGER` | none |
 | recent admission | `ADMISSION` | `RECENT#<ns/name>` | none |
 | quarantine index | `QUARANTINE` | `WL#<ns/name>` | none |
 | settings record | `SETTINGS` | `CLUSTER#<cluster>` | none |
+| cluster listing part | `SNAPSHOT#<scope>` | `PART#<id>#<part>` | none; TTL `expiresAt` |
+| last listing acted on | `SNAPSHOT#<scope>` | `APPLIED` | none |
 
 The workload item carries `version` (every write is conditional on it), `epoch`
 (bumped by an eviction; pods written under an older epoch are retired),
 `readyCount` (changed only by deltas, in the same transaction as the pod write
 that causes them), `state` and `outbox` (JSON). A pod item carries `rev` (its
-writes are conditional on it).
+writes are conditional on it) and `owner`, the uid of the workload object it
+belongs to: a new object under the same key (a new incarnation) never sees the
+pods of an earlier one. A finished workload's items expire (`expiresAt`, the
+table's TTL attribute) and its pods leave the node index; a deleted pod leaves a
+tombstone that expires after `tombstone_ttl_hours`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from muster.core import Effect, LogEvent, Phase, Pod, Workload
+from muster.core import Effect, LogEvent, Phase, Pod, SnapshotPart, Workload
 from muster.runtime.codec import (
     decode_effect,
     decode_pod,
+    decode_snapshot_part,
     decode_workload,
     dumps,
     encode_effect,
     encode_pod,
+    encode_snapshot_part,
     encode_workload,
 )
-from muster.runtime.memory import settle_pod
+from muster.runtime.memory import belongs, settle_pod
 from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
 
 STATE = "STATE"
@@ -111,11 +120,19 @@ def _decode_quarantine(item: dict[str, Any]) -> Quarantine | None:
 class DynamoStore:
     """`WorkloadStore` on one DynamoDB table (see the module docstring for the layout)."""
 
-    def __init__(self, client: Any, table: str, cluster: str, history_ttl_days: int = 30) -> None:
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        cluster: str,
+        history_ttl_days: int = 30,
+        tombstone_ttl_hours: int = 24,
+    ) -> None:
         self.client = client
         self.table = table
         self.cluster = cluster
         self.history_ttl = history_ttl_days * DAY
+        self.tombstone_ttl = tombstone_ttl_hours * 3600
 
     # ------------------------------------------------------------------ workloads
 
@@ -134,15 +151,17 @@ class DynamoStore:
         if state is None:
             return None
         epoch = int(state["epoch"]["N"])
+        workload = decode_workload(json.loads(state["state"]["S"]))
         settled: dict[str, Pod] = {}
         revs: dict[str, int] = {}
         for item in pods:
             pod = decode_pod(json.loads(item["pod"]["S"]))
-            settled[pod.name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
             revs[pod.name] = int(item["rev"]["N"])
+            if belongs(item.get("owner", {}).get("S", ""), workload.uid):
+                settled[pod.name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
         outbox = tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]")))
         return Snapshot(
-            decode_workload(json.loads(state["state"]["S"]), settled),
+            replace(workload, pods=settled),
             int(state["version"]["N"]),
             epoch,
             revs,
@@ -167,11 +186,13 @@ class DynamoStore:
             return None
         epoch = int(state["epoch"]["N"])
         pod_item = next((i for i in items if i["sk"]["S"] != STATE), None)
+        uid = decode_workload(json.loads(state["state"]["S"])).uid
+        mine = pod_item is not None and belongs(pod_item.get("owner", {}).get("S", ""), uid)
         stored = (
             settle_pod(
                 decode_pod(json.loads(pod_item["pod"]["S"])), int(pod_item["epoch"]["N"]), epoch
             )
-            if pod_item
+            if pod_item and mine
             else None
         )
         return PodSnapshot(
@@ -184,7 +205,9 @@ class DynamoStore:
             int(pod_item["rev"]["N"]) if pod_item else None,
         )
 
-    def _pod_operation(self, key: str, write: PodWrite, epoch: int) -> dict[str, Any]:
+    def _pod_operation(
+        self, key: str, write: PodWrite, epoch: int, now: float = 0.0
+    ) -> dict[str, Any]:
         """A Put or Delete of one pod item, conditional on its revision (transaction form)."""
         condition: dict[str, Any] = (
             {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -197,11 +220,13 @@ class DynamoStore:
         if write.pod is None:
             item_key = {"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + write.name)}
             return {"Delete": {"TableName": self.table, "Key": item_key, **condition}}
-        item = self._pod_item(key, write.pod, (write.expected or 0) + 1, epoch)
+        item = self._pod_item(key, write.pod, (write.expected or 0) + 1, epoch, write.owner, now)
         return {"Put": {"TableName": self.table, "Item": item, **condition}}
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
-        operation = self._pod_operation(key, write, epoch)
+    def write_pod(
+        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
+        operation = self._pod_operation(key, write, epoch, now)
         try:
             if not ready_delta:
                 if "Put" in operation:
@@ -222,16 +247,21 @@ class DynamoStore:
                 raise Conflict(f"{key} pod {write.name}") from exc
             raise
 
-    def _pod_item(self, key: str, pod: Pod, rev: int, epoch: int) -> dict[str, Any]:
+    def _pod_item(
+        self, key: str, pod: Pod, rev: int, epoch: int, owner: str, now: float
+    ) -> dict[str, Any]:
         item: dict[str, Any] = {
             "pk": _s(workload_pk(key)),
             "sk": _s(POD_PREFIX + pod.name),
             "workload": _s(key),
             "rev": _n(rev),
             "epoch": _n(epoch),
+            "owner": _s(owner),
             "pod": _s(dumps(encode_pod(pod))),
         }
-        if pod.node and not pod.retired:
+        if pod.deleted:
+            item["expiresAt"] = _n(int(now) + self.tombstone_ttl)
+        if pod.node and not pod.retired and not pod.deleted:
             item["gsi1pk"] = _s(f"NODE#{pod.node}")
             item["gsi1sk"] = _s(f"{key}#{pod.name}")
         return item
@@ -287,6 +317,8 @@ class DynamoStore:
         if after.phase is Phase.FINISHED:
             sets.append("expiresAt = :expires")
             values[":expires"] = _n(int(now) + self.history_ttl)
+        else:
+            removes.append("expiresAt")  # a new incarnation under a finished one's key
         adds = []
         if before is None or epoch != before.epoch:
             sets.append("readyCount = :ready")
@@ -339,14 +371,14 @@ class DynamoStore:
                     ready_delta -= delta
                     self.client.transact_write_items(
                         TransactItems=[
-                            *(self._pod_operation(after.key, w, epoch) for w in chunk),
+                            *(self._pod_operation(after.key, w, epoch, now) for w in chunk),
                             {"Update": self._count_update(after.key, before, delta)},
                         ]
                     )
                 last = self._workload_update(before, after, epoch, outbox, now, ready_delta)
                 self.client.transact_write_items(
                     TransactItems=[
-                        *(self._pod_operation(after.key, w, epoch) for w in chunks[-1]),
+                        *(self._pod_operation(after.key, w, epoch, now) for w in chunks[-1]),
                         {"Update": last},
                     ]
                 )
@@ -473,6 +505,66 @@ class DynamoStore:
             if q is not None:
                 found.append((item["workload"]["S"], q))
         return found
+
+    def expire_pods(self, key: str, names: Sequence[str], now: float) -> None:
+        for name in names:
+            try:
+                self.client.update_item(
+                    TableName=self.table,
+                    Key={"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + name)},
+                    UpdateExpression="SET expiresAt = :t REMOVE gsi1pk, gsi1sk",
+                    ConditionExpression="attribute_exists(pk)",
+                    ExpressionAttributeValues={":t": _n(int(now) + self.history_ttl)},
+                )
+            except ClientError as exc:
+                if not _is_conflict(exc):
+                    raise
+
+    # ------------------------------------------------------------------ cluster listings
+
+    def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
+        pk = _s(f"SNAPSHOT#{part.scope}")
+        prefix = f"PART#{part.snapshot}#"
+        self.client.put_item(
+            TableName=self.table,
+            Item={
+                "pk": pk,
+                "sk": _s(f"{prefix}{part.part:05d}"),
+                "part": _s(dumps(encode_snapshot_part(part))),
+                "expiresAt": _n(int(now) + DAY),
+            },
+        )
+        items = list(
+            self._query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+                ExpressionAttributeValues={":pk": pk, ":prefix": _s(prefix)},
+                ConsistentRead=True,
+            )
+        )
+        if len(items) < part.parts:
+            return None
+        return [decode_snapshot_part(json.loads(i["part"]["S"])) for i in items]
+
+    def snapshot_revision(self, scope: str) -> int:
+        item = self.client.get_item(
+            TableName=self.table,
+            Key={"pk": _s(f"SNAPSHOT#{scope}"), "sk": _s("APPLIED")},
+            ConsistentRead=True,
+        ).get("Item")
+        return int(item["revision"]["N"]) if item else 0
+
+    def set_snapshot_revision(self, scope: str, revision: int) -> None:
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": _s(f"SNAPSHOT#{scope}"), "sk": _s("APPLIED")},
+                UpdateExpression="SET revision = :r",
+                ConditionExpression="attribute_not_exists(revision) OR revision < :r",
+                ExpressionAttributeValues={":r": _n(revision)},
+            )
+        except ClientError as exc:
+            if not _is_conflict(exc):
+                raise
 
     # ------------------------------------------------------------------ indexes
 

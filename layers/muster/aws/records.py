@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from muster.aws.observability import logger
-from muster.core import NodeObserved, Timer
+from muster.core import NodeObserved, SnapshotPart, Timer
 from muster.runtime.messages import AdmissionRequest, parse_requeue_message, parse_timer_message
 from muster.runtime.service import ControlPlane
 from muster.schema import InvalidEvent, parse_agent_event
@@ -45,7 +45,12 @@ def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
     if cluster != cluster_name:
         reject(plane, "agent", f"cluster: expected {cluster_name!r}, got {cluster!r}", body)
         return
-    subject = f"node/{event.node}" if isinstance(event, NodeObserved) else event.workload
+    if isinstance(event, SnapshotPart):
+        subject = f"listing/{event.scope}/{event.snapshot}"
+    elif isinstance(event, NodeObserved):
+        subject = f"node/{event.node}"
+    else:
+        subject = event.workload
     logger.set_correlation_id(subject)
     plane.handle(event)
 

@@ -22,8 +22,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def execution_name(workload: str, timer: Timer) -> str:
-    """e.g. `team-a.bert-large.a3.startup.e1`; long names keep a hash for uniqueness."""
+    """e.g. `team-a.bert-large.a3.startup.e1.5f1c2a9b`; long names keep a hash for uniqueness."""
     suffix = f".a{timer.attempt}.{timer.kind.value}.e{timer.episode}"
+    if timer.incarnation:
+        # A new object under the same name numbers its attempts afresh.
+        suffix += f".{_UNSAFE.sub('-', timer.incarnation)}"
     base = _UNSAFE.sub("-", workload.replace("/", ".")).strip("-.") or "workload"
     if len(base) + len(suffix) > MAX_NAME:
         digest = hashlib.sha256(workload.encode()).hexdigest()[:8]

@@ -33,6 +33,7 @@ from muster.core.model import (
     Phase,
     Pod,
     PodObserved,
+    PodsListed,
     Publish,
     Reactivate,
     Reason,
@@ -47,6 +48,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.reconcile import POD_SCOPE, SCOPES, WORKLOAD_SCOPES, SnapshotPart
 from muster.core.settings import (
     DEFAULT_SETTINGS,
     QueueSettings,
@@ -64,6 +66,9 @@ __all__ = [
     "NODE_HEALTH_LABEL",
     "NODE_REPLACEMENT_HEALTH",
     "NOT_READY_PHASES",
+    "POD_SCOPE",
+    "SCOPES",
+    "WORKLOAD_SCOPES",
     "AdmissionGranted",
     "AdmissionPlan",
     "Admit",
@@ -81,6 +86,7 @@ __all__ = [
     "Phase",
     "Pod",
     "PodObserved",
+    "PodsListed",
     "Publish",
     "QueueSettings",
     "Reactivate",
@@ -91,6 +97,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "Skip",
+    "SnapshotPart",
     "StartTimer",
     "StepResult",
     "StopTimer",

@@ -7,6 +7,8 @@ simulator and the local mode all call it, so its rules exist exactly once.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
@@ -26,6 +28,7 @@ from muster.core.model import (
     Phase,
     Pod,
     PodObserved,
+    PodsListed,
     Publish,
     Reactivate,
     Reason,
@@ -89,6 +92,8 @@ def decide(
     match event:
         case PodObserved():
             return _observe_pod(workload, event, settings, qs, now)
+        case PodsListed():
+            return _pods_listed(workload, event, qs, now)
         case NodeObserved():
             return _observe_node(workload, event, qs, now)
         case DeadlineReached():
@@ -110,43 +115,23 @@ def decide(
 def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
     if e.gang_size < 1:
         return Decision(w, outcome=Outcome.IGNORED, note=f"gang size {e.gang_size} is below 1")
+    if w is not None and e.uid and w.uid and e.uid != w.uid:
+        if e.seq and e.seq < w.spec_seq:
+            return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
+        return _new_incarnation(w, e, settings)
     if w is None:
-        new = Workload(
-            key=e.workload,
-            queue=e.queue,
-            gang_size=e.gang_size,
-            gpus=e.gpus,
-            priority=e.priority,
-            kind=e.kind,
-            created_at=e.created_at,
-            timeout_override=e.timeout_override,
-            spec_seq=e.seq,
-            queued_at=e.created_at,
-        )
-        detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
-        refusal = settings.access.refusal(e.queue, e.workload, e.priority)
-        if refusal is not None:
-            # Kept and listed, never admitted while the administrator's rules say no.
-            new = replace(new, reason=INADMISSIBLE, message=refusal)
-            detail = {**detail, "inadmissible": refusal}
-        return Decision(
-            new,
-            (Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),
-        )
+        return _submitted(e, (), settings)
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
-    updated = replace(w, priority=e.priority, spec_seq=e.seq)
-    if w.phase not in ACTIVE_PHASES:
+    updated = replace(w, priority=e.priority, spec_seq=e.seq, uid=w.uid or e.uid)
+    spec = _spec(e)
+    if w.phase in ACTIVE_PHASES:
         # What it asks for, and whose quota pays for it, only change while it holds
-        # nothing on the cluster.
-        updated = replace(
-            updated,
-            queue=e.queue,
-            gang_size=e.gang_size,
-            gpus=e.gpus,
-            timeout_override=e.timeout_override,
-        )
+        # nothing on the cluster: the change waits for the next eviction.
+        updated = replace(updated, next_spec=None if spec == _spec_of(w) else spec)
+    else:
+        updated = _with_spec(updated, spec)
     effects: tuple[Effect, ...] = ()
     if updated.phase is Phase.PENDING and (
         updated.priority != w.priority or updated.queue != w.queue or updated.gpus != w.gpus
@@ -155,14 +140,107 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     return Decision(updated, effects)
 
 
+def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settings) -> Decision:
+    new = Workload(
+        key=e.workload,
+        queue=e.queue,
+        gang_size=e.gang_size,
+        gpus=e.gpus,
+        priority=e.priority,
+        kind=e.kind,
+        created_at=e.created_at,
+        timeout_override=e.timeout_override,
+        spec_seq=e.seq,
+        uid=e.uid,
+        born_seq=e.seq if e.uid else 0,
+        queued_at=e.created_at,
+    )
+    detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": e.priority}
+    refusal = settings.access.refusal(e.queue, e.workload, e.priority)
+    if refusal is not None:
+        # Kept and listed, never admitted while the administrator's rules say no.
+        new = replace(new, reason=INADMISSIBLE, message=refusal)
+        detail = {**detail, "inadmissible": refusal}
+    return Decision(
+        new,
+        (*before, Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),
+    )
+
+
+def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision:
+    """A new object under a known key: the old one is gone, the new one starts afresh.
+
+    New attempt numbering, new timer names (they carry the uid), no pods of the
+    old object (shells keep pods per incarnation).
+    """
+    ended: list[Effect] = []
+    if w.phase is not Phase.FINISHED:
+        if w.timer is not None:
+            ended.append(StopTimer(w.key, w.timer))
+        ended.append(
+            Publish(
+                LogEvent.FINISHED,
+                w.key,
+                {"reason": Reason.DELETED.value, "attempt": w.attempt, "uid": w.uid},
+            )
+        )
+    return _submitted(e, tuple(ended), settings)
+
+
+def _spec(e: WorkloadObserved) -> dict[str, Any]:
+    return {
+        "queue": e.queue,
+        "gangSize": e.gang_size,
+        "gpus": e.gpus,
+        "timeoutOverride": e.timeout_override,
+    }
+
+
+def _spec_of(w: Workload) -> dict[str, Any]:
+    return {
+        "queue": w.queue,
+        "gangSize": w.gang_size,
+        "gpus": w.gpus,
+        "timeoutOverride": w.timeout_override,
+    }
+
+
+def _with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
+    return replace(
+        w,
+        queue=spec["queue"],
+        gang_size=spec["gangSize"],
+        gpus=spec["gpus"],
+        timeout_override=spec["timeoutOverride"],
+        next_spec=None,
+    )
+
+
 def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
-    if w.phase is Phase.FINISHED:
+    if e.uid and w.uid and e.uid != w.uid:
+        if not e.seq or e.seq < w.spec_seq:
+            return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
+        if w.phase is Phase.FINISHED:
+            # A later object under this name ended too: remember it, so its own late
+            # events are recognised.
+            return Decision(replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq)))
+    elif w.phase is Phase.FINISHED:
         return Decision(w, outcome=Outcome.DUPLICATE)
+    elif e.seq and e.seq < w.spec_seq:
+        # A listing older than the workload's last change cannot say it is gone.
+        return Decision(w, outcome=Outcome.STALE, note="older than the workload's last change")
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
     held = w.phase in ACTIVE_PHASES
-    done = replace(w, phase=Phase.FINISHED, reason=e.reason.value, timer=None, requeue_at=None)
+    done = replace(
+        w,
+        phase=Phase.FINISHED,
+        reason=e.reason.value,
+        timer=None,
+        requeue_at=None,
+        uid=e.uid or w.uid,
+    )
     effects.append(
         Publish(LogEvent.FINISHED, w.key, {"reason": e.reason.value, "attempt": w.attempt})
     )
@@ -201,7 +279,7 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
     if not admissible(w, now) or e.attempt != w.attempt + 1:
         return Decision(w, outcome=Outcome.STALE, note=f"{w.key} is not admissible ({w.phase})")
     timeout = qs.startup_timeout(w.timeout_override)
-    timer = Timer(TimerKind.STARTUP, e.attempt, 1, now + timeout)
+    timer = Timer(TimerKind.STARTUP, e.attempt, 1, now + timeout, incarnation(w))
     admitted = replace(
         w,
         phase=Phase.ADMITTED,
@@ -216,7 +294,7 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
         dry_run_evicted=False,
     )
     effects: list[Effect] = [
-        Admit(w.key, e.attempt, w.kind),
+        Admit(w.key, e.attempt, w.kind, w.uid),
         StartTimer(w.key, timer),
         Publish(
             LogEvent.ADMITTED,
@@ -228,6 +306,15 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
         # A pod group can be whole the moment its gate is lifted (e.g. pods already running).
         return _became_ready(admitted, effects, now)
     return Decision(admitted, tuple(effects))
+
+
+def incarnation(w: Workload) -> str:
+    """What tells this object's timers from those of an earlier object under its key.
+
+    A short digest of the uid (uids of one key may share a prefix), so that an
+    execution name stays within Step Functions' 80 characters.
+    """
+    return hashlib.blake2s(w.uid.encode(), digest_size=4).hexdigest() if w.uid else ""
 
 
 def admissible(w: Workload, now: float) -> bool:
@@ -247,7 +334,9 @@ def admissible(w: Workload, now: float) -> bool:
 def _observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
-    outcome, pod, note = pod_update(w.pods.get(e.pod), e)
+    outcome, pod, note = pod_update(
+        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
+    )
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
     pods = dict(w.pods)
@@ -259,24 +348,62 @@ def _observe_pod(
     return _readiness(w, updated, qs, now)
 
 
-def pod_update(known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, str]:
+def pod_update(
+    known: Pod | None,
+    e: PodObserved,
+    *,
+    born: int = 0,
+    listed: tuple[int, Mapping[str, str]] = (0, {}),
+) -> tuple[Outcome, Pod | None, str]:
     """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
 
-    None with APPLIED means the pod is gone. Shells that store pods apart from the
-    workload use this to write one pod without loading the whole gang.
+    A deletion leaves a tombstone (a pod with `deleted`), so that a late or
+    redelivered event of the deleted pod is stale. Shells that store pods apart
+    from the workload use this to write one pod without loading the whole gang.
+    `born` is the revision the workload object was first seen at: a pod event
+    older than that is of an earlier object under the same name.
     """
+    if born and e.seq < born and not e.deleted:
+        return Outcome.STALE, known, f"pod {e.pod} of an earlier object of this name"
+    listed_seq, listed_pods = listed
+    news = known is None or known.deleted or (e.uid and known.uid and e.uid != known.uid)
+    if news and not e.deleted and e.seq < listed_seq and listed_pods.get(e.pod) != e.uid:
+        # Older than a complete listing that did not hold it: it was gone by then.
+        return Outcome.STALE, known, f"pod {e.pod} was not in the listing at {listed_seq}"
     if known is not None:
         same_incarnation = not e.uid or not known.uid or e.uid == known.uid
         if same_incarnation and e.seq <= known.seq:
             outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
             return outcome, known, ""
+        if same_incarnation and known.deleted:
+            return Outcome.STALE, known, f"pod {e.pod} was deleted"
+        if not same_incarnation and e.seq <= known.seq:
+            # `seq` is the cluster-wide revision: the newer object of this name wins.
+            return Outcome.STALE, known, f"an earlier pod named {e.pod}"
         if same_incarnation and known.retired and not e.deleted:
             # The pod belongs to an evicted attempt; only its deletion matters now.
             return Outcome.IGNORED, known, f"pod {e.pod} of an evicted attempt"
     if e.deleted:
-        if known is None:
-            return Outcome.IGNORED, None, f"deletion of unknown pod {e.pod}"
-        return Outcome.APPLIED, None, ""
+        # A tombstone: late and redelivered events of this pod are recognised as stale.
+        # It keeps the pod's last revision while it lived: a pod of the same name can
+        # only be created after this one was deleted, so its events are all newer than
+        # that, and an earlier object's all older (a deletion found by a listing
+        # carries the listing's revision, which may be later than the new pod's).
+        return (
+            Outcome.APPLIED,
+            Pod(
+                name=e.pod,
+                seq=known.seq if known is not None and not known.deleted else e.seq,
+                uid=e.uid or (known.uid if known else ""),
+                phase=e.phase,
+                deleted=True,
+            ),
+            "",
+        )
+    # A report older than the NotReady of the node it names does not override that.
+    node_down = (
+        known is not None and known.node_down and known.node_seq > e.seq and known.node == e.node
+    )
     pod = Pod(
         name=e.pod,
         seq=e.seq,
@@ -284,10 +411,28 @@ def pod_update(known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, 
         phase=e.phase,
         ready=e.ready,
         node=e.node,
-        reason=e.reason,
+        reason="NodeNotReady" if node_down else e.reason,
         message=e.message,
+        node_down=node_down,
+        node_seq=known.node_seq if node_down and known else 0,
     )
     return Outcome.APPLIED, pod, ""
+
+
+def _pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> Decision:
+    """A complete listing of pods: those it lacks (and older than it) are deleted."""
+    if e.revision <= w.listed_seq:
+        return Decision(w, outcome=Outcome.STALE, note="an older listing")
+    pods = dict(w.pods)
+    for p in w.pods.values():
+        listed = e.pods.get(p.name)
+        gone = listed is None or bool(p.uid and listed and listed != p.uid)
+        if not p.deleted and gone and p.seq < e.revision:
+            pods[p.name] = Pod(name=p.name, seq=p.seq, uid=p.uid, phase=p.phase, deleted=True)
+    listing = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
+    if w.phase is Phase.FINISHED:
+        return Decision(listing)
+    return _readiness(w, listing, qs, now)
 
 
 def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
@@ -307,15 +452,19 @@ def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
 def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     """Transitions that follow from the gang becoming whole or losing a pod."""
     effects: list[Effect] = []
+    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
+        # Replacement pods of an admitted group arrive gated: release them too.
+        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
     if w.phase is Phase.ADMITTED and w.whole:
         return _became_ready(w, effects, now)
     if w.phase is Phase.RECOVERING and w.whole:
         return _became_ready(w, effects, now)
     if w.phase is Phase.RUNNING and not w.whole:
-        return _lost_readiness(w, qs, now)
+        lost = _lost_readiness(w, qs, now)
+        return replace(lost, effects=(*effects, *lost.effects))
     if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and before.live_pods != w.live_pods:
         return Decision(w, (RunAdmission("replacement pods"),))
-    return Decision(w)
+    return Decision(w, tuple(effects))
 
 
 def _became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
@@ -344,7 +493,11 @@ def _became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
 def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
     timeout = qs.effective_recovery_timeout
     episode = w.recovery_episodes + 1
-    timer = Timer(TimerKind.RECOVERY, w.attempt, episode, now + timeout) if timeout > 0 else None
+    timer = (
+        Timer(TimerKind.RECOVERY, w.attempt, episode, now + timeout, incarnation(w))
+        if timeout > 0
+        else None
+    )
     missing = [p.name for p in w.not_ready_pods()]
     recovering = replace(
         w,
@@ -371,20 +524,41 @@ def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
 
 
 def _observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
-    on_node = [p for p in w.pods.values() if p.node == e.node and not p.retired]
+    on_node = [p for p in w.pods.values() if p.node == e.node and not p.retired and not p.deleted]
     if not on_node or w.phase not in ACTIVE_PHASES:
         return Decision(w, outcome=Outcome.IGNORED)
+    if e.seq:
+        # A node condition never overrides a pod report (or node report) newer than it.
+        on_node = [p for p in on_node if p.seq < e.seq and p.node_seq < e.seq]
+        if not on_node:
+            return Decision(w, outcome=Outcome.STALE, note=f"node {e.node}: older than its pods")
     if e.health in NODE_REPLACEMENT_HEALTH and qs.node_replacement_eviction:
         return _evict_for_node(w, e, qs, now)
+    pods = dict(w.pods)
     if not e.ready:
         # The node's pods can no longer be Ready, whatever the kubelet last reported.
-        pods = dict(w.pods)
         for p in on_node:
             pods[p.name] = replace(
-                p, ready=False, reason="NodeNotReady", message=f"node {e.node} is not Ready"
+                p,
+                node_down=True,
+                node_seq=e.seq,
+                reason="NodeNotReady",
+                message=f"node {e.node} is not Ready",
             )
         return _readiness(w, replace(w, pods=pods), qs, now)
-    return Decision(w, outcome=Outcome.IGNORED)
+    down = [p for p in on_node if p.node_down]
+    if not e.seq or not down:
+        return Decision(w, outcome=Outcome.IGNORED)
+    # Ready again, and newer than the NotReady that overrode these pods' reports.
+    for p in down:
+        pods[p.name] = replace(
+            p,
+            node_down=False,
+            node_seq=e.seq,
+            reason=None if p.ready else p.reason,
+            message=None if p.ready else p.message,
+        )
+    return _readiness(w, replace(w, pods=pods), qs, now)
 
 
 def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
@@ -410,7 +584,9 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
-    effects.append(Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods()))
+    effects.append(
+        Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid)
+    )
     evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
     evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
@@ -438,6 +614,8 @@ def _deadline(
         e.episode,
     ):
         return Decision(w, outcome=Outcome.STALE, note="timer no longer armed")
+    if e.incarnation and e.incarnation != timer.incarnation:
+        return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
     cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
     not_ready = w.not_ready_pods()
     detail: dict[str, Any] = {
@@ -471,7 +649,9 @@ def _deadline(
         evict_reason, evict_cause = Reason.DEACTIVATED, Reason.REQUEUING_LIMIT_EXCEEDED
     else:
         evict_reason, evict_cause = Reason.PODS_READY_TIMEOUT, cause
-    effects: list[Effect] = [Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready)]
+    effects: list[Effect] = [
+        Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid)
+    ]
     evicted = _withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     if limited:
@@ -532,6 +712,8 @@ def _withdrawn(
     evictions[label] = evictions.get(label, 0) + 1
     pods = {name: replace(p, retired=True, ready=False) for name, p in w.pods.items()}
     queued_at = now if qs.timestamp is Timestamp.EVICTION else w.created_at
+    if w.next_spec is not None:
+        w = _with_spec(w, w.next_spec)  # holding nothing now: a spec change takes effect
     return replace(
         w,
         timer=None,

@@ -21,6 +21,8 @@ def still_current(effect: Admit | Evict, record: Workload | None) -> bool:
     unless a newer attempt has been admitted since; without a record (the
     workload was forgotten) withdrawing is the safe side.
     """
+    if effect.uid and record is not None and record.uid and record.uid != effect.uid:
+        return False  # meant for an earlier object under this name
     if isinstance(effect, Admit):
         return (
             record is not None

@@ -97,15 +97,22 @@ class Pod:
     reason: str | None = None  # why it is not ready (e.g. Unschedulable, ImagePullBackOff)
     message: str | None = None
     retired: bool = False  # belonged to an evicted attempt; ignored until replaced
+    # A tombstone: the pod was deleted at `seq`; later events of this uid are stale.
+    deleted: bool = False
+    # Its node reported NotReady (at `node_seq`) after the pod's last report.
+    node_down: bool = False
+    node_seq: int = 0
 
     @property
     def counts_ready(self) -> bool:
         """Kueue counts a pod as ready when it is Ready or has already Succeeded."""
-        return not self.retired and (self.ready or self.phase == "Succeeded")
+        if self.retired or self.deleted:
+            return False
+        return (self.ready and not self.node_down) or self.phase == "Succeeded"
 
     @property
     def live(self) -> bool:
-        return not self.retired and self.phase not in ("Succeeded", "Failed")
+        return not self.retired and not self.deleted and self.phase not in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,7 @@ class Timer:
     attempt: int
     episode: int
     deadline: float
+    incarnation: str = ""  # the workload object's uid (a prefix): timers of an older object differ
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +139,15 @@ class Workload:
     created_at: float = 0.0
     timeout_override: float | None = None  # the workload's own timeout (annotation)
     spec_seq: int = 0
+    uid: str = ""  # the object's uid: a new object under the same key is a new incarnation
+    born_seq: int = 0  # the revision it was first seen at: its pods are all newer
+    # The last complete listing of the cluster's pods: its revision, and this
+    # workload's pods in it (name -> uid). An older event of a pod not listed is stale.
+    listed_seq: int = 0
+    listed: Mapping[str, str] = field(default_factory=dict)
+    # A spec change seen while admitted ("queue", "gangSize", "gpus", "timeoutOverride"),
+    # applied when the workload next holds nothing.
+    next_spec: Mapping[str, Any] | None = None
 
     phase: Phase = Phase.PENDING
     attempt: int = 0  # admissions so far; the current attempt while admitted
@@ -165,7 +182,11 @@ class Workload:
     def not_ready_pods(self) -> tuple[Pod, ...]:
         return tuple(
             sorted(
-                (p for p in self.pods.values() if not p.retired and not p.counts_ready),
+                (
+                    p
+                    for p in self.pods.values()
+                    if not p.retired and not p.deleted and not p.counts_ready
+                ),
                 key=lambda p: p.name,
             )
         )
@@ -204,6 +225,7 @@ class WorkloadObserved:
     created_at: float = 0.0
     timeout_override: float | None = None
     seq: int = 0
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +235,7 @@ class WorkloadFinished:
     workload: str
     reason: Reason = Reason.SUCCEEDED  # SUCCEEDED, FAILED or DELETED
     seq: int = 0
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +253,15 @@ class PodObserved:
 
 
 @dataclass(frozen=True, slots=True)
+class PodsListed:
+    """A complete listing of the cluster's pods at `revision`; this workload's were `pods`."""
+
+    workload: str
+    revision: int
+    pods: Mapping[str, str] = field(default_factory=dict)  # name -> uid
+
+
+@dataclass(frozen=True, slots=True)
 class NodeObserved:
     """A node's condition, fed to each workload with pods on it."""
 
@@ -237,6 +269,7 @@ class NodeObserved:
     ready: bool = True
     health: str | None = None  # HyperPod `sagemaker.amazonaws.com/node-health-status`
     workload: str = ""  # filled in by the shell when routing to a workload
+    seq: int = 0  # the node's resourceVersion; 0: unordered (overrides every pod report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +278,7 @@ class DeadlineReached:
     attempt: int
     kind: TimerKind
     episode: int = 1
+    incarnation: str = ""  # empty: any incarnation (timers armed before incarnations existed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +306,7 @@ Event = (
     WorkloadObserved
     | WorkloadFinished
     | PodObserved
+    | PodsListed
     | NodeObserved
     | DeadlineReached
     | RequeueDue
@@ -290,6 +325,7 @@ class Admit:
     workload: str
     attempt: int
     kind: Kind
+    uid: str = ""  # the object admitted: another object under the name is not released
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +338,7 @@ class Evict:
     reason: Reason
     cause: Reason | None
     not_ready: tuple[Pod, ...] = ()
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,6 +214,9 @@ class KubernetesCluster:
         mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
         for _ in range(self.conflict_attempts):
             obj = self._call(workload, partial(self.api.get, path))
+            found = obj.get("metadata", {}).get("uid")
+            if effect.uid and found and found != effect.uid:
+                raise WorkloadGone(workload)  # another object now has this name
             # The record is read after the object: a writer that committed a newer
             # decision before our read of the object is seen here; one that commits
             # later changes the object, and our conditional patch then conflicts.
@@ -260,11 +263,14 @@ class KubernetesCluster:
     def _ungate_pod_group(self, effect: Admit) -> None:
         workload, attempt = effect.workload, effect.attempt
         namespace, _ = split_key(workload)
-        pods = [p for p in self._pod_group(workload) if not p["metadata"].get("deletionTimestamp")]
-        if not pods:
+        members = self._pod_group(workload)
+        if not members:
             raise WorkloadGone(workload)
         if self._stale(effect):
             return
+        # Terminating pods are being replaced by their controller: the group is not
+        # gone, and its replacements are released when they are observed.
+        pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
         for pod in pods:
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):

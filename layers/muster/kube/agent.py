@@ -3,6 +3,16 @@
 It decides nothing. It turns Kubernetes objects into the events of `docs/events.md`
 (built only with `muster.schema`'s builders) and sends them to the bus.
 
+**Reconciliation.** After every list of workloads or pods (on start, on taking
+the lease, after a watch expires, every resync) the agent also sends what the
+list holds, as a `Cluster Snapshot` in parts under EventBridge's limits, so that
+the control plane notices deletions that no watch event told it of.
+
+**Memory** holds only what Muster manages: its labelled workloads, their pods
+(kept until their deletion is sent, even after the workload is gone), pod
+groups, nodes, and, for at most `waiting_ttl` seconds, pods that arrived before
+their workload (a list of pods processed before the list of Jobs).
+
 **Sequence numbers.** An event's `seq` is the object's `resourceVersion`. On every
 etcd-backed API server (EKS included) it is the decimal etcd revision at which the
 object last changed: one counter for the whole cluster, so a newer state of an
@@ -25,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from muster.core.model import Kind
+from muster.core.reconcile import POD_SCOPE
 from muster.kube.conventions import (
     JOB_RESOURCE,
     JOBSET_RESOURCE,
@@ -49,11 +60,13 @@ from muster.kube.mapping import (
 from muster.kube.sender import Entry, Outbox, Sender
 from muster.kube.watch import Change, Sync
 from muster.schema import (
+    CLUSTER_SNAPSHOT,
     NODE_OBSERVED,
     POD_OBSERVED,
     WORKLOAD_OBSERVED,
     node_detail,
     pod_detail,
+    snapshot_details,
     workload_detail,
 )
 
@@ -108,8 +121,14 @@ class Agent:
         *,
         clock: Callable[[], float] = time.time,
         may_send: Callable[[], bool] = lambda: True,
+        waiting_ttl: float = 60.0,
+        max_waiting: int = 10_000,
     ) -> None:
         self.cluster = cluster
+        self.waiting_ttl = waiting_ttl
+        self.max_waiting = max_waiting
+        self.waiting_since: dict[str, float] = {}  # workload -> when its first pod waited
+        self.snapshots = 0
         self.outbox = outbox
         self.sender = sender
         self.clock = clock
@@ -163,6 +182,7 @@ class Agent:
         known = key in self.workloads
         self._send_workload(view, seq, force=force)
         if not known:
+            self.waiting_since.pop(key, None)
             for pod in self.waiting.pop(key, {}).values():
                 self._pod(pod, deleted=False)
 
@@ -196,17 +216,19 @@ class Agent:
             timeout=view.timeout,
             status=view.status,
             observed_at=self._now(),
+            uid=view.uid,
         )
         self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
 
     def _workload_gone(self, key: str, kind: Kind, seq: int) -> None:
         view = self.workloads.pop(key, None)
         self.workload_seq.pop(key, None)
+        self.problems.pop(key, None)
+        self.invalid.discard(key)
         if view is None:
             return
-        # Its pods go with it (garbage collection); the control plane has finished it.
-        for name in [n for n, (_, w, _) in self.pods.items() if w == key]:
-            del self.pods[name]
+        # Its pods stay known until their own deletions (garbage collection) are sent,
+        # so that the control plane's items of them expire as tombstones.
         detail = workload_detail(
             cluster=self.cluster,
             workload=key,
@@ -219,18 +241,47 @@ class Agent:
             created_at=view.created_at,
             status="Deleted",
             observed_at=self._now(),
+            uid=view.uid,
         )
         self._put(f"workload:{key}", WORKLOAD_OBSERVED, detail)
 
     def _sync_workloads(self, kind: Kind, sync: Sync) -> None:
         present = set()
+        listed: dict[str, str] = {}
         for obj in sync.items:
             present.add(object_key(obj))
             self._workload(kind, obj, deleted=False, force=True)
+            if workload_view(kind, obj) is not None:
+                listed[object_key(obj)] = str(meta(obj).get("uid") or "")
         seq = self.seq(sync.resource_version)
         for key, view in list(self.workloads.items()):
             if view.kind is kind and key not in present:
                 self._workload_gone(key, kind, seq)
+        self._snapshot(kind.value, seq, workloads=listed)
+
+    def _snapshot(
+        self,
+        scope: str,
+        revision: int,
+        *,
+        workloads: dict[str, str] | None = None,
+        pods: dict[str, dict[str, str]] | None = None,
+    ) -> None:
+        """What a list holds, for the control plane's reconciliation."""
+        self.snapshots += 1
+        snapshot = f"{scope}.{revision}.{self.snapshots}.{int(self.clock())}"
+        details = snapshot_details(
+            cluster=self.cluster,
+            scope=scope,
+            revision=revision,
+            snapshot=snapshot,
+            workloads=workloads,
+            pods=pods,
+            observed_at=self._now(),
+        )
+        self.stats["snapshot_parts"] += len(details)
+        for detail in details:
+            self._put(f"snapshot:{scope}:{detail['part']}", CLUSTER_SNAPSHOT, detail)
 
     # ------------------------------------------------------------------ pods
 
@@ -246,16 +297,36 @@ class Agent:
             if workload not in self.workloads and not deleted:
                 return  # the group is not valid (see the log); its pods mean nothing yet
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
-            # Not (yet) a known labelled workload: remember it until its workload shows up.
+            if name in self.pods:
+                # A pod of a workload that is gone: only its deletion still matters.
+                if deleted:
+                    self._send_pod(kind, workload, name, pod, seq, deleted=True)
+                return
+            # Not (yet) a known labelled workload: remember it for a while, in case its
+            # workload shows up (most pods waiting here are of other teams' Jobs).
             waiting = self.waiting.setdefault(workload, {})
+            self.waiting_since.setdefault(workload, self.clock())
             if deleted:
-                self.pods.pop(name, None)
                 waiting.pop(name, None)
                 if not waiting:
                     del self.waiting[workload]
+                    self.waiting_since.pop(workload, None)
             else:
                 waiting[name] = compact_pod(pod)
             return
+        self._send_pod(kind, workload, name, pod, seq, deleted=deleted, force=force)
+
+    def _send_pod(
+        self,
+        kind: Kind,
+        workload: str,
+        name: str,
+        pod: Mapping[str, Any],
+        seq: int,
+        *,
+        deleted: bool,
+        force: bool = False,
+    ) -> None:
         view = pod_view(workload, pod)
         known = self.pods.get(name)
         if deleted:
@@ -301,9 +372,15 @@ class Agent:
 
     def _sync_pods(self, sync: Sync) -> None:
         present = set()
+        listed: dict[str, dict[str, str]] = {}
         for pod in sync.items:
             present.add(object_key(pod))
             self._pod(pod, deleted=False, force=True)
+            owner = pod_workload(pod)
+            if owner is not None:
+                listed.setdefault(owner[1], {})[str(meta(pod).get("name"))] = str(
+                    meta(pod).get("uid") or ""
+                )
         seq = self.seq(sync.resource_version)
         for name, (_, workload, view) in list(self.pods.items()):
             if name not in present:
@@ -333,6 +410,19 @@ class Agent:
                 del waiting[name]
             if not waiting:
                 del self.waiting[workload]
+                self.waiting_since.pop(workload, None)
+        self._snapshot(POD_SCOPE, seq, pods=listed)
+
+    def _forget_waiting(self) -> None:
+        """Pods whose workload did not show up in time are not Muster's (or a relist heals)."""
+        cutoff = self.clock() - self.waiting_ttl
+        total = sum(len(w) for w in self.waiting.values())
+        for workload, since in list(self.waiting_since.items()):
+            if since > cutoff and total <= self.max_waiting:
+                break  # oldest first: the rest are younger
+            total -= len(self.waiting.pop(workload, {}))
+            del self.waiting_since[workload]
+            self.stats["waiting_forgotten"] += 1
 
     # ------------------------------------------------------------------ nodes
 
@@ -376,6 +466,7 @@ class Agent:
 
     def flush(self, *, everything: bool = False) -> int:
         """Send what is due; returns how many entries went to the sender."""
+        self._forget_waiting()
         if not self.may_send():
             return 0
         due = self.outbox.due(self.clock(), everything=everything)
@@ -389,6 +480,7 @@ class Agent:
         self.workload_seq.clear()
         self.pods.clear()
         self.waiting.clear()
+        self.waiting_since.clear()
         self.groups.clear()
         self.nodes.clear()
         self.problems.clear()

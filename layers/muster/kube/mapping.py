@@ -52,6 +52,7 @@ class WorkloadView:
     timeout: str | None = None
     status: str = "Active"
     problems: tuple[str, ...] = field(default=(), compare=False)
+    uid: str = ""  # the object's uid (a pod group has no object of its own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         timeout=_timeout(notes_of(obj), problems),
         status=_finished(kind, obj) or "Active",
         problems=tuple(problems),
+        uid=str(meta(obj).get("uid") or ""),
     )
 
 

@@ -23,6 +23,7 @@ from muster.core import (
     Reason,
     Requeue,
     RunAdmission,
+    SnapshotPart,
     StartTimer,
     StopTimer,
     Timer,
@@ -46,18 +47,27 @@ def decode_pod(doc: dict[str, Any]) -> Pod:
 def encode_timer(timer: Timer | None) -> dict[str, Any] | None:
     if timer is None:
         return None
-    return {
+    doc = {
         "kind": timer.kind.value,
         "attempt": timer.attempt,
         "episode": timer.episode,
         "deadline": timer.deadline,
     }
+    if timer.incarnation:
+        doc["incarnation"] = timer.incarnation
+    return doc
 
 
 def decode_timer(doc: dict[str, Any] | None) -> Timer | None:
     if doc is None:
         return None
-    return Timer(TimerKind(doc["kind"]), int(doc["attempt"]), int(doc["episode"]), doc["deadline"])
+    return Timer(
+        TimerKind(doc["kind"]),
+        int(doc["attempt"]),
+        int(doc["episode"]),
+        doc["deadline"],
+        str(doc.get("incarnation", "")),
+    )
 
 
 def encode_workload(w: Workload) -> dict[str, Any]:
@@ -88,6 +98,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "workload": effect.workload,
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
+                "uid": effect.uid,
             }
         case Evict():
             return {
@@ -98,6 +109,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "reason": effect.reason.value,
                 "cause": effect.cause.value if effect.cause else None,
                 "notReady": [encode_pod(p) for p in effect.not_ready[:NOT_READY_STORED]],
+                "uid": effect.uid,
             }
         case StartTimer() | StopTimer():
             return {
@@ -128,7 +140,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
 def decode_effect(doc: dict[str, Any]) -> Effect:
     kind = doc["type"]
     if kind == "Admit":
-        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]))
+        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]), doc.get("uid", ""))
     if kind == "Evict":
         return Evict(
             doc["workload"],
@@ -137,6 +149,7 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
             Reason(doc["reason"]),
             Reason(doc["cause"]) if doc.get("cause") else None,
             tuple(decode_pod(p) for p in doc.get("notReady", ())),
+            doc.get("uid", ""),
         )
     if kind in ("StartTimer", "StopTimer"):
         timer = decode_timer(doc["timer"])
@@ -149,6 +162,30 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
     if kind == "RunAdmission":
         return RunAdmission(doc["reason"])
     raise ValueError(f"unknown effect type {kind!r}")
+
+
+def encode_snapshot_part(part: SnapshotPart) -> dict[str, Any]:
+    return {
+        "snapshot": part.snapshot,
+        "part": part.part,
+        "parts": part.parts,
+        "scope": part.scope,
+        "revision": part.revision,
+        "workloads": dict(part.workloads),
+        "pods": {k: dict(v) for k, v in part.pods.items()},
+    }
+
+
+def decode_snapshot_part(doc: dict[str, Any]) -> SnapshotPart:
+    return SnapshotPart(
+        doc["snapshot"],
+        int(doc["part"]),
+        int(doc["parts"]),
+        doc["scope"],
+        int(doc["revision"]),
+        doc.get("workloads", {}),
+        doc.get("pods", {}),
+    )
 
 
 def dumps(value: Any) -> str:

@@ -2,8 +2,9 @@
 
 `MemoryStore` keeps the same conditional-write rules as the DynamoDB store (a
 version per workload, a revision per pod, an epoch that retires an evicted
-attempt's pods), and can be told to lose the next race (`conflict_next`) so that
-tests exercise the retry paths.
+attempt's pods, pods kept per workload incarnation, expiry times where DynamoDB
+has a TTL), and can be told to lose the next race (`conflict_next`) so that
+tests exercise the retry paths. `expire(now)` plays DynamoDB's TTL deletion.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, Timer, Workload
+from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
 
 
@@ -35,15 +36,41 @@ class _Item:
     quarantine: Quarantine | None = None
 
 
+def belongs(owner: str, uid: str) -> bool:
+    """Was a pod item written for this incarnation of its workload?"""
+    return not owner or not uid or owner == uid
+
+
 @dataclass
 class MemoryStore:
     items: dict[str, _Item] = field(default_factory=dict)
-    pods: dict[str, dict[str, tuple[Pod, int, int]]] = field(default_factory=dict)  # rev, epoch
+    # key -> pod -> (pod, rev, epoch, owner: the workload uid it was written for)
+    pods: dict[str, dict[str, tuple[Pod, int, int, str]]] = field(default_factory=dict)
     histories: dict[str, dict[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
     ledger_state: Ledger = field(default_factory=Ledger)
     settings_doc: tuple[dict[str, Any], int] | None = None
     conflict_next: int = 0
     writes: int = 0
+    tombstone_ttl: float = 86400.0
+    finished_ttl: float = 30 * 86400.0
+    expires: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (key, pod)
+    snapshots: dict[str, dict[int, SnapshotPart]] = field(default_factory=dict)
+    snapshot_revisions: dict[str, int] = field(default_factory=dict)
+
+    def expire(self, now: float) -> int:
+        """Delete what has expired, as DynamoDB's TTL does (eventually); returns how many."""
+        gone = [k for k, at in self.expires.items() if at <= now]
+        for key, pod in gone:
+            del self.expires[(key, pod)]
+            if pod is None:
+                self.items.pop(key, None)
+                self.histories.pop(key, None)
+            else:
+                self.pods.get(key, {}).pop(pod, None)
+        return len(gone)
+
+    def item_count(self) -> int:
+        return len(self.items) + sum(len(p) for p in self.pods.values())
 
     def _maybe_conflict(self) -> None:
         if self.conflict_next > 0:
@@ -55,12 +82,17 @@ class MemoryStore:
         if item is None:
             return None
         stored = self.pods.get(key, {})
-        pods = {n: settle_pod(p, e, item.epoch) for n, (p, _, e) in stored.items()}
+        uid = item.workload.uid
+        pods = {
+            n: settle_pod(p, e, item.epoch)
+            for n, (p, _, e, owner) in stored.items()
+            if belongs(owner, uid)
+        }
         return Snapshot(
             replace(item.workload, pods=pods),
             item.version,
             item.epoch,
-            {n: rev for n, (_, rev, _) in stored.items()},
+            {n: rev for n, (_, rev, _, _) in stored.items()},
             item.outbox,
             item.ready_count,
             item.failures,
@@ -72,13 +104,14 @@ class MemoryStore:
         if item is None:
             return None
         stored = self.pods.get(key, {}).get(pod) if pod else None
+        mine = stored is not None and belongs(stored[3], item.workload.uid)
         return PodSnapshot(
             item.workload,
             item.version,
             item.epoch,
             item.ready_count,
             item.outbox,
-            settle_pod(stored[0], stored[2], item.epoch) if stored else None,
+            settle_pod(stored[0], stored[2], item.epoch) if stored and mine else None,
             stored[1] if stored else None,
         )
 
@@ -87,21 +120,26 @@ class MemoryStore:
         if (current[1] if current else None) != write.expected:
             raise Conflict(f"pod {write.name}")
 
-    def _apply_pod(self, key: str, write: PodWrite, epoch: int) -> None:
+    def _apply_pod(self, key: str, write: PodWrite, epoch: int, owner: str, now: float) -> None:
         stored = self.pods.setdefault(key, {})
         self.writes += 1
+        self.expires.pop((key, write.name), None)
         if write.pod is None:
             stored.pop(write.name, None)
         else:
-            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch)
+            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch, owner)
+            if write.pod.deleted:
+                self.expires[(key, write.name)] = now + self.tombstone_ttl
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
+    def write_pod(
+        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
         self._maybe_conflict()
         self._check_pod(key, write)
         item = self.items[key]
         if ready_delta and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
-        self._apply_pod(key, write, epoch)
+        self._apply_pod(key, write, epoch, write.owner, now)
         item.ready_count += ready_delta
 
     def write_workload(
@@ -121,8 +159,6 @@ class MemoryStore:
             raise Conflict(after.key)
         for write in pods:
             self._check_pod(after.key, write)
-        for write in pods:
-            self._apply_pod(after.key, write, epoch)
         count = current.ready_count if current else 0
         if current is not None and current.epoch != epoch:
             count = 0  # an eviction retired every pod
@@ -137,7 +173,38 @@ class MemoryStore:
             current.failures if current else 0,
             current.quarantine if current else None,
         )
+        if after.phase is Phase.FINISHED:
+            self.expires[(after.key, None)] = now + self.finished_ttl
+        else:
+            self.expires.pop((after.key, None), None)
+        for write in pods:
+            self._apply_pod(after.key, write, epoch, write.owner, now)
         return version
+
+    def expire_pods(self, key: str, names: Iterable[str], now: float) -> None:
+        """Pods of a finished (or replaced) incarnation: expire, and leave the node index."""
+        stored = self.pods.get(key, {})
+        for name in names:
+            if name in stored:
+                self.expires[(key, name)] = min(
+                    self.expires.get((key, name), now + self.finished_ttl),
+                    now + self.finished_ttl,
+                )
+
+    def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
+        parts = self.snapshots.setdefault(f"{part.scope}#{part.snapshot}", {})
+        parts[part.part] = part
+        return list(parts.values()) if len(parts) >= part.parts else None
+
+    def snapshot_revision(self, scope: str) -> int:
+        return self.snapshot_revisions.get(scope, 0)
+
+    def set_snapshot_revision(self, scope: str, revision: int) -> None:
+        self.snapshot_revisions[scope] = max(revision, self.snapshot_revisions.get(scope, 0))
+        for name in [n for n in self.snapshots if n.startswith(f"{scope}#")]:
+            parts = self.snapshots[name]
+            if any(p.revision <= revision for p in parts.values()):
+                del self.snapshots[name]  # acted on, or older than what was
 
     def clear_outbox(self, key: str, version: int) -> None:
         item = self.items[key]
@@ -171,10 +238,20 @@ class MemoryStore:
         return sorted((k, i.quarantine) for k, i in self.items.items() if i.quarantine is not None)
 
     def workloads_on_node(self, node: str) -> list[str]:
+        """Workloads holding live pods on the node (the node index of the DynamoDB store)."""
         return sorted(
             key
             for key, pods in self.pods.items()
-            if key in self.items and any(p.node == node for p, _, _ in pods.values())
+            if key in self.items
+            and self.items[key].workload.phase is not Phase.FINISHED
+            and any(
+                p.node == node
+                and not p.retired
+                and not p.deleted
+                and (key, name) not in self.expires
+                for name, (p, _, _, owner) in pods.items()
+                if belongs(owner, self.items[key].workload.uid)
+            )
         )
 
     def pending(self) -> list[Workload]:
@@ -262,18 +339,23 @@ class MemoryStore:
 
 @dataclass
 class MemoryTimers:
-    running: dict[tuple[str, int, str, int], Timer] = field(default_factory=dict)
+    running: dict[tuple[str, int, str, int, str], Timer] = field(default_factory=dict)
     started: list[tuple[str, Timer]] = field(default_factory=list)
     stopped: list[tuple[str, Timer]] = field(default_factory=list)
 
+    @staticmethod
+    def name(workload: str, timer: Timer) -> tuple[str, int, str, int, str]:
+        """The execution's name: a start under a name already used is a no-op."""
+        return (workload, timer.attempt, timer.kind.value, timer.episode, timer.incarnation)
+
     def start(self, workload: str, timer: Timer) -> None:
-        name = (workload, timer.attempt, timer.kind.value, timer.episode)
+        name = self.name(workload, timer)
         if name not in self.running and (workload, timer) not in self.started:
             self.started.append((workload, timer))
             self.running[name] = timer
 
     def stop(self, workload: str, timer: Timer) -> None:
-        self.running.pop((workload, timer.attempt, timer.kind.value, timer.episode), None)
+        self.running.pop(self.name(workload, timer), None)
         self.stopped.append((workload, timer))
 
 

@@ -40,13 +40,16 @@ def timer_input(workload: str, timer: Timer) -> dict[str, Any]:
     The deadline is rounded up to the whole second: a Wait state has one-second
     precision, and a timer must never fire before its deadline.
     """
-    return {
+    doc: dict[str, Any] = {
         "workload": workload,
         "attempt": timer.attempt,
         "kind": timer.kind.value,
         "episode": timer.episode,
         "deadline": rfc3339(math.ceil(timer.deadline)).replace(".000Z", "Z"),
     }
+    if timer.incarnation:
+        doc["incarnation"] = timer.incarnation
+    return doc
 
 
 def parse_timer_message(body: str) -> tuple[DeadlineReached, float]:
@@ -65,6 +68,7 @@ def parse_timer_message(body: str) -> tuple[DeadlineReached, float]:
         attempt=_whole(doc, "attempt"),
         kind=timer_kind,
         episode=_whole(doc, "episode"),
+        incarnation=str(doc.get("incarnation") or ""),
     )
     return event, deadline
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from muster.core import Effect, LogEvent, Pod, Timer, Workload
+from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
 
 
 class Conflict(Exception):
@@ -77,6 +77,7 @@ class PodWrite:
     name: str
     pod: Pod | None
     expected: int | None  # None: the pod must not exist yet
+    owner: str = ""  # the uid of the workload incarnation the pod belongs to
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +103,13 @@ class WorkloadStore(Protocol):
         """The workload item and (when named) one pod item, read consistently."""
         ...
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int) -> None:
-        """One pod; with a non-zero delta, atomically with the ready count (same epoch only)."""
+    def write_pod(
+        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
+        """One pod; with a non-zero delta, atomically with the ready count (same epoch only).
+
+        A tombstone (a deleted pod), or a pod of a finished workload, expires on its own.
+        """
         ...
 
     def write_workload(
@@ -134,6 +140,22 @@ class WorkloadStore(Protocol):
         ...
 
     def quarantined(self) -> list[tuple[str, Quarantine]]: ...
+
+    def expire_pods(self, key: str, names: Sequence[str], now: float) -> None:
+        """The pods of a finished or replaced incarnation: set to expire, off the node index."""
+        ...
+
+    def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
+        """Keep one part of a cluster snapshot; all its parts once every one has arrived."""
+        ...
+
+    def snapshot_revision(self, scope: str) -> int:
+        """The revision of the last complete snapshot of `scope` acted on (0: none)."""
+        ...
+
+    def set_snapshot_revision(self, scope: str, revision: int) -> None:
+        """Record that the snapshot of `scope` at `revision` was acted on (never moves back)."""
+        ...
 
     def workloads_on_node(self, node: str) -> list[str]: ...
 

@@ -44,6 +44,7 @@ from muster.core import (
     Requeue,
     RunAdmission,
     Settings,
+    SnapshotPart,
     StartTimer,
     StopTimer,
     Workload,
@@ -53,6 +54,7 @@ from muster.core import (
     pod_update,
     reassess,
 )
+from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
     Bus,
@@ -169,8 +171,10 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ events
 
-    def handle(self, event: Event) -> list[Outcome]:
+    def handle(self, event: Event | SnapshotPart) -> list[Outcome]:
         """Apply one event; a node event goes to every workload with pods on that node."""
+        if isinstance(event, SnapshotPart):
+            return self.reconcile(event)
         if isinstance(event, NodeObserved) and not event.workload:
             keys = self.store.workloads_on_node(event.node)
             if not keys:
@@ -213,15 +217,22 @@ class ControlPlane:
         after = decision.workload
         assert after is not None
         self._count_outcome(Outcome.APPLIED)
-        evicted = before is not None and _is_eviction(before, after)
-        epoch = (snap.epoch + 1 if evicted else snap.epoch) if snap else 0
-        writes = _pod_writes(snap, after, evicted)
-        delta = 0 if evicted or before is None else after.ready_pods - before.ready_pods
+        # A new object under the key: its pods are its own (the store keeps pods per
+        # incarnation), and the old incarnation's pods expire.
+        reborn = before is not None and bool(before.uid) and after.uid != before.uid
+        evicted = before is not None and not reborn and _is_eviction(before, after)
+        epoch = (snap.epoch + 1 if evicted or reborn else snap.epoch) if snap else 0
+        writes = [] if reborn else _pod_writes(snap, after, evicted)
+        delta = 0 if evicted or reborn or before is None else after.ready_pods - before.ready_pods
         effects = decision.effects
         if snap is None or writes or _state(before) != _state(after) or _needs_outbox(effects):
             version = self.store.write_workload(
                 snap, after, epoch, effects, now, pods=writes, ready_delta=delta
             )
+            ended = before is not None and before.phase is not Phase.FINISHED
+            if snap is not None and (reborn or (ended and after.phase is Phase.FINISHED)):
+                # Everything a finished incarnation owns expires with it.
+                self.store.expire_pods(key, list(snap.pod_revs), now)
             self._carry_out(after, version, effects)
             if writes or (before is not None and before.phase is not after.phase):
                 self._check_readiness(key, settings, now)
@@ -242,7 +253,10 @@ class ControlPlane:
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
         if light.outbox or light.workload.kind is Kind.POD_GROUP:
             return None
-        outcome, pod, note = pod_update(light.pod, event)
+        w = light.workload
+        outcome, pod, note = pod_update(
+            light.pod, event, born=w.born_seq, listed=(w.listed_seq, w.listed)
+        )
         if outcome is not Outcome.APPLIED:
             self._count_outcome(outcome, key, "PodObserved", note)
             if outcome is Outcome.DUPLICATE:
@@ -251,7 +265,13 @@ class ControlPlane:
                 self._check_readiness(key, self.settings(), self.clock())
             return outcome
         delta = _counts(pod) - _counts(light.pod)
-        self.store.write_pod(key, PodWrite(event.pod, pod, light.rev), light.epoch, delta)
+        now = self.clock()
+        owner = light.workload.uid
+        self.store.write_pod(
+            key, PodWrite(event.pod, pod, light.rev, owner), light.epoch, delta, now
+        )
+        if light.workload.phase is Phase.FINISHED:
+            self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
         if delta:
             self._check_readiness(key, self.settings(), self.clock())
@@ -295,8 +315,8 @@ class ControlPlane:
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
             self._carry_out(decision.workload, version, decision.effects)
-            # A pod written between our read and our commit saw the old phase and left
-            # it to us: read the count back after our own write, as every writer does.
+            # A pod written meanwhile does not move the workload's version: read the
+            # count back after this write too, as every other writer does.
             self._check_readiness(current.workload.key, settings, now)
             return
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
@@ -318,6 +338,37 @@ class ControlPlane:
             self._carry_out(snap.workload, snap.version, snap.outbox)
             snap = self.store.load(key)
         return snap
+
+    # ------------------------------------------------------------------ reconciliation
+
+    def reconcile(self, part: SnapshotPart) -> list[Outcome]:
+        """Keep a part of a cluster listing; once the listing is complete, act on it.
+
+        What a complete listing lacks is gone: each known workload (of the listed
+        kind) or pod it does not show becomes a deletion at the listing's revision,
+        applied like any other event, so whatever changed after the listing stays.
+        A partial listing, or one not newer than the last acted on, changes nothing.
+        """
+        parts = self.store.put_snapshot_part(part, self.clock())
+        listing = complete(parts or ())
+        if listing is None:
+            return [Outcome.IGNORED]
+        if listing.revision <= self.store.snapshot_revision(listing.scope):
+            self._count_outcome(Outcome.STALE, "", "SnapshotPart", "an older listing")
+            return [Outcome.STALE]
+        outcomes: list[Outcome] = []
+        for phase in Phase:
+            if phase is Phase.FINISHED:
+                continue
+            for w in self.store.by_phase(phase.value):
+                for event in gone(w, listing):
+                    log.info(
+                        "gone from the cluster's listing",
+                        extra={"workload": w.key, "event": type(event).__name__},
+                    )
+                    outcomes.extend(self.handle(event))
+        self.store.set_snapshot_revision(listing.scope, listing.revision)
+        return outcomes or [Outcome.APPLIED]
 
     # ------------------------------------------------------------------ admission
 
@@ -485,7 +536,8 @@ class ControlPlane:
                     self.store.clear_outbox(w.key, version)
         if gone and w.phase is not Phase.FINISHED:
             log.info("workload deleted from the cluster", extra={"workload": w.key})
-            self._handle_one(WorkloadFinished(w.key, Reason.DELETED))
+            # This incarnation is gone; should a newer one be known by now, it stays.
+            self._handle_one(WorkloadFinished(w.key, Reason.DELETED, uid=w.uid))
 
     def _effect_failed(self, key: str, version: int, effect: str, exc: Exception) -> None:
         error = clip_utf8(f"{effect}: {type(exc).__name__}: {exc}", ERROR_BYTES)
@@ -644,10 +696,10 @@ def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[P
             continue
         if evicted and old is not None and pod == replace(old, retired=True, ready=False):
             continue
-        writes.append(PodWrite(name, pod, revs.get(name)))
+        writes.append(PodWrite(name, pod, revs.get(name), after.uid))
     for name in before:
         if name not in after.pods:
-            writes.append(PodWrite(name, None, revs.get(name)))
+            writes.append(PodWrite(name, None, revs.get(name), after.uid))
     return writes
 
 

@@ -1,0 +1,90 @@
+"""Reconciliation: what a complete listing of the cluster says is gone.
+
+Watches lose events (an agent gap, a lost message, a rollout), so the agent also
+sends what the cluster holds: after every list of a resource, the workload keys
+of that kind with their uids, or every workload's pods with theirs, stamped with
+the list's revision. Here a complete listing becomes ordinary events: a deletion
+of each known workload or pod the listing lacks (or holds under another uid), at
+the listing's revision. The core's ordering rules then do the rest: anything that
+changed after the listing was taken has a higher `seq` and stays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from muster.core.model import (
+    Event,
+    Kind,
+    Phase,
+    PodsListed,
+    Reason,
+    Workload,
+    WorkloadFinished,
+)
+
+POD_SCOPE = "Pod"
+WORKLOAD_SCOPES = tuple(k.value for k in Kind if k is not Kind.POD_GROUP)
+SCOPES = (*WORKLOAD_SCOPES, POD_SCOPE)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPart:
+    """Part `part` of `parts` of one listing (`snapshot` names it) of `scope` at `revision`.
+
+    `scope` is a workload kind (`workloads`: key -> uid) or `Pod` (`pods`:
+    workload key -> pod name -> uid). A listing is acted on only once every part
+    of it has arrived.
+    """
+
+    snapshot: str
+    part: int
+    parts: int
+    scope: str
+    revision: int
+    workloads: Mapping[str, str] = field(default_factory=dict)
+    pods: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+
+def complete(parts: Iterable[SnapshotPart]) -> SnapshotPart | None:
+    """The whole listing if every part is there (and they agree), else None."""
+    found = {p.part: p for p in parts}
+    if not found:
+        return None
+    first = next(iter(found.values()))
+    if set(found) != set(range(1, first.parts + 1)):
+        return None
+    if any(
+        (p.snapshot, p.parts, p.scope, p.revision)
+        != (first.snapshot, first.parts, first.scope, first.revision)
+        for p in found.values()
+    ):
+        return None
+    workloads: dict[str, str] = {}
+    pods: dict[str, dict[str, str]] = {}
+    for number in sorted(found):
+        workloads.update(found[number].workloads)
+        for key, members in found[number].pods.items():
+            pods.setdefault(key, {}).update(members)
+    return SnapshotPart(first.snapshot, 1, 1, first.scope, first.revision, workloads, pods)
+
+
+def gone(w: Workload, listing: SnapshotPart) -> list[Event]:
+    """What a complete `listing` tells workload `w`.
+
+    For pods: the listing itself (`PodsListed`), which deletes the pods it lacks
+    and makes any older event of a pod it lacks stale. For a workload kind: the
+    deletion of `w` if the listing lacks it (or holds another object under its name).
+    """
+    if w.phase is Phase.FINISHED:
+        return []
+    if listing.scope == POD_SCOPE:
+        return [PodsListed(w.key, listing.revision, dict(listing.pods.get(w.key, {})))]
+    if w.kind.value != listing.scope or not _absent(listing.workloads, w.key, w.uid):
+        return []
+    return [WorkloadFinished(w.key, Reason.DELETED, listing.revision, uid=w.uid)]
+
+
+def _absent(listed: Mapping[str, str], name: str, uid: str) -> bool:
+    return name not in listed or bool(uid and listed[name] and listed[name] != uid)

@@ -1,0 +1,555 @@
+"""The system under test: the real `ControlPlane` against the simulator's cluster model.
+
+`Truth` is the simulator's `SimulatedCluster` (nodes, job controllers, scheduler,
+kubelets) plus what it does not model: Job objects with uids (deleted, re-created
+under the same name) and node conditions that flap without losing pods. It is
+also the control plane's `ClusterActions`: admitting unsuspends the current
+object under a key, evicting suspends it. Every change it makes is an agent
+event stamped with one cluster-wide revision (as resourceVersion is), and a
+relist re-sends every object with the revision of its last change, followed by
+a `Cluster Snapshot` of Jobs and of pods.
+
+`build_plane` is the one place a `ControlPlane` is made, from ports passed in, so
+that fault-injecting wrappers around the ports can be handed in instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core import (
+    Admit,
+    DeadlineReached,
+    Event,
+    Evict,
+    Kind,
+    NodeObserved,
+    PodObserved,
+    Reason,
+    RequeueDue,
+    Settings,
+    SnapshotPart,
+    Timer,
+    WorkloadFinished,
+    WorkloadObserved,
+    parse_settings,
+)
+from muster.ports import ClusterActions, WorkloadGone
+from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
+from muster.runtime.ports import Bus, Messages, Metrics, Timers, WorkloadStore
+from muster.runtime.service import ControlPlane
+from muster.schema import (
+    AGENT_SOURCE,
+    CLUSTER_SNAPSHOT,
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    node_detail,
+    parse_agent_event,
+    pod_detail,
+    snapshot_details,
+    workload_detail,
+)
+from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
+
+from tests.faults.history import Action, History, generate
+from tests.faults.invariants import check_final, check_quota
+from tests.faults.perturb import NONE, Perturbation, Perturber
+
+SETTLE = 300.0  # after the horizon: no faults, everything delivered at once
+CLUSTER = "faults"
+
+
+def over_the_wire(event: Event | SnapshotPart) -> Event | SnapshotPart:
+    """The event as the agent builds it, as JSON on the bus, and as the ingest parses it."""
+    detail_type, detail = _agent_detail(event)
+    envelope = {"source": AGENT_SOURCE, "detail-type": detail_type, "detail": detail}
+    cluster, parsed = parse_agent_event(json.loads(json.dumps(envelope)))
+    assert cluster == CLUSTER
+    return parsed
+
+
+def _agent_detail(event: Event | SnapshotPart) -> tuple[str, dict[str, Any]]:
+    match event:
+        case WorkloadObserved():
+            return WORKLOAD_OBSERVED, workload_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                kind=event.kind,
+                queue=event.queue,
+                gang_size=event.gang_size,
+                seq=event.seq,
+                gpus=event.gpus,
+                uid=event.uid,
+            )
+        case WorkloadFinished():
+            return WORKLOAD_OBSERVED, workload_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                kind=Kind.JOB,
+                queue="default",
+                gang_size=1,
+                seq=event.seq,
+                status=event.reason.value,
+                uid=event.uid,
+            )
+        case PodObserved():
+            return POD_OBSERVED, pod_detail(
+                cluster=CLUSTER,
+                workload=event.workload,
+                pod=event.pod,
+                seq=event.seq,
+                uid=event.uid,
+                phase=event.phase,
+                ready=event.ready,
+                node=event.node,
+                deleted=event.deleted,
+            )
+        case NodeObserved():
+            return NODE_OBSERVED, node_detail(
+                cluster=CLUSTER, node=event.node, seq=event.seq, ready=event.ready
+            )
+        case SnapshotPart():
+            [detail] = snapshot_details(
+                cluster=CLUSTER,
+                scope=event.scope,
+                revision=event.revision,
+                snapshot=event.snapshot,
+                workloads=event.workloads,
+                pods=event.pods,
+            )
+            detail.update(part=event.part, parts=event.parts)
+            return CLUSTER_SNAPSHOT, detail
+    raise TypeError(f"not an agent event: {event!r}")
+
+
+def build_plane(
+    *,
+    store: WorkloadStore,
+    timers: Timers,
+    messages: Messages,
+    bus: Bus,
+    metrics: Metrics,
+    cluster: ClusterActions,
+    settings: Callable[[], Settings],
+    clock: Callable[[], float],
+) -> ControlPlane:
+    """The control plane under test, from its ports (wrap them to inject faults)."""
+    return ControlPlane(
+        store=store,
+        timers=timers,
+        messages=messages,
+        bus=bus,
+        metrics=metrics,
+        cluster=cluster,
+        settings=settings,
+        clock=clock,
+        draw=lambda: 0.0,
+        sleep=lambda seconds: None,
+        inline_admission=True,
+    )
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class Loop:
+    """Simulated time and what is due when."""
+
+    now: float = 0.0
+    queue: list[tuple[float, int, str, Any]] = field(default_factory=list)
+    order: itertools.count = field(default_factory=itertools.count)
+
+    def at(self, when: float, kind: str, payload: Any) -> None:
+        heapq.heappush(self.queue, (when, next(self.order), kind, payload))
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class LoopTimers:
+    """Step Functions timers: a started timer fires at its deadline unless stopped."""
+
+    loop: Loop
+    running: set[tuple[str, int, str, int, str]] = field(default_factory=set)
+
+    def start(self, workload: str, timer: Timer) -> None:
+        name = (workload, timer.attempt, timer.kind.value, timer.episode, timer.incarnation)
+        if name not in self.running:
+            self.running.add(name)
+            event = DeadlineReached(
+                workload, timer.attempt, timer.kind, timer.episode, timer.incarnation
+            )
+            self.loop.at(timer.deadline, "timer", (name, event))
+
+    def stop(self, workload: str, timer: Timer) -> None:
+        name = (workload, timer.attempt, timer.kind.value, timer.episode, timer.incarnation)
+        self.running.discard(name)
+
+
+@dataclass
+class LoopMessages:
+    """The requeue queue: delayed requeues, and admission requests."""
+
+    loop: Loop
+    pending: set[tuple[str, int]] = field(default_factory=set)
+
+    def requeue(self, workload: str, count: int, delay: float) -> None:
+        self.pending.add((workload, count))
+        self.loop.at(self.loop.now + delay, "requeue", RequeueDue(workload, count))
+
+    def request_admission(self, reason: str, workload: str | None) -> None:
+        self.loop.at(self.loop.now, "admission", workload)
+
+
+# --------------------------------------------------------------------------- the truth
+
+
+@dataclass
+class JobObject:
+    key: str
+    uid: str
+    sim: str  # the simulator's job name (one per object)
+    pods: int
+    gpus: int
+    seq: int = 0  # the revision of its last change (its creation: specs do not change here)
+    deleted: bool = False
+
+
+@dataclass
+class Truth:
+    """The cluster as it is; also the control plane's `ClusterActions`."""
+
+    history: History
+    loop: Loop
+    send: Callable[[Event | SnapshotPart], None]
+    sim: SimulatedCluster = field(init=False)
+    rev: int = 0
+    objects: dict[str, JobObject] = field(default_factory=dict)
+    by_sim: dict[str, JobObject] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodObserved] = field(default_factory=dict)
+    nodes: dict[str, NodeObserved] = field(default_factory=dict)
+    node_down: dict[str, int] = field(default_factory=dict)  # flapped node -> its NotReady rev
+    incarnations: int = 0
+    relists: int = 0
+
+    def __post_init__(self) -> None:
+        self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
+        for name in self.sim.node_names:
+            self.rev += 1
+            self.nodes[name] = NodeObserved(name, True, seq=self.rev)
+
+    # ------------------------------------------------------------------ what users do
+
+    def create(self, a: Action) -> None:
+        current = self.objects.get(a.job)
+        if current is not None and not current.deleted:
+            return  # `kubectl apply` of an existing Job: nothing new
+        self.incarnations += 1
+        obj = JobObject(
+            a.job,
+            f"{a.job}-o{self.incarnations}",
+            f"{a.job}~{self.incarnations}",
+            a.pods,
+            a.pods * a.gpus_per_pod,
+        )
+        self.sim.add_job(
+            JobSpec(obj.sim, a.pods, a.gpus_per_pod, a.startup, 1e12, never_ready=a.never_ready)
+        )
+        self.objects[a.job] = obj
+        self.by_sim[obj.sim] = obj
+        self.rev += 1
+        obj.seq = self.rev
+        self.send(self.workload_event(obj))
+
+    def delete(self, key: str) -> None:
+        obj = self.objects.get(key)
+        if obj is None or obj.deleted:
+            return
+        obj.deleted = True
+        self.rev += 1
+        self.send(WorkloadFinished(key, Reason.DELETED, self.rev, uid=obj.uid))
+        self.sim.suspend(obj.sim, self.loop.now)  # garbage collection of its pods
+        self.settle_sim()
+
+    def workload_event(self, obj: JobObject) -> WorkloadObserved:
+        return WorkloadObserved(
+            obj.key, "default", obj.pods, gpus=obj.gpus, kind=Kind.JOB, seq=obj.seq, uid=obj.uid
+        )
+
+    # ------------------------------------------------------------------ nodes
+
+    def node(self, name: str, *, ready: bool) -> None:
+        self.rev += 1
+        self.nodes[name] = NodeObserved(name, ready, seq=self.rev)
+        self.send(self.nodes[name])
+
+    def flap(self, name: str, *, down: bool) -> None:
+        if down == (name in self.node_down):
+            return
+        self.node(name, ready=not down)
+        if down:
+            self.node_down[name] = self.rev
+        else:
+            del self.node_down[name]
+
+    def fail(self, name: str) -> None:
+        if not self.sim.node_up(name):
+            return
+        self.node(name, ready=False)
+        self.sim.fail_node(name, self.loop.now)
+        self.settle_sim()
+
+    def repair(self, name: str) -> None:
+        if self.sim.node_up(name):
+            return
+        self.sim.repair_node(name, self.loop.now)
+        self.node(name, ready=name not in self.node_down)
+        self.settle_sim()
+
+    # ------------------------------------------------------------------ the simulator
+
+    def settle_sim(self) -> None:
+        """Controllers create pods, the scheduler binds; every change becomes an event."""
+        self.sim.reconcile()
+        self.sim.bind_pending(self.loop.now)
+        self.drain()
+
+    def drain(self) -> None:
+        for item in self.sim.outbox:
+            if isinstance(item, Wakeup):
+                self.loop.at(item.at, "wake", item)
+            else:
+                self.pod_change(item)
+        self.sim.outbox.clear()
+
+    def pod_change(self, change: PodChange) -> None:
+        obj = self.by_sim[change.workload]
+        name = f"{obj.key.split('/')[1]}-{change.pod.rsplit('-', 1)[1]}"
+        self.rev += 1
+        event = PodObserved(
+            obj.key,
+            name,
+            self.rev,
+            uid=change.uid,
+            phase=change.phase,
+            ready=change.ready,
+            node=change.node,
+            deleted=change.deleted,
+        )
+        if change.deleted:
+            current = self.pods.get((obj.key, name))
+            if current is not None and current.uid == change.uid:
+                del self.pods[(obj.key, name)]
+        else:
+            self.pods[(obj.key, name)] = event
+        self.send(event)
+
+    def wake(self, w: Wakeup) -> None:
+        if w.what == "ready":
+            self.sim.pod_ready(w.job, str(w.ref), self.loop.now)
+        else:
+            self.sim.complete(w.job, int(w.ref), self.loop.now)
+        self.settle_sim()
+
+    # ------------------------------------------------------------------ the agent's relist
+
+    def relist(self) -> None:
+        """Everything as it is, each with the revision of its last change, then snapshots."""
+        self.relists += 1
+        for obj in self.objects.values():
+            if not obj.deleted:
+                self.send(self.workload_event(obj))
+        for event in self.pods.values():
+            self.send(event)
+        for event in self.nodes.values():
+            self.send(event)
+        live = {k: o.uid for k, o in self.objects.items() if not o.deleted}
+        listed: dict[str, dict[str, str]] = {}
+        for (key, name), event in self.pods.items():
+            listed.setdefault(key, {})[name] = event.uid
+        tag = f"{self.relists}"
+        self.send(SnapshotPart(f"jobs.{tag}", 1, 1, "Job", self.rev, live))
+        # Pods in two parts, so that a lost or late part keeps the listing incomplete.
+        keys = sorted(listed)
+        halves = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]
+        for number, half in enumerate(halves, start=1):
+            part = {k: listed[k] for k in half}
+            self.send(SnapshotPart(f"pods.{tag}", number, 2, "Pod", self.rev, {}, part))
+
+    # ------------------------------------------------------------------ ClusterActions
+
+    def _current(self, key: str, uid: str = "") -> JobObject:
+        """The object under `key`; as the Kubernetes adapter does, refuse another object."""
+        obj = self.objects.get(key)
+        if obj is None or obj.deleted or (uid and obj.uid != uid):
+            raise WorkloadGone(key)
+        return obj
+
+    def admit(self, effect: Admit) -> None:
+        obj = self._current(effect.workload, effect.uid)
+        self.sim.unsuspend(obj.sim)
+        self.settle_sim()
+
+    def evict(self, effect: Evict) -> None:
+        obj = self._current(effect.workload, effect.uid)
+        self.sim.suspend(obj.sim, self.loop.now)
+        self.settle_sim()
+
+    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
+        self._current(workload)
+
+    # ------------------------------------------------------------------ what the truth says
+
+    def ready(self, event: PodObserved) -> bool:
+        """The newest word wins: the pod's report, or its node's later NotReady."""
+        if not event.ready:
+            return False
+        down = self.node_down.get(event.node or "")
+        return down is None or event.seq > down
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclass
+class Outcome:
+    seed: int
+    events: int = 0  # agent events delivered to the control plane
+    divergences: list[str] = field(default_factory=list)
+    faults: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.divergences)
+
+
+def run_history(
+    seed: int,
+    *,
+    perturbation: Perturbation | None = None,
+    history: History | None = None,
+    store: MemoryStore | None = None,
+    wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    wire: bool = False,
+) -> Outcome:
+    """Play one random history through the control plane; compare its view with the truth.
+
+    `wrap_ports` receives the ports (`store`, `timers`, `messages`, `bus`, `metrics`,
+    `cluster`) and returns those to build the control plane with: fault-injecting
+    wrappers go there. The invariants read the unwrapped store and timers. With
+    `wire`, every agent event goes through the schema's builders, JSON and parser.
+    """
+    history = history or generate(seed)
+    rng = random.Random(seed * 7919 + 1)
+    loop = Loop()
+    perturber = Perturber(rng, perturbation or Perturbation())
+    perturber.gaps = [(a.at, a.until) for a in history.actions if a.what == "gap"]
+    outcome = Outcome(seed)
+    settling = False
+
+    def send(event: Event | SnapshotPart) -> None:
+        times = [loop.now] if settling else perturber.deliveries(loop.now)
+        for when in times:
+            loop.at(when, "deliver", over_the_wire(event) if wire else event)
+
+    truth = Truth(history, loop, send)
+    store = store or MemoryStore()
+    timers = LoopTimers(loop)
+    messages = LoopMessages(loop)
+    settings = parse_settings(
+        {
+            "timeout": "60s",
+            # Every third history keeps a gang that lost a pod waiting instead of
+            # evicting it, so that a wrong readiness is not healed by an eviction.
+            "recoveryTimeout": "0s" if seed % 3 == 0 else "60s",
+            "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 60},
+            "gpuQuota": history.nodes * history.gpus_per_node,
+        }
+    )
+    ports: dict[str, Any] = {
+        "store": store,
+        "timers": timers,
+        "messages": messages,
+        "bus": MemoryBus(),
+        "metrics": MemoryMetrics(),
+        "cluster": truth,
+    }
+    if wrap_ports is not None:
+        ports = wrap_ports(ports)
+    plane = build_plane(**ports, settings=lambda: settings, clock=loop)
+    for action in history.actions:
+        loop.at(action.at, "action", action)
+    loop.at(history.horizon, "horizon", None)
+    end = history.horizon + SETTLE
+    while loop.queue and loop.queue[0][0] <= end:
+        when, _, kind, payload = heapq.heappop(loop.queue)
+        loop.now = max(loop.now, when)
+        if kind == "action":
+            _act(truth, payload)
+        elif kind == "wake":
+            truth.wake(payload)
+        elif kind == "deliver":
+            outcome.events += 1
+            plane.handle(payload)
+        elif kind == "timer":
+            name, event = payload
+            if name in timers.running:
+                timers.running.discard(name)
+                plane.handle(event)
+        elif kind == "requeue":
+            messages.pending.discard((payload.workload, payload.count))
+            plane.handle(payload)
+        elif kind == "admission":
+            pass
+        elif kind == "horizon":
+            settling = True
+            perturber.settings = NONE
+            truth.relist()
+        _admit(plane, store, settings, outcome)
+    outcome.faults = dict(perturber.stats)
+    outcome.divergences.extend(
+        check_final(store, truth, timers.running, messages.pending, settings, loop.now)
+    )
+    return outcome
+
+
+def _act(truth: Truth, a: Action) -> None:
+    match a.what:
+        case "create":
+            truth.create(a)
+        case "delete":
+            truth.delete(a.job)
+        case "fail":
+            truth.fail(a.node)
+        case "repair":
+            truth.repair(a.node)
+        case "flap":
+            truth.flap(a.node, down=True)
+        case "unflap":
+            truth.flap(a.node, down=False)
+        case "resync":
+            truth.relist()
+        case "gap":
+            pass  # the perturber drops what is sent in the gap
+    if a.what == "gap":
+        truth.loop.at(a.until, "action", Action(a.until, "resync"))  # the new agent lists
+
+
+def _admit(plane: ControlPlane, store: MemoryStore, settings: Settings, outcome: Outcome) -> None:
+    for _ in range(20):
+        wanted, hints = plane.take_admission_request()
+        if not wanted:
+            break
+        plane.admission_pass(hints)
+    problem = check_quota(store, settings)
+    if problem and problem not in outcome.divergences:
+        outcome.divergences.append(problem)

@@ -1,0 +1,88 @@
+"""Random cluster histories: what users and the cluster do to Jobs and nodes, and when.
+
+A history is a list of timed actions on a small cluster. It says nothing of
+Muster: the driver plays it against the simulator's cluster model (the truth)
+while the control plane admits and evicts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """`create` / `delete` / `recreate` a Job (`job`), `fail` / `repair` / `flap` a node,
+    `gap` (no agent runs until `until`), `resync` (the agent relists)."""
+
+    at: float
+    what: str
+    job: str = ""
+    node: str = ""
+    pods: int = 0
+    gpus_per_pod: int = 0
+    startup: float = 0.0
+    never_ready: bool = False
+    until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    seed: int
+    nodes: int
+    gpus_per_node: int
+    horizon: float  # the perturbed part ends here; then the agent relists and all settles
+    actions: tuple[Action, ...] = field(default_factory=tuple)
+
+
+def generate(seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0) -> History:
+    """A history of `jobs` Jobs on `nodes` nodes of 4 GPUs within `horizon` seconds."""
+    rng = random.Random(seed)
+    actions: list[Action] = []
+    names = [f"ml/job{i}" for i in range(jobs)]
+    for name in names:
+        actions.append(_create(rng, name, rng.uniform(0, horizon * 0.3), "create"))
+    node_names = [f"node-{i}" for i in range(nodes)]
+    for _ in range(rng.randint(2, 10)):
+        kind = rng.choice(("delete", "recreate", "recreate", "fail", "flap", "flap"))
+        at = rng.uniform(horizon * 0.1, horizon * 0.9)
+        if kind == "delete":
+            actions.append(Action(at, "delete", job=rng.choice(names)))
+        elif kind == "recreate":
+            job = rng.choice(names)
+            actions.append(Action(at, "delete", job=job))
+            actions.append(_create(rng, job, at + rng.choice((0.0, 0.5, 5.0, 30.0)), "create"))
+        elif kind == "fail":
+            node = rng.choice(node_names)
+            actions.append(Action(at, "fail", node=node))
+            actions.append(Action(at + rng.uniform(5, 120), "repair", node=node))
+        else:
+            node = rng.choice(node_names)
+            actions.append(Action(at, "flap", node=node))
+            actions.append(Action(at + rng.uniform(1, 40), "unflap", node=node))
+    for _ in range(rng.randint(0, 3)):
+        start = rng.uniform(0, horizon * 0.8)
+        until = start + rng.uniform(5, 90)
+        actions.append(Action(start, "gap", until=until))
+        if rng.random() < 0.7:  # a deletion no watch will report
+            job = rng.choice(names)
+            actions.append(Action(rng.uniform(start, until), "delete", job=job))
+            if rng.random() < 0.5:
+                actions.append(_create(rng, job, rng.uniform(start, until + 20), "create"))
+    for t in range(60, int(horizon), 120):
+        actions.append(Action(float(t), "resync"))
+    actions.sort(key=lambda a: a.at)
+    return History(seed, nodes, 4, horizon, tuple(actions))
+
+
+def _create(rng: random.Random, job: str, at: float, what: str) -> Action:
+    return Action(
+        at,
+        what,
+        job=job,
+        pods=rng.randint(1, 3),
+        gpus_per_pod=rng.choice((1, 2, 4)),
+        startup=rng.uniform(2, 40),
+        never_ready=rng.random() < 0.15,
+    )
