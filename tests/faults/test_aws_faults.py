@@ -118,3 +118,38 @@ def test_without_the_sweeper_lost_messages_leave_workloads_waiting_forever():
     report = run_harness(FaultPlan(seed=1, lose=0.2), workloads=40, seed=1, sweeper=False)
     waiting = [v for v in report.violations if v.startswith("waits forever")]
     assert waiting
+
+
+def _with_faults(plan: FaultPlan):
+    def wrap(ports: dict) -> dict:
+        wrapped = wrap_ports(
+            plan,
+            store=ports["store"],
+            timers=ports["timers"],
+            messages=ports["messages"],
+            bus=ports["bus"],
+            cluster=ports["cluster"],
+        )
+        return {
+            **ports,
+            "store": wrapped.store,
+            "timers": wrapped.timers,
+            "messages": wrapped.messages,
+            "bus": wrapped.bus,
+            "cluster": wrapped.cluster,
+        }
+
+    return wrap
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_the_history_harness_converges_with_write_conflicts_injected(seed: int):
+    # The cluster-truth harness drives the plane itself, with no redelivery of a
+    # failed message, so only the faults the plane absorbs on its own are plugged in
+    # there: lost races on every conditional write.
+    from tests.faults import run_history
+
+    plan = FaultPlan(seed=seed, conflict=0.2)
+    outcome = run_history(seed, wrap_ports=_with_faults(plan))
+    assert plan.injected["conflict"] > 0
+    assert outcome.divergences == []
