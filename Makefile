@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -26,6 +26,8 @@ help:
 	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
 	@echo "make bench-faults-aws  the AWS runtime under injected faults (crashes, conflicts, throttling, lost messages): invariants"
 	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
+	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
+	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -64,7 +66,15 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger
+# The layer's dependencies, resolved for the Lambda runtime (CPython 3.12, manylinux
+# x86_64) from [project].dependencies, with hashes. Run after changing them;
+# `make lock UPGRADE=1` also moves every pin to the newest allowed version.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes \
+		--python-version 3.12 --python-platform x86_64-manylinux2014 \
+		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
+
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -86,6 +96,9 @@ bench-faults-aws: $(STAMP)
 
 bench-ledger: $(STAMP)
 	$(BIN)/python benchmarks/ledger_10k.py
+
+bench-layer: $(STAMP)
+	$(BIN)/python benchmarks/layer.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

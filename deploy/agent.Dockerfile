@@ -6,7 +6,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/muster
 COPY pyproject.toml README.md ./
 COPY layers ./layers
-RUN pip install --no-compile . && rm -rf /root/.cache
+# The agent extra brings the official kubernetes client (its config loaders).
+RUN pip install --no-compile ".[agent]" && rm -rf /root/.cache
 
 USER 65532:65532
 ENTRYPOINT ["muster"]

@@ -50,9 +50,9 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
     every later run, this one included, must work offline.
     """
     from infra.app import cdk_json_context
-    from infra.layer import LayerBuilder, default_cache_dir, runtime_requirements
+    from infra.layer import default_builder
 
-    if not LayerBuilder(runtime_requirements(), default_cache_dir()).site_dir.is_dir():
+    if not default_builder().site_dir.is_dir():
         subprocess.run([sys.executable, "-c", _FILL_CACHE], cwd=REPO_ROOT, check=True)
     outdir = tmp_path_factory.mktemp("cdk.out")
     env = offline_env() | {"CDK_OUTDIR": str(outdir)}
@@ -70,10 +70,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
     yield Synthesized(assembly_dir=outdir, template=template, context=cdk_json_context())
 
 
-_FILL_CACHE = (
-    "from infra.layer import LayerBuilder, default_cache_dir, runtime_requirements; "
-    "LayerBuilder(runtime_requirements(), default_cache_dir()).dependencies()"
-)
+_FILL_CACHE = "from infra.layer import default_builder; default_builder().dependencies()"
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +82,10 @@ def template(synthesized: Synthesized) -> Any:
 
 def resources(template_doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template_doc["Resources"].items() if v["Type"] == kind}
+
+
+def layer_python(synthesized: Synthesized) -> Path:
+    """The synthesized layer asset's `python/` folder (what Lambda mounts at /opt/python)."""
+    assets = json.loads((synthesized.assembly_dir / "Muster.assets.json").read_text())["files"]
+    (layer,) = [a for a in assets.values() if a["displayName"].startswith("MusterLayer")]
+    return Path(synthesized.assembly_dir / layer["source"]["path"] / "python")

@@ -1,6 +1,6 @@
 """A Kubernetes API served over real HTTP by kmock's emulator, for the sync client.
 
-kmock is asyncio-based and the kubernetes client is synchronous, so the emulator
+kmock is asyncio-based and Muster's Kubernetes client is synchronous, so the emulator
 runs on its own event loop in a background thread; tests stay plain functions.
 """
 

@@ -637,8 +637,8 @@ def test_a_deleted_job_takes_its_pods_out_of_the_agents_memory(
 def test_a_missing_crd_is_reported_once_and_checked_slowly(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from kubernetes.client import ApiException
     from muster.kube.conventions import JOBSET_RESOURCE
+    from muster.kube.http import ApiException
 
     class NoJobSets(ScriptedSource):
         def list(self, resource: Any, label_selector: str | None) -> Any:

@@ -105,10 +105,16 @@ def test_for_cluster_authenticates_with_a_fresh_bearer_token(aws: boto3.Session)
     ]
     eks.create_cluster(name="auth-test", roleArn=role, resourcesVpcConfig={})
     actions = adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws)
-    config = actions.api.api_client.configuration
-    header = config.auth_settings()["BearerToken"]["value"]
-    assert header.startswith("Bearer " + TOKEN_PREFIX)
-    assert config.host == eks.describe_cluster(name="auth-test")["cluster"]["endpoint"]
+    header = actions.api.authorization()
+    assert header is not None and header.startswith("Bearer " + TOKEN_PREFIX)
+    described = eks.describe_cluster(name="auth-test")["cluster"]
+    assert actions.api.host == described["endpoint"].rstrip("/")
+    # TLS is verified against the cluster's own CA, from DescribeCluster
+    assert actions.api.ca_file is not None
+    with open(actions.api.ca_file, "rb") as f:
+        assert f.read() == base64.b64decode(described["certificateAuthority"]["data"])
+    assert actions.api.pool.connection_pool_kw["cert_reqs"] == "CERT_REQUIRED"
+    assert actions.api.pool.connection_pool_kw["ca_certs"] == actions.api.ca_file
     # cached per cluster for the process (a warm Lambda reuses it)
     assert (
         adapter.for_cluster("auth-test", records=no_record, region=REGION, session=aws) is actions
@@ -124,4 +130,4 @@ def test_from_environment_can_point_at_an_api_server_directly() -> None:
     actions = adapter.from_environment(
         {"MUSTER_KUBE_HOST": "http://127.0.0.1:8001/"}, records=no_record
     )
-    assert actions.api.api_client.configuration.host == "http://127.0.0.1:8001"
+    assert actions.api.host == "http://127.0.0.1:8001"

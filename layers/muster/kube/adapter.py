@@ -51,7 +51,7 @@ from muster.kube.conventions import (
     split_key,
 )
 from muster.kube.events import describe, event_body
-from muster.kube.http import ApiException, KubeApi
+from muster.kube.http import ApiException, KubeApi, bearer
 from muster.ports import WorkloadGone
 
 log = logging.getLogger("muster.kube")
@@ -383,7 +383,6 @@ def for_cluster(
     reuses its connection pool and token; `records` is the fencing authority.
     """
     import boto3
-    from kubernetes import client as k8s
 
     from muster.kube.auth import TokenCache, describe_cluster, eks_token
 
@@ -398,16 +397,12 @@ def for_cluster(
             return _CACHE[key]
         endpoint = describe_cluster(eks_client or session.client("eks", region_name=region), name)
         tokens = TokenCache(lambda: eks_token(session, name, region), clock=clock)
-        config = k8s.Configuration(host=endpoint.endpoint)
-        config.ssl_ca_cert = endpoint.ca_file
-        config.api_key_prefix["BearerToken"] = "Bearer"
-
-        def refresh(cfg: k8s.Configuration) -> None:
-            cfg.api_key["BearerToken"] = tokens.token()
-
-        config.refresh_api_key_hook = refresh  # type: ignore[assignment]
-        refresh(config)  # the client only asks for a key it already has
-        adapter = KubernetesCluster(KubeApi(k8s.ApiClient(config)), records=records)
+        # TLS is verified against the cluster's own CA (DescribeCluster's
+        # certificateAuthority), hostname included: see `muster.kube.http`.
+        api = KubeApi(
+            endpoint.endpoint, authorization=bearer(tokens.token), ca_file=endpoint.ca_file
+        )
+        adapter = KubernetesCluster(api, records=records)
         _CACHE[key] = adapter
         return adapter
 

@@ -11,9 +11,12 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from muster.core.durations import DurationError, parse_duration
+
+if TYPE_CHECKING:
+    from muster.kube.http import KubeApi
 
 
 def register(subparsers: Any) -> None:
@@ -90,6 +93,34 @@ class PrintSender:
             print(json.dumps({"detail-type": e.detail_type, "detail": e.detail}), flush=True)
 
 
+def agent_api(kubeconfig: str | None) -> KubeApi:
+    """The agent's API client: its credentials as the kubernetes client loads them.
+
+    The official client (the `agent` extra) reads the in-cluster service account
+    or a kubeconfig, with its refreshing tokens and exec plugins; requests then go
+    through Muster's own `KubeApi`, like the control plane's.
+    """
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from muster.kube.http import KubeApi
+
+    configuration = k8s.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    return KubeApi(
+        configuration.host,
+        # The loaders store the whole header value ("Bearer ..."), refreshed by their hook.
+        authorization=lambda: configuration.get_api_key_with_prefix("BearerToken"),
+        ca_file=configuration.ssl_ca_cert,
+        cert_file=configuration.cert_file,
+        key_file=configuration.key_file,
+        verify=configuration.verify_ssl,
+    )
+
+
 def run_agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not args.cluster:
@@ -102,22 +133,13 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"muster agent: {exc}", file=sys.stderr)
         return 2
 
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-
     from muster.kube.agent import Agent
-    from muster.kube.http import KubeApi
     from muster.kube.leader import LeaseElector
     from muster.kube.runner import AgentRunner
     from muster.kube.sender import EventBridgeSender, Outbox
     from muster.kube.watch import KubeWatchSource
 
-    configuration = k8s.Configuration()
-    if args.kubeconfig:
-        k8s_config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    api = KubeApi(k8s.ApiClient(configuration))
+    api = agent_api(args.kubeconfig)
 
     sender: Any
     if args.print_only:

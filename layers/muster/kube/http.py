@@ -1,47 +1,103 @@
-"""JSON over the official kubernetes client's HTTP stack (auth, TLS, connection pool).
+"""JSON over HTTPS to the Kubernetes API, on urllib3 (which botocore already brings).
 
 Muster works on plain JSON for every kind (Job, JobSet, PyTorchJob, pods, nodes,
-leases), so it uses `kubernetes.client.ApiClient` for transport and leaves the
-generated model classes aside: one code path for built-in and custom resources,
-and patch bodies that are exactly what goes on the wire.
+leases, Events), so a small client is all it needs: one code path for built-in
+and custom resources, patch bodies exactly as they go on the wire, and nothing
+to import on a Lambda's cold start but urllib3.
+
+TLS: with `ca_file` (the cluster's CA from `eks:DescribeCluster`) every HTTPS
+connection is verified against that CA alone, not the system store, and the
+server's certificate must name the API endpoint's host (urllib3's
+`cert_reqs="CERT_REQUIRED"` with `ca_certs`, and its hostname check, which is on
+whenever verification is). Without `ca_file` the system's trust store verifies
+the server; only `verify=False`, which nothing in the control plane passes,
+turns verification off.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
-from kubernetes import client as k8s
+import urllib3
 
 MERGE_PATCH = "application/merge-patch+json"
 
-ApiException = k8s.ApiException
+Authorization = Callable[[], str | None]
+"""The `Authorization` header's value for the next request (None: none sent)."""
 
 
-class KubeApi:
-    """A small JSON client for the Kubernetes API; raises `ApiException` on non-2xx."""
+class ApiException(Exception):
+    """The API server answered outside 2xx: its status, reason and body (a Status)."""
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        status: int = 0,
+        reason: str | None = None,
+        body: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(f"({status}) {reason}" + (f": {body}" if body else ""))
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.headers = dict(headers or {})
+
+
+def bearer(token: str | Callable[[], str] | None) -> Authorization:
+    """An `Authorization` source from a token or a token source (a `TokenCache.token`)."""
+    if token is None:
+        return lambda: None
+    if isinstance(token, str):
+        header = f"Bearer {token}"
+        return lambda: header
+    source = token
+    return lambda: f"Bearer {source()}"
+
+
+class KubeApi:
+    """A small JSON client for the Kubernetes API; raises `ApiException` on non-2xx.
+
+    It never retries on its own: urllib3's retries are off, so a refused
+    connection or a timeout reaches the caller at once, and the one retry policy
+    is the caller's (the adapter's bounded backoff, the agent's reflector).
+    """
+
+    def __init__(
+        self,
+        host: str,
         *,
+        authorization: Authorization = lambda: None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        verify: bool = True,
         request_timeout: float = 10.0,
         watch_grace: float = 30.0,
+        maxsize: int = 8,
     ) -> None:
-        self.api_client = api_client
+        self.host = host.rstrip("/")
+        self.authorization = authorization
+        self.ca_file = ca_file
         self.request_timeout = request_timeout
         # How long past its server-side timeout a quiet watch may stay open.
         self.watch_grace = watch_grace
+        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED" if verify else "CERT_NONE"}
+        if verify and ca_file:
+            tls["ca_certs"] = ca_file  # the cluster's own CA, and nothing else
+        if cert_file:
+            tls["cert_file"] = cert_file
+            tls["key_file"] = key_file
+        self.pool = urllib3.PoolManager(maxsize=maxsize, retries=False, **tls)
 
     @classmethod
-    def for_host(cls, host: str, *, token: str | None = None, **kwargs: Any) -> KubeApi:
+    def for_host(
+        cls, host: str, *, token: str | Callable[[], str] | None = None, **kwargs: Any
+    ) -> KubeApi:
         """A client for an API server at `host` (tests, port-forwards)."""
-        config = k8s.Configuration(host=host.rstrip("/"))
-        if token:
-            config.api_key["BearerToken"] = token
-            config.api_key_prefix["BearerToken"] = "Bearer"
-        return cls(k8s.ApiClient(config), **kwargs)
+        return cls(host, authorization=bearer(token), **kwargs)
 
     def _send(
         self,
@@ -52,34 +108,36 @@ class KubeApi:
         body: Any = None,
         content_type: str | None = None,
         timeout: float | tuple[float, float] | None = None,
-    ) -> Any:
+        stream: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        method, url, headers, body, _ = self.api_client.param_serialize(
-            method,
-            path,
-            query_params=list(query) or None,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api_client.call_api(
+        authorization = self.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        url = self.host + path
+        if query:
+            url += "?" + urlencode([(k, _query_value(v)) for k, v in query])
+        seconds = timeout if timeout is not None else self.request_timeout
+        connect, read = seconds if isinstance(seconds, tuple) else (seconds, seconds)
+        response = self.pool.request(
             method,
             url,
-            header_params=headers,
-            body=body,
-            _request_timeout=timeout if timeout is not None else self.request_timeout,
+            body=json.dumps(body).encode() if body is not None else None,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=connect, read=read),
+            preload_content=not stream,
+            redirect=False,
         )
         if not 200 <= response.status <= 299:
-            response.read()
             data = response.data.decode("utf-8", "replace") if response.data else None
-            raise ApiException.from_response(http_resp=response, body=data, data=None)
+            response.release_conn()
+            raise ApiException(response.status, response.reason, data, response.headers)
         return response
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._send(method, path, **kwargs)
-        raw = response.read()
+        raw = self._send(method, path, **kwargs).data
         return json.loads(raw) if raw else {}
 
     def get(self, path: str) -> dict[str, Any]:
@@ -122,11 +180,11 @@ class KubeApi:
             path,
             query=query,
             timeout=(self.request_timeout, timeout_seconds + self.watch_grace),
+            stream=True,
         )
-        raw = response.response
         try:
             buffer = b""
-            for chunk in raw.stream(amt=65536, decode_content=True):
+            for chunk in response.stream(amt=65536, decode_content=True):
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -135,4 +193,10 @@ class KubeApi:
             if buffer.strip():
                 yield json.loads(buffer)
         finally:
-            raw.release_conn()
+            response.release_conn()
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
