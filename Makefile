@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -24,6 +24,8 @@ help:
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
 	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
+	@echo "make bench-faults-aws  the AWS runtime under injected faults (crashes, conflicts, throttling, lost messages): invariants"
+	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
@@ -73,7 +75,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-layer bench-hold
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -89,6 +91,12 @@ bench-cost: venv
 
 bench-faults: $(STAMP)
 	$(BIN)/python benchmarks/faults.py
+
+bench-faults-aws: $(STAMP)
+	$(BIN)/python benchmarks/faults_aws.py
+
+bench-ledger: $(STAMP)
+	$(BIN)/python benchmarks/ledger_10k.py
 
 bench-layer: $(STAMP)
 	$(BIN)/python benchmarks/layer.py

@@ -47,6 +47,7 @@ class AlarmThresholds:
     timer_executions_failed: int = 1
     evictions_per_hour: int = 20
     deactivations_per_hour: int = 1
+    quarantined_workloads: int = 1
 
 
 _THRESHOLD_KEYS = {
@@ -59,6 +60,7 @@ _THRESHOLD_KEYS = {
     "timerExecutionsFailed": "timer_executions_failed",
     "evictionsPerHour": "evictions_per_hour",
     "deactivationsPerHour": "deactivations_per_hour",
+    "quarantinedWorkloads": "quarantined_workloads",
 }
 
 
@@ -79,6 +81,7 @@ class MusterConfig:
     agent_service_account: str = c.DEFAULT_AGENT_SERVICE_ACCOUNT
     history_ttl_days: int = 30
     log_level: str = "INFO"
+    sweep_minutes: int = c.DEFAULT_SWEEP_MINUTES
 
     @property
     def settings_json(self) -> str:
@@ -125,6 +128,11 @@ def load_config(get: Callable[[str], Any]) -> MusterConfig:
     level = (_string(get, c.CTX_LOG_LEVEL, "INFO") or "INFO").upper()
     if level not in LOG_LEVELS:
         raise ConfigError(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
+    sweep = _integer(get, c.CTX_SWEEP_MINUTES, c.DEFAULT_SWEEP_MINUTES)
+    if not 1 <= sweep <= 1440:
+        raise ConfigError(
+            f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}"
+        )
     ttl = _integer(get, c.CTX_HISTORY_TTL_DAYS, 30)
     if ttl < 1:
         raise ConfigError(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
@@ -148,6 +156,7 @@ def load_config(get: Callable[[str], Any]) -> MusterConfig:
         agent_service_account=account or c.DEFAULT_AGENT_SERVICE_ACCOUNT,
         history_ttl_days=ttl,
         log_level=level,
+        sweep_minutes=sweep,
     )
 
 

@@ -24,6 +24,7 @@ CTX_AGENT_NAMESPACE = "muster:agentNamespace"
 CTX_AGENT_SERVICE_ACCOUNT = "muster:agentServiceAccount"
 CTX_HISTORY_TTL_DAYS = "muster:historyTtlDays"
 CTX_LOG_LEVEL = "muster:logLevel"
+CTX_SWEEP_MINUTES = "muster:sweepMinutes"
 
 # ---------------------------------------------------------------- construct ids
 ID_EVENTS = "Events"
@@ -49,6 +50,10 @@ QUEUE_NAMES = (INGEST, TIMER, "requeue")
 REQUEUE = "requeue"
 # Which queue each function consumes.
 FUNCTION_QUEUE = {INGEST: INGEST, TIMER: TIMER, ADMISSION: REQUEUE}
+# The sweeper consumes no queue: an EventBridge schedule runs it.
+SWEEPER = "sweeper"
+ID_SWEEP_SCHEDULE = "SweepSchedule"
+DEFAULT_SWEEP_MINUTES = 1
 HANDLER = "handler.handler"
 PYTHON_RUNTIME = "python3.12"
 PYTHON_VERSION = "3.12"
@@ -56,12 +61,17 @@ LAYER_PLATFORM = "manylinux2014_x86_64"
 
 # Function timeouts (seconds) and memory (MiB); each queue's visibility timeout is
 # VISIBILITY_FACTOR times its consumer's timeout, as AWS advises for SQS sources.
-FUNCTION_TIMEOUT_SECONDS = {INGEST: 30, TIMER: 30, ADMISSION: 60}
-FUNCTION_MEMORY_MB = {INGEST: 512, TIMER: 256, ADMISSION: 512}
+FUNCTION_TIMEOUT_SECONDS = {INGEST: 30, TIMER: 30, ADMISSION: 60, SWEEPER: 60}
+FUNCTION_MEMORY_MB = {INGEST: 512, TIMER: 256, ADMISSION: 512, SWEEPER: 256}
 VISIBILITY_FACTOR = 6
 MAX_RECEIVE_COUNT = 5
 BATCH_SIZE = {INGEST: 10, TIMER: 10, ADMISSION: 10}
-ADMISSION_RESERVED_CONCURRENCY = 1
+# At most this many admission functions poll the requeue queue at once, set on the
+# event source mapping (MaximumConcurrency) rather than as reserved concurrency, so
+# that throttled receives do not count towards the DLQ's maxReceiveCount. AWS's
+# minimum is 2: two passes may run at once, and the ledger's conditional writes
+# (every admission commits on the ledger's version) keep them from both admitting.
+ADMISSION_MAX_CONCURRENCY = 2
 DLQ_RETENTION_DAYS = 14
 
 # ---------------------------------------------------------------- event bus
@@ -98,6 +108,7 @@ ENV_TIMER_STATE_MACHINE_ARN = "MUSTER_TIMER_STATE_MACHINE_ARN"
 ENV_CLUSTER_NAME = "MUSTER_CLUSTER_NAME"
 ENV_SETTINGS = "MUSTER_SETTINGS"
 ENV_HISTORY_TTL_DAYS = "MUSTER_HISTORY_TTL_DAYS"
+ENV_TIMER_QUEUE_URL = "MUSTER_TIMER_QUEUE_URL"
 ENV_POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 ENV_POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_LOG_LEVEL = "LOG_LEVEL"
@@ -109,6 +120,7 @@ FUNCTION_ENVIRONMENT_KEYS = (
     ENV_CLUSTER_NAME,
     ENV_SETTINGS,
     ENV_HISTORY_TTL_DAYS,
+    ENV_TIMER_QUEUE_URL,
     ENV_POWERTOOLS_SERVICE_NAME,
     ENV_POWERTOOLS_METRICS_NAMESPACE,
     ENV_LOG_LEVEL,
@@ -123,6 +135,10 @@ METRIC_PODS_READY = "PodsReady"
 METRIC_ADMITTED_TO_READY = "AdmittedToReadySeconds"
 METRIC_INVALID_EVENTS = "InvalidEvents"
 METRIC_IGNORED_EVENTS = "IgnoredEvents"
+METRIC_QUARANTINED = "QuarantinedWorkloads"  # reported by the sweeper every run
+METRIC_QUARANTINES = "Quarantines"
+METRIC_EFFECT_FAILURES = "EffectFailures"
+METRIC_SWEEPER_RESENT = "SweeperResent"
 # Eviction (reason, cause) pairs counted by the eviction alarm: the readiness
 # timeouts, which are what a bad timeout or a starved cluster produces.
 TIMEOUT_EVICTIONS = (("PodsReadyTimeout", "WaitForStart"), ("PodsReadyTimeout", "WaitForRecovery"))
@@ -138,6 +154,7 @@ OUT_TIMER_STATE_MACHINE_ARN = "TimerStateMachineArn"
 OUT_AGENT_ROLE_ARN = "AgentRoleArn"
 OUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
 OUT_DASHBOARD_NAME = "DashboardName"
+OUT_SWEEPER_FUNCTION_NAME = "SweeperFunctionName"
 OUT_FUNCTION_ROLE_ARNS = {
     INGEST: "IngestFunctionRoleArn",
     TIMER: "TimerFunctionRoleArn",

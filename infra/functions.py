@@ -1,10 +1,12 @@
-"""The three control-plane functions, each behind its queue and with its own role.
+"""The control-plane functions, each with its own role: three behind their queues,
+and the sweeper on a schedule.
 
 Handlers are thin (`functions/<name>/handler.py`); every decision lives in the
-`muster` package of the layer. All three carry out the core's effects (write
-state, publish lifecycle events, start and stop timers, request requeues and
-admission passes, act on the cluster), so each role gets the same narrow set of
-named resources, plus consuming its own queue.
+`muster` package of the layer. The three queue consumers carry out the core's
+effects (write state, publish lifecycle events, start and stop timers, request
+requeues and admission passes, act on the cluster), so each role gets the same
+narrow set of named resources, plus consuming its own queue. The sweeper only
+reads the table and sends messages to the requeue and timer queues.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as event_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
@@ -63,6 +66,7 @@ class ControlPlaneFunctions(Construct):
             c.ENV_CLUSTER_NAME: config.cluster_name,
             c.ENV_SETTINGS: config.settings_json,
             c.ENV_HISTORY_TTL_DAYS: str(config.history_ttl_days),
+            c.ENV_TIMER_QUEUE_URL: wiring.queues[c.TIMER].queue_url,
             c.ENV_POWERTOOLS_SERVICE_NAME: c.SERVICE_NAME,
             c.ENV_POWERTOOLS_METRICS_NAMESPACE: c.METRICS_NAMESPACE,
             c.ENV_LOG_LEVEL: config.log_level,
@@ -71,9 +75,62 @@ class ControlPlaneFunctions(Construct):
         self.roles: dict[str, iam.Role] = {}
         for name in c.FUNCTION_NAMES:
             self.functions[name], self.roles[name] = self._function(name, environment, wiring)
+        self.sweeper, self.sweeper_role = self._sweeper(config, environment, wiring)
+
+    def _sweeper(
+        self, config: MusterConfig, environment: dict[str, str], wiring: FunctionWiring
+    ) -> tuple[lambda_.Function, iam.Role]:
+        """Every `sweepMinutes`, send again what a lost message should have moved on."""
+        function, role = self._lambda(
+            c.SWEEPER,
+            "Muster sweeper: resends requeues, deadlines and admission passes that were lost",
+            environment,
+            wiring,
+        )
+        events.Rule(
+            self,
+            c.ID_SWEEP_SCHEDULE,
+            description="Run the Muster sweeper",
+            schedule=events.Schedule.rate(Duration.minutes(config.sweep_minutes)),
+            targets=[event_targets.LambdaFunction(function, retry_attempts=0)],
+        )
+        table = wiring.table
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SweepReads",
+                actions=["dynamodb:GetItem", "dynamodb:Query"],  # the phase index, the record
+                resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="SendAgain",
+                actions=["sqs:SendMessage"],
+                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
+            )
+        )
+        return function, role
 
     def _function(
         self, name: str, environment: dict[str, str], wiring: FunctionWiring
+    ) -> tuple[lambda_.Function, iam.Role]:
+        function, role = self._lambda(
+            name, f"Muster {name}: consumes the {c.FUNCTION_QUEUE[name]} queue", environment, wiring
+        )
+        function.add_event_source(
+            sources.SqsEventSource(
+                wiring.queues[c.FUNCTION_QUEUE[name]],
+                batch_size=c.BATCH_SIZE[name],
+                report_batch_item_failures=True,
+                # Admission passes: as few at once as AWS allows (see the constant).
+                max_concurrency=c.ADMISSION_MAX_CONCURRENCY if name == c.ADMISSION else None,
+            )
+        )
+        self._grant_runtime_rights(role, wiring)
+        return function, role
+
+    def _lambda(
+        self, name: str, description: str, environment: dict[str, str], wiring: FunctionWiring
     ) -> tuple[lambda_.Function, iam.Role]:
         title = name.capitalize()
         role = iam.Role(
@@ -91,7 +148,7 @@ class ControlPlaneFunctions(Construct):
         function = lambda_.Function(
             self,
             title,
-            description=f"Muster {name}: consumes the {c.FUNCTION_QUEUE[name]} queue",
+            description=description,
             runtime=lambda_.Runtime.PYTHON_3_12,
             architecture=lambda_.Architecture.X86_64,
             handler=c.HANDLER,
@@ -105,20 +162,8 @@ class ControlPlaneFunctions(Construct):
             memory_size=c.FUNCTION_MEMORY_MB[name],
             tracing=lambda_.Tracing.ACTIVE,
             environment=environment,
-            # One admission pass at a time: passes read and write the queue index.
-            reserved_concurrent_executions=(
-                c.ADMISSION_RESERVED_CONCURRENCY if name == c.ADMISSION else None
-            ),
         )
         log_group.grant_write(role)
-        function.add_event_source(
-            sources.SqsEventSource(
-                wiring.queues[c.FUNCTION_QUEUE[name]],
-                batch_size=c.BATCH_SIZE[name],
-                report_batch_item_failures=True,
-            )
-        )
-        self._grant_runtime_rights(role, wiring)
         return function, role
 
     def _grant_runtime_rights(self, role: iam.Role, wiring: FunctionWiring) -> None:
@@ -156,7 +201,8 @@ class ControlPlaneFunctions(Construct):
             iam.PolicyStatement(
                 sid="SendRequeues",
                 actions=["sqs:SendMessage"],
-                resources=[wiring.queues[c.REQUEUE].queue_arn],
+                # the timer queue too: a timer signal that came early is re-armed
+                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
             )
         )
         role.add_to_policy(

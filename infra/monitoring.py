@@ -84,7 +84,7 @@ class Monitoring(Construct):
                 f"{title}Throttles",
                 function.metric_throttles(period=FIVE_MINUTES, statistic="Sum"),
                 self.thresholds.function_throttles,
-                f"The {name} function is throttled (account concurrency or its reserved concurrency).",
+                f"The {name} function is throttled (the account's concurrency).",
             )
         self._alarm(
             "TimerExecutionsFailed",
@@ -104,6 +104,14 @@ class Monitoring(Construct):
             self.thresholds.evictions_per_hour,
             f"More than {self.thresholds.evictions_per_hour} gangs per hour were evicted for not "
             "becoming ready in time: capacity is short or the timeout is too tight.",
+        )
+        self._alarm(
+            "WorkloadsQuarantined",
+            _muster_metric(c.METRIC_QUARANTINED, FIVE_MINUTES, statistic="Maximum"),
+            self.thresholds.quarantined_workloads,
+            "Workloads are quarantined: their effects kept failing (e.g. the API server refuses "
+            "them); nothing is done for them. `muster status` names them and the error; fix the "
+            "cause, then `muster release WORKLOAD`.",
         )
         self._alarm(
             "DeactivationsHigh",
@@ -277,6 +285,17 @@ class Monitoring(Construct):
                     state_machine.metric_failed(period=period, label="failed"),
                 ],
                 width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            cw.GraphWidget(
+                title="Isolation and the sweeper",
+                left=[
+                    _muster_metric(c.METRIC_QUARANTINED, period, statistic="Maximum"),
+                    _muster_metric(c.METRIC_QUARANTINES, period),
+                ],
+                right=[_muster_metric(c.METRIC_SWEEPER_RESENT, period)],
+                width=24,
             ),
         )
         # Alarms by name rather than `Fn::GetAtt Arn`, which some AWS emulators cannot resolve.

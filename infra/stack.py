@@ -132,7 +132,7 @@ class MusterStack(Stack):
             c.ID_MONITORING,
             config=config,
             queues=queues.by_name,
-            functions=functions.functions,
+            functions={**functions.functions, c.SWEEPER: functions.sweeper},
             state_machine=timers.state_machine,
             removal_policy=removal,
         )
@@ -159,6 +159,9 @@ class MusterStack(Stack):
             self._output(key, functions.roles[name].role_arn, f"Role of the {name} function")
         for name, key in c.OUT_FUNCTION_NAMES.items():
             self._output(key, functions.functions[name].function_name, f"The {name} function")
+        self._output(
+            c.OUT_SWEEPER_FUNCTION_NAME, functions.sweeper.function_name, "The sweeper function"
+        )
         self._output(c.OUT_ALARM_TOPIC_ARN, monitoring.topic.topic_arn, "Topic the alarms notify")
         self._output(
             c.OUT_DASHBOARD_NAME, monitoring.dashboard.dashboard_name, "CloudWatch dashboard"

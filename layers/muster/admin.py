@@ -243,6 +243,12 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
         ]
         totals = ["all", *(str(doc["counts"].get(p, 0)) for p in PHASE_ORDER)]
         lines += ["", *_table(["QUEUE", *PHASE_ORDER], [*counts, totals])]
+    for q in doc.get("quarantined") or []:
+        lines.append("")
+        lines.append(
+            f"QUARANTINED: {q['workload']} after {q['tries']} failed tries ({q['error']}); "
+            f"fix the cause, then: muster release {q['workload']}"
+        )
     admitted = doc.get("admitted") or []
     lines.append("")
     lines.append(
@@ -269,6 +275,8 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
 
 def _status_reason(w: Mapping[str, Any]) -> str:
     reason = w.get("reason") or ""
+    if w.get("quarantined"):
+        return f"Quarantined ({reason})" if reason else "Quarantined"
     if w["phase"] == Phase.REQUEUED.value and w.get("requeueAt"):
         reason = f"{reason} (back in queue at {_clock(w['requeueAt'])})".strip()
     elif w["phase"] in (Phase.ADMITTED.value, Phase.RECOVERING.value) and w.get("deadline"):
@@ -313,6 +321,16 @@ def format_describe(doc: Mapping[str, Any]) -> str:
         lines.append(f"  gpus       {doc['gpus']}")
     if doc.get("deadline"):
         lines.append(f"  deadline   {_time(doc['deadline'])}")
+    quarantine = doc.get("quarantine")
+    if quarantine:
+        lines += [
+            "",
+            f"QUARANTINED since {_time(quarantine['since'])} after {quarantine['tries']} failed "
+            "tries; nothing is done for it until it is released:",
+            f"  {quarantine['error']}",
+            "  effects waiting: " + (", ".join(doc.get("pendingEffects") or []) or "none"),
+            f"  fix the cause, then: muster release {doc['workload']}",
+        ]
     why = _last_eviction(doc["history"])
     if why:
         lines += ["", "Why it was last evicted:", *(f"  {line}" for line in why)]
@@ -352,6 +370,7 @@ def _last_eviction(history: Sequence[Mapping[str, Any]]) -> list[str]:
         lines = [
             f"{_time(entry['at'])}, attempt {d.get('attempt', '?')}: "
             f"{d.get('reason', '?')}{cause}"
+            + (f" (after a readiness timeout, {d['timedOut']})" if d.get("timedOut") else "")
             + (" (dry run: nothing evicted)" if d.get("dryRun") else "")
         ]
         if "readyPods" in d:
@@ -750,6 +769,12 @@ def reactivate_command(args: argparse.Namespace, out: TextIO) -> int:
     )
     plane.metrics = QuietMetrics()
     key = workload_key(plane.store, args.workload)
+    current = plane.store.load(key)
+    if current is not None and current.quarantine is not None:
+        raise AdminError(
+            f"{key} is quarantined ({current.quarantine.error}); fix the cause and "
+            f"`muster release {key}` first"
+        )
     outcomes = plane.handle(Reactivate(key))
     outcome = outcomes[0] if outcomes else Outcome.IGNORED
     if outcome is Outcome.APPLIED:
@@ -770,6 +795,25 @@ def reactivate_command(args: argparse.Namespace, out: TextIO) -> int:
     raise AdminError(
         f"{key} is {phase}, not Deactivated; only a Deactivated workload can be reactivated"
     )
+
+
+def release_command(args: argparse.Namespace, out: TextIO) -> int:
+    """Lift a quarantine once its cause is fixed; the admission function tries its effects again."""
+    deployment = _connect(args)
+    store = deployment.store()
+    key = workload_key(store, args.workload)
+    snap = store.load(key)
+    if snap is None:
+        raise AdminError(f"no workload {key} in cluster {deployment.config.cluster_name}")
+    if not store.release(key):
+        raise AdminError(f"{key} is not quarantined (phase {snap.workload.phase.value})")
+    deployment.messages().request_admission("released", key)
+    pending = ", ".join(type(e).__name__ for e in snap.outbox) or "none"
+    out.write(
+        f"{key} released; the admission function carries out its waiting effects "
+        f"({pending}) on its next pass, which was requested\n"
+    )
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- helpers
@@ -889,6 +933,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("workload", help="namespace/name")
     p.set_defaults(handler=_run(reactivate_command))
+
+    p = subparsers.add_parser(
+        "release",
+        parents=[target],
+        help="release a quarantined workload once the cause is fixed (its effects are tried again)",
+    )
+    p.add_argument("workload", help="namespace/name")
+    p.set_defaults(handler=_run(release_command))
 
 
 def _run(

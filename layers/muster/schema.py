@@ -24,6 +24,7 @@ from muster.core.model import (
     WorkloadObserved,
 )
 from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
+from muster.core.settings import MAX_DURATION_SECONDS
 
 SCHEMA_VERSION = 1
 AGENT_SOURCE = "muster.agent"
@@ -57,6 +58,63 @@ INT32 = (-(2**31), 2**31 - 1)
 
 class InvalidEvent(ValueError):
     """An event that does not follow the schema; retrying it cannot help."""
+
+
+# --------------------------------------------------------------------------- bounds
+# Kubernetes' own limits, checked at the edge so that nothing longer reaches a
+# DynamoDB key, an execution name or an API server path.
+NAMESPACE_BYTES = 63  # DNS-1123 label
+NAME_BYTES = 253  # DNS-1123 subdomain (workloads, pods, nodes)
+LABEL_VALUE_BYTES = 63  # the queue label, the node-health label
+UID_BYTES = 128
+REASON_BYTES = 128
+MESSAGE_BYTES = 512
+CLUSTER_BYTES = 100  # an EKS cluster name
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def clip_utf8(text: str, budget: int) -> str:
+    """`text` cut to at most `budget` UTF-8 bytes, never inside a character."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= budget:
+        return text
+    return data[:budget].decode("utf-8", errors="ignore")
+
+
+def check_name(value: str, field: str, *, label: bool = False) -> str:
+    """A Kubernetes object name (DNS-1123 subdomain, or label for a namespace)."""
+    limit, pattern, what = (
+        (NAMESPACE_BYTES, _LABEL, "a DNS-1123 label (lower-case a-z, 0-9, '-')")
+        if label
+        else (NAME_BYTES, _SUBDOMAIN, "a DNS-1123 subdomain (lower-case a-z, 0-9, '-', '.')")
+    )
+    if len(value.encode()) > limit:
+        raise InvalidEvent(f"{field}: longer than {limit} bytes, Kubernetes' limit")
+    if not pattern.fullmatch(value):
+        raise InvalidEvent(f"{field}: {value!r} is not {what}")
+    return value
+
+
+def check_workload_key(key: str, field: str = "workload") -> str:
+    """'namespace/name' with both parts valid Kubernetes names (no '../x', no 'x?dryRun=All')."""
+    namespace, _, name = key.partition("/")
+    if not namespace or not name or "/" in name:
+        raise InvalidEvent(f"{field}: expected 'namespace/name', got {key!r}")
+    check_name(namespace, f"{field} (namespace)", label=True)
+    check_name(name, f"{field} (name)")
+    return key
+
+
+def _label_value(value: str, field: str) -> str:
+    if len(value.encode()) > LABEL_VALUE_BYTES or not _LABEL_VALUE.fullmatch(value):
+        raise InvalidEvent(
+            f"{field}: {value!r} is not a Kubernetes label value "
+            f"(at most {LABEL_VALUE_BYTES} of A-Z, a-z, 0-9, '-', '_', '.')"
+        )
+    return value
 
 
 # --------------------------------------------------------------------------- building
@@ -132,7 +190,7 @@ def pod_detail(
         "node": node,
         "deleted": deleted,
         "reason": reason,
-        "message": message[:512] if message else message,
+        "message": clip_utf8(message, MESSAGE_BYTES) if message else message,
     }
 
 
@@ -248,6 +306,8 @@ def parse_agent_detail(
     if version != SCHEMA_VERSION:
         raise InvalidEvent(f"schemaVersion: expected {SCHEMA_VERSION}, got {version!r}")
     cluster = _str(detail, "cluster")
+    if len(cluster.encode()) > CLUSTER_BYTES:
+        raise InvalidEvent(f"cluster: longer than {CLUSTER_BYTES} bytes")
     seq = _int(detail, "seq", minimum=0)
     if detail_type == WORKLOAD_OBSERVED:
         return cluster, _workload_event(detail, seq)
@@ -255,23 +315,32 @@ def parse_agent_detail(
         phase = _str(detail, "phase")
         if phase not in POD_PHASES:
             raise InvalidEvent(f"phase: expected one of {', '.join(POD_PHASES)}, got {phase!r}")
+        uid = _str(detail, "uid", required=False) or ""
+        if len(uid.encode()) > UID_BYTES:
+            raise InvalidEvent(
+                f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)"
+            )
+        node = _str(detail, "node", required=False)
+        reason = _str(detail, "reason", required=False)
+        message = _str(detail, "message", required=False)
         return cluster, PodObserved(
             workload=_workload_key(detail),
-            pod=_str(detail, "pod"),
+            pod=check_name(_str(detail, "pod"), "pod"),
             seq=seq,
-            uid=_str(detail, "uid", required=False) or "",
+            uid=uid,
             phase=phase,
             ready=_bool(detail, "ready"),
-            node=_str(detail, "node", required=False),
+            node=check_name(node, "node") if node is not None else None,
             deleted=_bool(detail, "deleted", default=False),
-            reason=_str(detail, "reason", required=False),
-            message=_str(detail, "message", required=False),
+            reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
+            message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
         )
     if detail_type == NODE_OBSERVED:
+        health = _str(detail, "health", required=False)
         return cluster, NodeObserved(
-            node=_str(detail, "node"),
+            node=check_name(_str(detail, "node"), "node"),
             ready=_bool(detail, "ready"),
-            health=_str(detail, "health", required=False),
+            health=_label_value(health, "health") if health is not None else None,
             seq=seq,
         )
     if detail_type == CLUSTER_SNAPSHOT:
@@ -326,6 +395,10 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
             override = parse_duration(timeout)
         except DurationError as exc:
             raise InvalidEvent(f"timeout: {exc}") from None
+        if override > MAX_DURATION_SECONDS:
+            raise InvalidEvent(
+                f"timeout: {timeout!r} is longer than 365d, the longest wait the runtime can carry out"
+            )
     priority_class = _str(detail, "priorityClass", required=False)
     class_priority = None
     if priority_class is not None:
@@ -344,7 +417,7 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         raise InvalidEvent("priorityClassValue: only with priorityClass")
     return WorkloadObserved(
         workload=key,
-        queue=_str(detail, "queue"),
+        queue=_label_value(_str(detail, "queue"), "queue"),
         gang_size=_int(detail, "gangSize", minimum=1),
         gpus=_int(detail, "gpus", minimum=0, default=0),
         priority=_int(detail, "priority", minimum=None, default=0),
@@ -370,11 +443,7 @@ def parse_time(text: str, field: str = "time") -> float:
 
 
 def _workload_key(detail: Mapping[str, Any]) -> str:
-    key = _str(detail, "workload")
-    namespace, _, name = key.partition("/")
-    if not namespace or not name or "/" in name:
-        raise InvalidEvent(f"workload: expected 'namespace/name', got {key!r}")
-    return key
+    return check_workload_key(_str(detail, "workload"))
 
 
 def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:

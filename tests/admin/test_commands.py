@@ -13,6 +13,7 @@ import pytest
 import yaml
 from muster import admin
 from muster.cli import main
+from muster.runtime.service import MAX_EFFECT_TRIES
 
 from infra import constants as c
 
@@ -156,11 +157,13 @@ def test_describe_answers_why_the_job_was_evicted(
     assert "phase      Deactivated (RequeuingLimitExceeded)" in out
     assert "attempt    2" in out
     why = out.split("Why it was last evicted:")[1].split("Evictions:")[0]
-    assert "attempt 2: PodsReadyTimeout / WaitForStart" in why
+    assert "attempt 2: Deactivated / RequeuingLimitExceeded" in why
+    assert "(after a readiness timeout, WaitForStart)" in why
     assert "1 of 2 pods were Ready" in why
     assert "w-1 on gpu-node-3: Pending, ContainersNotReady" in why
-    assert "PodsReadyTimeout/WaitForStart" in out.split("Evictions:")[1].split("History:")[0]
-    assert "  2\n" in out.split("Evictions:")[1].split("History:")[0]
+    evictions = out.split("Evictions:")[1].split("History:")[0]
+    assert "PodsReadyTimeout/WaitForStart" in evictions
+    assert "Deactivated/RequeuingLimitExceeded" in evictions
     # AND the history, oldest first, with the first attempt's unschedulable pod
     history = out.split("History:")[1]
     events = [line.split()[2] for line in history.strip().splitlines() if "Z  " in line]
@@ -185,7 +188,10 @@ def test_describe_answers_why_the_job_was_evicted(
     doc = json.loads(out)
     assert code == 0
     assert doc["phase"] == "Deactivated"
-    assert doc["evictions"] == {"PodsReadyTimeout/WaitForStart": 2}
+    assert doc["evictions"] == {
+        "PodsReadyTimeout/WaitForStart": 1,
+        "Deactivated/RequeuingLimitExceeded": 1,
+    }
     evicted = [h for h in doc["history"] if h["event"] == "Evicted"]
     assert [e["detail"]["attempt"] for e in evicted] == [1, 2]
     assert evicted[0]["detail"]["notReady"][0]["reason"] == "Unschedulable"
@@ -239,6 +245,47 @@ def test_reactivate_returns_a_deactivated_workload_and_requests_admission(
     # AND an unknown workload is named
     code, _, err = run(capsys, "reactivate", "team-b/ghost")
     assert code == 1 and "no workload team-b/ghost" in err
+
+
+def test_a_quarantined_workload_is_shown_and_released(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a workload the cluster refuses to admit, quarantined after its tries
+    aws.submit("team-c/refused", gang=1)
+    for _ in range(MAX_EFFECT_TRIES):
+        aws.cluster.fail_next = PermissionError("jobs.batch is forbidden: 403")
+        aws.admit()
+    assert aws.store.load("team-c/refused").quarantine is not None
+    aws.requeue_messages()
+
+    # WHEN the administrator looks
+    code, out, err = run(capsys, "status")
+    # THEN status and describe say it is quarantined, with the error and what to do
+    assert code == 0, err
+    assert "QUARANTINED: team-c/refused after 5 failed tries" in out
+    assert "forbidden: 403" in out
+    code, out, err = run(capsys, "describe", "team-c/refused")
+    assert code == 0, err
+    assert "QUARANTINED since" in out
+    assert "effects waiting: Admit, StartTimer, Publish" in out
+    assert "muster release team-c/refused" in out
+
+    # WHEN the cause is fixed and the administrator releases it
+    code, out, err = run(capsys, "release", "team-c/refused")
+    # THEN it is no longer quarantined, and a pass is asked for that carries out its effects
+    assert code == 0, err
+    assert "team-c/refused released" in out
+    assert aws.store.load("team-c/refused").quarantine is None
+    assert aws.requeue_messages() == [
+        {"type": "admission", "reason": "released", "workload": "team-c/refused"}
+    ]
+    aws.plane(inline_admission=True).admission_pass(["team-c/refused"])
+    assert aws.cluster.calls[-1] == ("admit", "team-c/refused", 1)
+    assert not aws.store.load("team-c/refused").outbox
+
+    # AND releasing what is not quarantined is refused, naming the phase
+    code, _, err = run(capsys, "release", "team-c/refused")
+    assert code == 1 and "team-c/refused is not quarantined (phase Admitted)" in err
 
 
 def test_status_lists_workloads_by_queue_and_phase(

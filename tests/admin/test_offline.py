@@ -39,6 +39,28 @@ def test_validate_names_the_file_and_field_and_exits_2(
     assert "missing.yaml: No such file or directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "why"),
+    [
+        (
+            "requeuingStrategy:\n  backoffJitter: .nan\n",
+            "requeuingStrategy.backoffJitter",
+            "finite",
+        ),
+        ("timeout: 100000000d\n", "timeout", "longer than 365d"),
+        ("queues:\n  spot:\n    recoveryTimeout: 400d\n", "queues.spot.recoveryTimeout", "365d"),
+    ],
+)
+def test_validate_refuses_what_the_runtime_cannot_carry_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, why: str
+) -> None:
+    doc = tmp_path / "bad.yaml"
+    doc.write_text(text)
+    assert main(["settings", "validate", str(doc)]) == 2
+    err = capsys.readouterr().err
+    assert f"{doc}: {field}:" in err and why in err
+
+
 def test_assignments_become_a_nested_document_of_yaml_scalars() -> None:
     changes = settings_changes(
         None,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from muster.core import Outcome
+from muster.runtime.memory import MemoryStore
+from muster.runtime.messages import retry_delay, rfc3339
 
 from functions.admission.handler import handler as admission_handler
 from functions.ingest.handler import handler as ingest_handler
@@ -89,7 +93,7 @@ def test_timer_handler_evicts_on_the_current_attempt_only(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     rig.admit()
     rig.clock.now += 300
-    body = sample("deadline_reached.json")
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(rig.clock.now)}
     stale = {**body, "attempt": 7}
     bad = {**body, "kind": "lunch"}
     plane = rig.plane()
@@ -114,7 +118,8 @@ def test_admission_handler_requeue_then_admits(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     rig.admit()
     rig.clock.now += 300
-    timer_handler(sqs_event(sample("deadline_reached.json")), CTX, plane=rig.plane())
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(rig.clock.now)}
+    timer_handler(sqs_event(body), CTX, plane=rig.plane())
     rig.clock.now += 60
     plane = rig.plane(inline_admission=True)
     event = sqs_event(sample("requeue.json"), sample("requeue.json"), queue="muster-requeue")
@@ -122,16 +127,64 @@ def test_admission_handler_requeue_then_admits(rig: Rig):
     assert rig.cluster.calls[-1] == ("admit", KEY, 2)
 
 
-def test_admission_pass_failure_asks_for_another(rig: Rig):
+def test_a_failed_effect_asks_for_another_pass_after_a_backoff(rig: Rig):
     _ingest(rig, sample("workload_observed.json"))
     plane = rig.plane(inline_admission=True)
     rig.cluster.fail_next = ConnectionError("API server unreachable")
     admission_handler(sqs_event(sample("admission_request.json")), CTX, plane=plane)
-    assert rig.messages.admission_requests[-1] == ("retry after a failed pass", None)
+    # The admission is committed; its effects are tried again by a later pass, not at once.
+    assert rig.messages.admission_requests[-1] == ("retry workloads set aside", None)
+    assert rig.messages.retries[-1] == 1
+    assert rig.cluster.calls == []
+    retry = json.dumps({"type": "admission", "reason": "retry", "workload": None, "retry": 1})
+    admission_handler(sqs_event(retry), CTX, plane=rig.plane(inline_admission=True))
+    assert rig.cluster.calls == [("admit", KEY, 1)]
+
+
+class BrokenLedgerStore(MemoryStore):
+    def ledger(self):
+        raise RuntimeError("table unavailable")
+
+
+def test_a_failed_pass_is_retried_with_a_growing_backoff_never_at_once():
+    # GIVEN a pass that fails as a whole (the ledger cannot be read)
+    rig = Rig(store=BrokenLedgerStore())
+    plane = rig.plane(inline_admission=True)
+    # WHEN it runs on a first request, then on the retry it asked for
+    admission_handler(sqs_event(sample("admission_request.json")), CTX, plane=plane)
+    retry = json.dumps({"type": "admission", "reason": "retry", "workload": None, "retry": 1})
+    admission_handler(sqs_event(retry), CTX, plane=plane)
+    # THEN each failure asks for one more pass, each later than the one before
+    assert rig.messages.retries == [1, 2]
+    assert [retry_delay(n) for n in rig.messages.retries] == [5.0, 10.0]
+    assert retry_delay(30) == 900.0
 
 
 @pytest.mark.parametrize("body", ['{"type": "requeue", "workload": "a/b"}', "[]", '{"type": 3}'])
 def test_malformed_requeue_messages_are_rejected(rig: Rig, body: str):
     plane = rig.plane(inline_admission=True)
     assert admission_handler(sqs_event(body), CTX, plane=plane) == {"batchItemFailures": []}
+    assert rig.metrics.total("InvalidEvents") == 1
+
+
+def test_a_timer_signal_well_before_its_deadline_is_rearmed_for_the_remainder(rig: Rig):
+    # GIVEN an admitted workload whose deadline is 300 s away
+    _ingest(rig, sample("workload_observed.json"))
+    rig.admit()
+    deadline = rig.clock.now + 300
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(deadline)}
+    # WHEN its signal arrives 100 s after admission (200 s early)
+    rig.clock.now += 100
+    timer_handler(sqs_event(body, queue="muster-timer"), CTX, plane=rig.plane())
+    # THEN nothing is evicted, and the signal comes again for the remaining 200 s
+    assert rig.phase(KEY) == "Admitted"
+    assert [c for c in rig.cluster.calls if c[0] == "evict"] == []
+    [(workload, timer, delay)] = rig.messages.deadlines
+    assert (workload, timer.attempt, timer.kind.value, delay) == (KEY, 1, "startup", 200.0)
+    assert timer.deadline == deadline
+
+
+def test_deeply_nested_json_is_rejected_by_ingest_and_not_retried(rig: Rig):
+    deep = "[" * 100_000 + "]" * 100_000
+    assert _ingest(rig, deep) == {"batchItemFailures": []}
     assert rig.metrics.total("InvalidEvents") == 1

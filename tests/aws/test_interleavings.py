@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from muster.core import NodeObserved, Phase, PodObserved
 from muster.runtime.memory import MemoryStore
@@ -48,6 +48,13 @@ pod_event = st.tuples(st.integers(0, 3), st.booleans())  # (pod, ready)
 
 
 @settings(max_examples=200, deadline=None)
+# A pod that stops being ready between another writer's read and its commit of Running.
+@example(
+    events=[(2, True)],
+    finals=[True, True, False, True],
+    order=[0, 1, 3, 2],
+    interleave=[False, False, True, True],
+)
 @given(
     events=st.lists(st.one_of(pod_event, st.just(("node-down", 0))), max_size=20),
     finals=st.lists(st.booleans(), min_size=4, max_size=4),

@@ -90,9 +90,9 @@ def test_each_function_has_its_own_role_layer_and_the_runtime_environment(
     synthesized: Synthesized,
 ) -> None:
     functions = resources(synthesized.template, "AWS::Lambda::Function")
-    assert len(functions) == 3
+    assert len(functions) == 4  # three queue consumers and the sweeper
     roles = {_ref_id(f["Properties"]["Role"]) for f in functions.values()}
-    assert len(roles) == 3
+    assert len(roles) == 4
     for function in functions.values():
         props = function["Properties"]
         assert props["Runtime"] == c.PYTHON_RUNTIME
@@ -108,19 +108,48 @@ def test_each_function_has_its_own_role_layer_and_the_runtime_environment(
         assert json.loads(env[c.ENV_SETTINGS]) == synthesized.context["muster:settings"]
 
 
-def test_admission_passes_never_run_concurrently(synthesized: Synthesized) -> None:
+def test_admission_concurrency_is_limited_on_the_event_source_not_reserved(
+    synthesized: Synthesized,
+) -> None:
+    # Reserved concurrency on an SQS source makes throttled receives count towards
+    # maxReceiveCount (messages reach the DLQ under load); the mapping's
+    # MaximumConcurrency does not. AWS's minimum is 2; the ledger's conditional
+    # writes keep two concurrent passes from both admitting.
     doc = synthesized.template
     functions = resources(doc, "AWS::Lambda::Function")
     mappings = resources(doc, "AWS::Lambda::EventSourceMapping").values()
-    requeue_consumer = [
-        _ref_id(m["Properties"]["FunctionName"])
-        for m in mappings
-        if "Requeue" in _ref_id(m["Properties"]["EventSourceArn"])
+    requeue = [m for m in mappings if "Requeue" in _ref_id(m["Properties"]["EventSourceArn"])]
+    assert len(requeue) == 1
+    assert requeue[0]["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+    assert all("ReservedConcurrentExecutions" not in f["Properties"] for f in functions.values())
+    others = [m for m in mappings if m is not requeue[0]]
+    assert all("ScalingConfig" not in m["Properties"] for m in others)
+
+
+def test_the_sweeper_runs_every_minute_and_only_reads_the_table_and_sends(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    rules = [
+        r["Properties"]
+        for r in resources(doc, "AWS::Events::Rule").values()
+        if "ScheduleExpression" in r["Properties"]
     ]
-    assert len(requeue_consumer) == 1
-    assert functions[requeue_consumer[0]]["Properties"]["ReservedConcurrentExecutions"] == 1
-    others = [f for k, f in functions.items() if k != requeue_consumer[0]]
-    assert all("ReservedConcurrentExecutions" not in f["Properties"] for f in others)
+    assert [r["ScheduleExpression"] for r in rules] == ["rate(1 minute)"]
+    (target,) = rules[0]["Targets"]
+    functions = resources(doc, "AWS::Lambda::Function")
+    sweeper = functions[_ref_id(target["Arn"])]
+    assert "sweeper" in sweeper["Properties"]["Description"]
+    role = _ref_id(sweeper["Properties"]["Role"])
+    actions: set[str] = set()
+    for policy in resources(doc, "AWS::IAM::Policy").values():
+        if role in {_ref_id(r) for r in policy["Properties"]["Roles"]}:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                action = statement["Action"]
+                actions |= set(action if isinstance(action, list) else [action])
+    assert not [a for a in actions if a.startswith(("states:", "events:", "eks:"))]
+    assert not [a for a in actions if a in ("dynamodb:PutItem", "dynamodb:UpdateItem")]
+    assert "sqs:SendMessage" in actions
 
 
 def test_function_roles_name_their_resources(synthesized: Synthesized) -> None:
@@ -203,7 +232,9 @@ def test_the_bus_accepts_events_only_from_muster_roles(synthesized: Synthesized)
     assert deny["Effect"] == "Deny" and deny["Principal"] == {"AWS": "*"}
     allowed = {_ref_id(a) for a in deny["Condition"]["ArnNotEquals"]["aws:PrincipalArn"]}
     function_roles = {
-        _ref_id(f["Properties"]["Role"]) for f in resources(doc, "AWS::Lambda::Function").values()
+        _ref_id(f["Properties"]["Role"])
+        for f in resources(doc, "AWS::Lambda::Function").values()
+        if "sweeper" not in f["Properties"]["Description"]  # it publishes nothing
     }
     allow = statements["MusterAgentPutEvents"]
     agent = _ref_id(allow["Principal"]["AWS"])
@@ -214,7 +245,11 @@ def test_agent_events_are_routed_to_the_ingest_queue(
     synthesized: Synthesized, template: Any
 ) -> None:
     doc = synthesized.template
-    rules = resources(doc, "AWS::Events::Rule")
+    rules = {
+        k: r
+        for k, r in resources(doc, "AWS::Events::Rule").items()
+        if "EventPattern" in r["Properties"]
+    }
     assert len(rules) == 1
     rule = next(iter(rules.values()))["Properties"]
     assert rule["EventPattern"] == c.AGENT_EVENT_PATTERN
@@ -290,10 +325,11 @@ def test_alarms_cover_each_failure_mode_and_notify_the_topic(
     }
     expected |= {
         f"Muster-{f.capitalize()}{kind}"
-        for f in c.FUNCTION_NAMES
+        for f in (*c.FUNCTION_NAMES, c.SWEEPER)
         for kind in ("Errors", "Throttles")
     }
     expected |= {
+        "Muster-WorkloadsQuarantined",
         "Muster-TimerExecutionsFailed",
         "Muster-TimerExecutionsTimedOut",
         "Muster-EvictionsHigh",
@@ -337,7 +373,9 @@ def test_eks_access_entries_bind_each_function_role_to_the_controlplane_group(
     doc = synthesized.template
     entries = resources(doc, "AWS::EKS::AccessEntry").values()
     function_roles = {
-        _ref_id(f["Properties"]["Role"]) for f in resources(doc, "AWS::Lambda::Function").values()
+        _ref_id(f["Properties"]["Role"])
+        for f in resources(doc, "AWS::Lambda::Function").values()
+        if "sweeper" not in f["Properties"]["Description"]  # it never touches the cluster
     }
     assert {_ref_id(e["Properties"]["PrincipalArn"]) for e in entries} == function_roles
     for entry in entries:

@@ -141,6 +141,7 @@ def create_resources(session: boto3.Session, prefix: str = "muster") -> dict[str
         "MUSTER_REQUEUE_QUEUE_URL": urls["requeue"],
         "MUSTER_TIMER_STATE_MACHINE_ARN": machine,
         "MUSTER_CLUSTER_NAME": CLUSTER,
+        "MUSTER_TIMER_QUEUE_URL": urls["timer"],
         "ingest": urls["ingest"],
         "timer": urls["timer"],
         "observer": urls["observer"],

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from muster.aws.dynamo import DynamoStore
+from muster.aws.wiring import build_sweeper
 from muster.core import PodObserved
 from muster.runtime import status
+from muster.runtime.messages import retry_delay
 from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, workload_detail
 
 from .conftest import CLUSTER, ControlPlaneOnMoto
@@ -64,7 +67,10 @@ def test_crash_before_the_timer_started_is_repaired(aws: ControlPlaneOnMoto):
     # GIVEN the timer start of the admission fails once (state written, timer not started)
     fail_once(aws.plane("admission").timers.client, "StartExecution")
     submit(aws, "team-a/notimer", 1)
-    aws.settle()  # the failed pass asks for another, which finishes the admission
+    aws.settle()  # the failed pass asks for another, after a backoff (not at once)
+    assert aws.executions() == []
+    time.sleep(retry_delay(1) + 0.5)
+    aws.settle()  # the retry finishes the admission
     assert [e["name"] for e in aws.executions()] == ["team-a.notimer.a1.startup.e1"]
     # AND the timer does its job
     aws.until("team-a/notimer", "Requeued")
@@ -156,3 +162,36 @@ def test_racing_admission_passes_hold_the_lock_once(aws: ControlPlaneOnMoto):
     assert first.stats.conflicts >= 1
     view = status(original)
     assert view["counts"]["Admitted"] == 1 and view["counts"]["Pending"] == 1
+
+
+def test_a_lost_timer_and_a_lost_requeue_are_resent_by_the_sweeper(aws: ControlPlaneOnMoto):
+    # GIVEN a workload admitted with a one-second deadline whose timer execution is lost
+    aws.settings = {**FAST, "timeout": "1s"}
+    submit(aws, "team-a/lost", 1)
+    aws.plane("admission").timers.start = lambda *args: None  # type: ignore[method-assign]
+    aws.settle(timers=False)
+    assert aws.state("team-a/lost")["phase"] == "Admitted"
+    assert aws.executions() == []
+    sweeper = build_sweeper(aws.config, session=aws.session)
+    sweeper.grace = 0.0
+    time.sleep(1.5)
+    assert aws.drain("timer") == 0  # no signal will come
+    # WHEN the sweeper runs (the scheduled function, with real queues)
+    report = sweeper.run(time.time())
+    # THEN it sent the deadline signal to the timer queue, and the timer function evicts
+    assert report.deadlines == ["team-a/lost"]
+    assert aws.drain("timer") == 1
+    assert aws.state("team-a/lost")["phase"] == "Requeued"
+    # GIVEN its requeue message is lost too (e.g. it went to the DLQ)
+    sqs = aws.session.client("sqs")
+    sqs.purge_queue(QueueUrl=aws.resources["MUSTER_REQUEUE_QUEUE_URL"])
+    requeue_at = aws.state("team-a/lost")["requeueAt"]
+    time.sleep(max(0.0, requeue_at + 0.2 - time.time()))
+    # WHEN the sweeper runs after the requeue time
+    report = sweeper.run(time.time())
+    # THEN the requeue goes out again and the admission function readmits it
+    assert report.requeues == ["team-a/lost"]
+    aws.drain("admission")
+    assert aws.state("team-a/lost")["phase"] in ("Pending", "Admitted")
+    aws.drain("admission")
+    assert aws.cluster.calls[-1] == ("admit", "team-a/lost", 2)

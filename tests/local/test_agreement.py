@@ -72,7 +72,7 @@ def test_local_mode_and_simulator_agree(tmp_path: Path, capsys: pytest.CaptureFi
     simulated = simulate(load_scenario(path), "gang").events
     assert story(local) == story(simulated)
     assert story(local)["bad"][-2:] == [
-        ("Evicted", 2, "PodsReadyTimeout", "WaitForStart", None),
+        ("Evicted", 2, "Deactivated", "RequeuingLimitExceeded", None),
         ("Deactivated", None, "RequeuingLimitExceeded", None, 1),
     ]
     # AND at the same times, within the local mode's latencies

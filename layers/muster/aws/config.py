@@ -20,6 +20,7 @@ class RuntimeConfig:
     cluster_name: str
     settings_json: str = ""
     history_ttl_days: int = 30
+    timer_queue_url: str = ""  # where deadline signals go (re-armed or sent by the sweeper)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RuntimeConfig:
@@ -48,4 +49,5 @@ class RuntimeConfig:
             cluster_name=required("MUSTER_CLUSTER_NAME"),
             settings_json=env.get("MUSTER_SETTINGS", ""),
             history_ttl_days=ttl,
+            timer_queue_url=env.get("MUSTER_TIMER_QUEUE_URL", "").strip(),
         )

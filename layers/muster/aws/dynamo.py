@@ -8,6 +8,8 @@ Layout (partition key `pk`, sort key `sk`; index `gsi1` on `gsi1pk`/`gsi1sk`):
 | pod | `WL#<ns/name>` | `POD#<pod>` | `NODE#<node>` / `<ns/name>#<pod>` (node index, live pods only) |
 | history entry | `WL#<ns/name>` | `HIST#<version>#<index>` | none; TTL `expiresAt` |
 | admission ledger | `ADMISSION` | `LEDGER` | none |
+| recent admission | `ADMISSION` | `RECENT#<ns/name>` | none |
+| quarantine index | `QUARANTINE` | `WL#<ns/name>` | none |
 | settings record | `SETTINGS` | `CLUSTER#<cluster>` | none |
 | cluster listing part | `SNAPSHOT#<scope>` | `PART#<id>#<part>` | none; TTL `expiresAt` |
 | last listing acted on | `SNAPSHOT#<scope>` | `APPLIED` | none |
@@ -45,12 +47,14 @@ from muster.runtime.codec import (
     encode_workload,
 )
 from muster.runtime.memory import belongs, settle_pod
-from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
 
 STATE = "STATE"
 POD_PREFIX = "POD#"
 HISTORY_PREFIX = "HIST#"
 LEDGER_KEY = {"pk": {"S": "ADMISSION"}, "sk": {"S": "LEDGER"}}
+RECENT_PREFIX = "RECENT#"
+QUARANTINE_PK = "QUARANTINE"
 INDEX = "gsi1"
 MAX_TRANSACTION = 100
 DAY = 86400
@@ -78,9 +82,39 @@ def _ready_delta(writes: Sequence[PodWrite], before: Snapshot | None) -> int:
     return delta
 
 
+CONFLICT_REASONS = frozenset({"ConditionalCheckFailed", "TransactionConflict"})
+
+
 def _is_conflict(exc: ClientError) -> bool:
+    """A lost race: a failed condition, or a transaction cancelled only for such reasons.
+
+    A transaction cancelled for anything else (a validation error, an item too
+    large, throttling) is not a conflict: deciding again would fail again.
+    """
     code = exc.response.get("Error", {}).get("Code", "")
-    return code in ("ConditionalCheckFailedException", "TransactionCanceledException")
+    if code == "ConditionalCheckFailedException":
+        return True
+    if code != "TransactionCanceledException":
+        return False
+    reasons = [r.get("Code") or "None" for r in exc.response.get("CancellationReasons") or []]
+    if not reasons:
+        # No reasons given: the message lists them, e.g. "[None, ConditionalCheckFailed]".
+        message = exc.response.get("Error", {}).get("Message", "")
+        listed = message.partition("reasons [")[2].partition("]")[0]
+        reasons = [r.strip() for r in listed.split(",") if r.strip()]
+    failing = {r for r in reasons if r != "None"}
+    return bool(failing) and failing <= CONFLICT_REASONS
+
+
+def _quarantine_doc(q: Quarantine) -> str:
+    return dumps({"error": q.error, "effect": q.effect, "tries": q.tries, "since": q.since})
+
+
+def _decode_quarantine(item: dict[str, Any]) -> Quarantine | None:
+    if "quarantine" not in item:
+        return None
+    doc = json.loads(item["quarantine"]["S"])
+    return Quarantine(str(doc["error"]), str(doc["effect"]), int(doc["tries"]), float(doc["since"]))
 
 
 class DynamoStore:
@@ -133,6 +167,8 @@ class DynamoStore:
             revs,
             outbox,
             int(state.get("readyCount", {}).get("N", "0")),
+            int(state.get("failures", {}).get("N", "0")),
+            _decode_quarantine(state),
         )
 
     def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
@@ -370,7 +406,7 @@ class DynamoStore:
             self.client.update_item(
                 TableName=self.table,
                 Key={"pk": _s(workload_pk(key)), "sk": _s(STATE)},
-                UpdateExpression="REMOVE outbox",
+                UpdateExpression="REMOVE outbox, failures, lastError",
                 ConditionExpression="version = :v",
                 ExpressionAttributeValues={":v": _n(version)},
             )
@@ -378,6 +414,97 @@ class DynamoStore:
             if _is_conflict(exc):
                 raise Conflict(key) from exc
             raise
+
+    # ------------------------------------------------------------------ quarantine
+
+    def record_failure(self, key: str, version: int, error: str) -> int:
+        try:
+            reply = self.client.update_item(
+                TableName=self.table,
+                Key={"pk": _s(workload_pk(key)), "sk": _s(STATE)},
+                UpdateExpression="SET lastError = :e ADD failures :one",
+                ConditionExpression="version = :v",
+                ExpressionAttributeValues={":v": _n(version), ":e": _s(error), ":one": _n(1)},
+                ReturnValues="UPDATED_NEW",
+            )
+        except ClientError as exc:
+            if _is_conflict(exc):
+                raise Conflict(key) from exc
+            raise
+        return int(reply["Attributes"]["failures"]["N"])
+
+    def quarantine(self, key: str, version: int, quarantine: Quarantine) -> None:
+        """The flag on the workload item and an index item, in one transaction."""
+        try:
+            self.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
+                            "UpdateExpression": "SET quarantine = :q",
+                            "ConditionExpression": "version = :v",
+                            "ExpressionAttributeValues": {
+                                ":v": _n(version),
+                                ":q": _s(_quarantine_doc(quarantine)),
+                            },
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table,
+                            "Item": {
+                                "pk": _s(QUARANTINE_PK),
+                                "sk": _s(workload_pk(key)),
+                                "workload": _s(key),
+                                "quarantine": _s(_quarantine_doc(quarantine)),
+                            },
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _is_conflict(exc):
+                raise Conflict(key) from exc
+            raise
+
+    def release(self, key: str) -> bool:
+        try:
+            self.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
+                            "UpdateExpression": "REMOVE quarantine, failures, lastError",
+                            "ConditionExpression": "attribute_exists(quarantine)",
+                        }
+                    },
+                    {
+                        "Delete": {
+                            "TableName": self.table,
+                            "Key": {"pk": _s(QUARANTINE_PK), "sk": _s(workload_pk(key))},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _is_conflict(exc):
+                return False
+            raise
+        return True
+
+    def quarantined(self) -> list[tuple[str, Quarantine]]:
+        found: list[tuple[str, Quarantine]] = []
+        for item in self._query(
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": _s(QUARANTINE_PK)},
+            ConsistentRead=True,
+        ):
+            q = _decode_quarantine(item)
+            if q is not None:
+                found.append((item["workload"]["S"], q))
+        return found
 
     def expire_pods(self, key: str, names: Sequence[str], now: float) -> None:
         for name in names:
@@ -463,11 +590,29 @@ class DynamoStore:
                 IndexName=INDEX,
                 KeyConditionExpression="gsi1pk = :pk",
                 ExpressionAttributeValues={":pk": _s(f"PHASE#{phase}")},
+                ProjectionExpression="#s",
+                ExpressionAttributeNames={"#s": "state"},
             )
         ]
 
+    def unsettled(self, phase: str) -> list[str]:
+        """Workloads of `phase` with effects left in their outbox (from the phase index)."""
+        return sorted(
+            item["workload"]["S"]
+            for item in self._query(
+                IndexName=INDEX,
+                KeyConditionExpression="gsi1pk = :pk",
+                FilterExpression="attribute_exists(outbox)",
+                ExpressionAttributeValues={":pk": _s(f"PHASE#{phase}")},
+                ProjectionExpression="workload",
+            )
+        )
+
     def get_workloads(
-        self, keys: Iterable[str], unsettled: set[str] | None = None
+        self,
+        keys: Iterable[str],
+        unsettled: set[str] | None = None,
+        quarantined: set[str] | None = None,
     ) -> list[Workload]:
         """Consistent reads of workload items (without pods), in batches of 100."""
         wanted = sorted(set(keys))
@@ -480,7 +625,7 @@ class DynamoStore:
                         for k in wanted[start : start + 100]
                     ],
                     "ConsistentRead": True,
-                    "ProjectionExpression": "#s, outbox",
+                    "ProjectionExpression": "#s, outbox, quarantine",
                     "ExpressionAttributeNames": {"#s": "state"},
                 }
             }
@@ -491,27 +636,40 @@ class DynamoStore:
                     found[w.key] = w
                     if unsettled is not None and "outbox" in item:
                         unsettled.add(w.key)
+                    if quarantined is not None and "quarantine" in item:
+                        quarantined.add(w.key)
                 request = reply.get("UnprocessedKeys") or {}
         return [found[k] for k in wanted if k in found]
 
     # ------------------------------------------------------------------ admission ledger
 
     def ledger(self) -> Ledger:
+        """The version first, then the recent admissions (both consistent reads).
+
+        In this order a pass that commits on the version it read has seen every
+        recent admission made before that version.
+        """
         item = self.client.get_item(TableName=self.table, Key=LEDGER_KEY, ConsistentRead=True).get(
             "Item"
         )
-        if item is None:
-            return Ledger()
-        return Ledger(frozenset(json.loads(item["members"]["S"])), int(item["version"]["N"]))
+        version = int(item["version"]["N"]) if item else 0
+        recent = {
+            entry["workload"]["S"]: int(entry["attempt"]["N"])
+            for entry in self._query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :r)",
+                ExpressionAttributeValues={
+                    ":pk": LEDGER_KEY["pk"],
+                    ":r": _s(RECENT_PREFIX),
+                },
+                ConsistentRead=True,
+            )
+        }
+        return Ledger(version, recent)
 
-    def _ledger_put(self, ledger: Ledger, members: frozenset[str]) -> dict[str, Any]:
+    def _ledger_put(self, ledger: Ledger) -> dict[str, Any]:
         put: dict[str, Any] = {
             "TableName": self.table,
-            "Item": {
-                **LEDGER_KEY,
-                "members": _s(json.dumps(sorted(members))),
-                "version": _n(ledger.version + 1),
-            },
+            "Item": {**LEDGER_KEY, "version": _n(ledger.version + 1)},
         }
         if ledger.version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -526,15 +684,27 @@ class DynamoStore:
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,
-        members: frozenset[str],
         now: float,
     ) -> int:
-        """The admission and the ledger in one transaction, each on its version."""
+        """The admission, the ledger's version and the recent entry in one transaction."""
         version = before.version + 1
         update = self._workload_update(before, after, before.epoch, outbox, now, 0)
+        recent = {
+            "TableName": self.table,
+            "Item": {
+                "pk": LEDGER_KEY["pk"],
+                "sk": _s(RECENT_PREFIX + after.key),
+                "workload": _s(after.key),
+                "attempt": _n(after.attempt),
+            },
+        }
         try:
             self.client.transact_write_items(
-                TransactItems=[{"Update": update}, {"Put": self._ledger_put(ledger, members)}]
+                TransactItems=[
+                    {"Update": update},
+                    {"Put": self._ledger_put(ledger)},
+                    {"Put": recent},
+                ]
             )
         except ClientError as exc:
             if _is_conflict(exc):
@@ -542,13 +712,18 @@ class DynamoStore:
             raise
         return version
 
-    def set_ledger(self, ledger: Ledger, members: frozenset[str]) -> None:
-        try:
-            self.client.put_item(**self._ledger_put(ledger, members))
-        except ClientError as exc:
-            if _is_conflict(exc):
-                raise Conflict("ledger") from exc
-            raise
+    def forget_recent(self, entries: Mapping[str, int]) -> None:
+        for key, attempt in entries.items():
+            try:
+                self.client.delete_item(
+                    TableName=self.table,
+                    Key={"pk": LEDGER_KEY["pk"], "sk": _s(RECENT_PREFIX + key)},
+                    ConditionExpression="attempt = :a",
+                    ExpressionAttributeValues={":a": _n(attempt)},
+                )
+            except ClientError as exc:
+                if not _is_conflict(exc):
+                    raise
 
     # ------------------------------------------------------------------ history
 

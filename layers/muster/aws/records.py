@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from muster.aws.observability import logger
-from muster.core import NodeObserved, SnapshotPart
+from muster.core import NodeObserved, SnapshotPart, Timer
 from muster.runtime.messages import AdmissionRequest, parse_requeue_message, parse_timer_message
 from muster.runtime.service import ControlPlane
 from muster.schema import InvalidEvent, parse_agent_event
@@ -38,6 +38,9 @@ def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
         cluster, event = parse_agent_event(json.loads(body))
     except (InvalidEvent, ValueError) as exc:
         reject(plane, "agent", str(exc), body)
+        return
+    except RecursionError:
+        reject(plane, "agent", "body: JSON nested too deeply", body)
         return
     if cluster != cluster_name:
         reject(plane, "agent", f"cluster: expected {cluster_name!r}, got {cluster!r}", body)
@@ -61,7 +64,9 @@ def timer_record(
     """One "deadline reached" message from the timer state machine.
 
     A signal that comes a little early (a Wait state's one-second precision, or
-    clock skew) is held until the deadline, so no gang is evicted before its time.
+    clock skew) is held until the deadline; one that comes well before it is
+    re-armed for the remainder (sent again to the timer queue with that delay),
+    so no gang is evicted before its time.
     """
     try:
         event, deadline = parse_timer_message(body)
@@ -73,7 +78,13 @@ def timer_record(
     if 0 < early <= EARLY_TOLERANCE_SECONDS:
         sleep(early)
     elif early > EARLY_TOLERANCE_SECONDS:
-        logger.warning("timer fired well before its deadline", extra={"earlySeconds": early})
+        logger.warning(
+            "timer fired well before its deadline; re-armed for the remainder",
+            extra={"earlySeconds": early},
+        )
+        timer = Timer(event.kind, event.attempt, event.episode, deadline)
+        plane.messages.deadline_later(event.workload, timer, early)
+        return
     plane.handle(event)
 
 
@@ -100,14 +111,18 @@ def admission_batch(
 ) -> dict[str, Any]:
     """Requeues first (each may end a backoff), then one admission pass for the batch.
 
-    Should the pass fail, a new admission request is queued so that the
-    requeues already applied are not left waiting for an unrelated trigger.
+    A workload whose effects fail is set aside by the pass, which goes on with
+    the others. Should the pass fail, or set a workload aside, another pass is
+    queued with a backoff (5 s, doubling, up to 15 minutes), never at once: the
+    requeues already applied are not left waiting for an unrelated trigger, and
+    a lasting failure does not turn into a hot loop.
     """
     requested = False
     hints: set[str] = set()
+    retry = 0
 
     def handle(body: str) -> None:
-        nonlocal requested
+        nonlocal requested, retry
         try:
             message = parse_requeue_message(body)
         except InvalidEvent as exc:
@@ -115,6 +130,7 @@ def admission_batch(
             return
         if isinstance(message, AdmissionRequest):
             requested = True
+            retry = max(retry, message.retry)
             if message.workload:
                 hints.add(message.workload)
             return
@@ -128,10 +144,16 @@ def admission_batch(
         try:
             admitted = plane.admission_pass(hints | named)
         except Exception:
-            logger.exception("admission pass failed; asking for another")
-            plane.messages.request_admission("retry after a failed pass", None)
+            logger.exception("admission pass failed; asking for another after a backoff")
+            plane.messages.request_admission("retry after a failed pass", None, retry=retry + 1)
         else:
             logger.info("admission pass done", extra={"admitted": admitted})
+            if plane.failed:
+                logger.warning(
+                    "admission pass set workloads aside; asking for another after a backoff",
+                    extra={"failed": plane.failed, "retry": retry + 1},
+                )
+                plane.messages.request_admission("retry workloads set aside", None, retry=retry + 1)
         plane.take_admission_request()  # the pass itself ran until nothing more fitted
     return response
 

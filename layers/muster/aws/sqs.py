@@ -1,16 +1,26 @@
-"""The requeue queue: backoff as the message delay, and admission-pass requests."""
+"""The requeue queue (backoff as the message delay, admission-pass requests) and
+deadline signals sent again to the timer queue."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from muster.runtime.messages import admission_body, requeue_body, sqs_delay
+from muster.core import Timer
+from muster.runtime.messages import (
+    admission_body,
+    requeue_body,
+    retry_delay,
+    sqs_delay,
+    timer_input,
+)
 
 
 class SqsMessages:
-    def __init__(self, client: Any, queue_url: str) -> None:
+    def __init__(self, client: Any, queue_url: str, timer_queue_url: str = "") -> None:
         self.client = client
         self.queue_url = queue_url
+        self.timer_queue_url = timer_queue_url
 
     def requeue(self, workload: str, count: int, delay: float) -> None:
         """Carries (workload, count), so a duplicate or a late leg is STALE in the core."""
@@ -20,7 +30,19 @@ class SqsMessages:
             DelaySeconds=sqs_delay(delay),
         )
 
-    def request_admission(self, reason: str, workload: str | None) -> None:
+    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
         self.client.send_message(
-            QueueUrl=self.queue_url, MessageBody=admission_body(reason, workload), DelaySeconds=0
+            QueueUrl=self.queue_url,
+            MessageBody=admission_body(reason, workload, retry),
+            DelaySeconds=sqs_delay(retry_delay(retry)),
+        )
+
+    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
+        """The timer state machine's message, sent by hand (a longer wait arrives in legs)."""
+        if not self.timer_queue_url:
+            raise RuntimeError("MUSTER_TIMER_QUEUE_URL is not set: cannot signal a deadline")
+        self.client.send_message(
+            QueueUrl=self.timer_queue_url,
+            MessageBody=json.dumps(timer_input(workload, timer)),
+            DelaySeconds=sqs_delay(delay),
         )

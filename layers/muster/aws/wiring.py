@@ -16,6 +16,7 @@ from muster.ports import ClusterActions
 from muster.runtime.ports import WorkloadStore
 from muster.runtime.service import ControlPlane
 from muster.runtime.settings import RuntimeSettings, settings_from_json
+from muster.runtime.sweeper import Sweeper
 
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
 
@@ -80,10 +81,30 @@ def build_control_plane(
     return ControlPlane(
         store=store,
         timers=StepFunctionsTimers(session.client("stepfunctions"), config.timer_state_machine_arn),
-        messages=SqsMessages(session.client("sqs"), config.requeue_queue_url),
+        messages=SqsMessages(
+            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+        ),
         bus=EventBridgeBus(session.client("events"), config.event_bus_name, config.cluster_name),
         metrics=EmfMetrics(),
         cluster=cluster(config),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         inline_admission=inline_admission,
+    )
+
+
+def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
+    """The sweeper needs no cluster access: it only reads the table and sends messages."""
+    import boto3
+
+    session = session or boto3.session.Session()
+    store = DynamoStore(
+        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+    )
+    return Sweeper(
+        store=store,
+        messages=SqsMessages(
+            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+        ),
+        settings=RuntimeSettings(settings_from_json(config.settings_json), store),
+        metrics=EmfMetrics(),
     )

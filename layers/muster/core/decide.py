@@ -672,16 +672,29 @@ def _deadline(
             replace(w, timer=None, dry_run_evicted=True),
             (Publish(LogEvent.EVICTED, w.key, detail),),
         )
+    if limited:
+        # Kueue does not record another PodsReadyTimeout here: it evicts the workload
+        # as deactivated (`DeactivatedDueToRequeuingLimitExceeded`), and the count
+        # does not grow. The timeout that led to it is kept as `timedOut`.
+        detail.update(
+            reason=Reason.DEACTIVATED.value,
+            cause=Reason.REQUEUING_LIMIT_EXCEEDED.value,
+            timedOut=cause.value,
+        )
+        evict_reason, evict_cause = Reason.DEACTIVATED, Reason.REQUEUING_LIMIT_EXCEEDED
+    else:
+        evict_reason, evict_cause = Reason.PODS_READY_TIMEOUT, cause
     effects: list[Effect] = [
-        Evict(w.key, w.attempt, w.kind, Reason.PODS_READY_TIMEOUT, cause, not_ready, w.uid)
+        Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid)
     ]
-    evicted = _withdrawn(w, now, qs, reason=Reason.PODS_READY_TIMEOUT, cause=cause)
+    evicted = _withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     if limited:
         deactivated = replace(
             evicted,
             phase=Phase.DEACTIVATED,
             reason=Reason.REQUEUING_LIMIT_EXCEEDED.value,
+            message=cause.value,
             requeue_count=0,
             requeue_at=None,
             first_evicted_at=None,

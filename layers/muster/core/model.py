@@ -54,6 +54,7 @@ class Reason(StrEnum):
     RECOVERED = "Recovered"
     BACKOFF_FINISHED = "BackoffFinished"
     REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+    DEACTIVATED = "Deactivated"  # the eviction that deactivates (Kueue's Evicted reason)
     REACTIVATED = "Reactivated"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"

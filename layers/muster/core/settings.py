@@ -1,9 +1,14 @@
-"""Settings: Kueue's `waitForPodsReady` names and defaults, plus Muster's additions.
+"""Settings: Kueue's `waitForPodsReady` names, plus Muster's additions.
+
+The defaults are SageMaker HyperPod task governance's (timeout 5m, blockAdmission
+off); Kueue's current configuration API defaults the timeout to 30m, and its
+older v1beta1 API to 5m with blockAdmission on.
 
 A settings document is a mapping (from YAML, JSON, cdk.json context or the
 settings record in DynamoDB). Global values apply to every queue; `queues.<name>`
 overrides them for one queue. Parsing is strict: an unknown key, a malformed
-duration or a negative limit is a `SettingsError` naming the field, and one
+duration, a negative limit, a number that is not finite or a duration longer than
+the runtime can carry out (a year) is a `SettingsError` naming the field, and one
 `SettingsError` carries every mistake of the document with its path (as Kueue's
 validation returns a `field.ErrorList`), so three mistakes take one run to find.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -73,6 +79,11 @@ def _part() -> Iterator[None]:
         if found is None:
             raise
         found.extend(exc.errors)
+
+
+MAX_DURATION_SECONDS = 365 * 86400.0
+"""The longest duration the runtime can carry out: a readiness timer is a Step
+Functions Standard execution, whose lifetime is at most one year."""
 
 
 class Timestamp(StrEnum):
@@ -400,6 +411,9 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         limit_count = _optional_int(strategy, "backoffLimitCount", spath, minimum=0)
     base_seconds = _number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
     max_seconds = _number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
+    for key, seconds in (("backoffBaseSeconds", base_seconds), ("backoffMaxSeconds", max_seconds)):
+        if key in strategy:
+            _within_runtime(seconds, strategy[key], f"{spath}{key}")
     if max_seconds < base_seconds:
         _problem(
             f"{spath}backoffMaxSeconds: {max_seconds:g} is below backoffBaseSeconds {base_seconds:g}"
@@ -442,10 +456,24 @@ def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> fl
     if key not in doc:
         return default
     try:
-        return parse_duration(doc[key])
+        seconds = parse_duration(doc[key])
     except DurationError as exc:
         _problem(f"{path}{key}: {exc}")
         return default
+    if not _within_runtime(seconds, doc[key], f"{path}{key}"):
+        return default
+    return seconds
+
+
+def _within_runtime(seconds: float, value: Any, field: str) -> bool:
+    if seconds > MAX_DURATION_SECONDS:
+        _problem(
+            f"{field}: {value!r} is longer than 365d, the longest wait the runtime can carry "
+            "out (a readiness timer is a Step Functions Standard execution, which lives at "
+            "most one year)"
+        )
+        return False
+    return True
 
 
 def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
@@ -454,6 +482,9 @@ def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> floa
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         _problem(f"{path}{key}: expected a number, got {value!r}")
+        return default
+    if not math.isfinite(value):
+        _problem(f"{path}{key}: expected a finite number, got {value!r}")
         return default
     if value < 0:
         _problem(f"{path}{key}: must not be negative, got {value!r}")

@@ -76,13 +76,16 @@ def describe(event: LogEvent, detail: Mapping[str, Any]) -> KubeEvent | None:
 
 def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
     reason = str(detail.get("reason"))
-    cause = detail.get("cause")
+    # The eviction that deactivates (reason Deactivated) names the timeout as `timedOut`.
+    cause = detail.get("timedOut") or detail.get("cause")
     dry = bool(detail.get("dryRun"))
     head = f"{'Would evict (dry run)' if dry else 'Evicted'} attempt {detail.get('attempt')}: " + (
         f"not all pods Ready before the {cause} deadline"
         if cause
         else f"node {detail.get('node')} is failing ({detail.get('health') or 'NotReady'})"
     )
+    if detail.get("timedOut"):
+        head += ", and the requeuing limit is reached"
     if "readyPods" in detail:
         head += f" ({detail['readyPods']}/{detail.get('gangSize')} ready)"
     not_ready = list(detail.get("notReady") or [])

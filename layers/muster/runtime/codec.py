@@ -32,6 +32,8 @@ from muster.core import (
 )
 
 _WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload) if f.name != "pods")
+NOT_READY_STORED = 20
+"""Not-ready pods an eviction keeps in its outbox (the same number its history entry names)."""
 
 
 def encode_pod(pod: Pod) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "kind": effect.kind.value,
                 "reason": effect.reason.value,
                 "cause": effect.cause.value if effect.cause else None,
-                "notReady": [encode_pod(p) for p in effect.not_ready[:50]],
+                "notReady": [encode_pod(p) for p in effect.not_ready[:NOT_READY_STORED]],
                 "uid": effect.uid,
             }
         case StartTimer() | StopTimer():
@@ -187,4 +189,5 @@ def decode_snapshot_part(doc: dict[str, Any]) -> SnapshotPart:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+    """Compact JSON; non-ASCII text stays UTF-8 (an escape would take up to 12 bytes a character)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str, ensure_ascii=False)

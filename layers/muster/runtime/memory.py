@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
-from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
 
 
 def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
@@ -32,6 +32,8 @@ class _Item:
     epoch: int
     outbox: tuple[Effect, ...]
     ready_count: int = 0
+    failures: int = 0
+    quarantine: Quarantine | None = None
 
 
 def belongs(owner: str, uid: str) -> bool:
@@ -93,6 +95,8 @@ class MemoryStore:
             {n: rev for n, (_, rev, _, _) in stored.items()},
             item.outbox,
             item.ready_count,
+            item.failures,
+            item.quarantine,
         )
 
     def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
@@ -161,7 +165,13 @@ class MemoryStore:
         version = (expected or 0) + 1
         self.writes += 1
         self.items[after.key] = _Item(
-            replace(after, pods={}), version, epoch, tuple(outbox), count + ready_delta
+            replace(after, pods={}),
+            version,
+            epoch,
+            tuple(outbox),
+            count + ready_delta,
+            current.failures if current else 0,
+            current.quarantine if current else None,
         )
         if after.phase is Phase.FINISHED:
             self.expires[(after.key, None)] = now + self.finished_ttl
@@ -201,6 +211,31 @@ class MemoryStore:
         if item.version != version:
             raise Conflict(key)
         item.outbox = ()
+        item.failures = 0
+
+    def record_failure(self, key: str, version: int, error: str) -> int:
+        item = self.items[key]
+        if item.version != version:
+            raise Conflict(key)
+        item.failures += 1
+        return item.failures
+
+    def quarantine(self, key: str, version: int, quarantine: Quarantine) -> None:
+        item = self.items[key]
+        if item.version != version:
+            raise Conflict(key)
+        item.quarantine = quarantine
+
+    def release(self, key: str) -> bool:
+        item = self.items.get(key)
+        if item is None or item.quarantine is None:
+            return False
+        item.quarantine = None
+        item.failures = 0
+        return True
+
+    def quarantined(self) -> list[tuple[str, Quarantine]]:
+        return sorted((k, i.quarantine) for k, i in self.items.items() if i.quarantine is not None)
 
     def workloads_on_node(self, node: str) -> list[str]:
         """Workloads holding live pods on the node (the node index of the DynamoDB store)."""
@@ -225,12 +260,22 @@ class MemoryStore:
     def by_phase(self, phase: str) -> list[Workload]:
         return [i.workload for i in self.items.values() if i.workload.phase.value == phase]
 
+    def unsettled(self, phase: str) -> list[str]:
+        return sorted(
+            k for k, i in self.items.items() if i.outbox and i.workload.phase.value == phase
+        )
+
     def get_workloads(
-        self, keys: Iterable[str], unsettled: set[str] | None = None
+        self,
+        keys: Iterable[str],
+        unsettled: set[str] | None = None,
+        quarantined: set[str] | None = None,
     ) -> list[Workload]:
         found = [self.items[k] for k in keys if k in self.items]
         if unsettled is not None:
             unsettled.update(i.workload.key for i in found if i.outbox)
+        if quarantined is not None:
+            quarantined.update(i.workload.key for i in found if i.quarantine is not None)
         return [i.workload for i in found]
 
     def ledger(self) -> Ledger:
@@ -242,20 +287,22 @@ class MemoryStore:
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,
-        members: frozenset[str],
         now: float,
     ) -> int:
         self._maybe_conflict()
         if self.ledger_state.version != ledger.version:
             raise Conflict("ledger")
         version = self.write_workload(before, after, before.epoch, outbox, now)
-        self.ledger_state = Ledger(members, ledger.version + 1)
+        recent = {**self.ledger_state.recent, after.key: after.attempt}
+        self.ledger_state = Ledger(ledger.version + 1, recent)
         return version
 
-    def set_ledger(self, ledger: Ledger, members: frozenset[str]) -> None:
-        if self.ledger_state.version != ledger.version:
-            raise Conflict("ledger")
-        self.ledger_state = Ledger(members, ledger.version + 1)
+    def forget_recent(self, entries: Mapping[str, int]) -> None:
+        recent = dict(self.ledger_state.recent)
+        for key, attempt in entries.items():
+            if recent.get(key) == attempt:
+                del recent[key]
+        self.ledger_state = Ledger(self.ledger_state.version, recent)
 
     def append_history(
         self,
@@ -316,12 +363,18 @@ class MemoryTimers:
 class MemoryMessages:
     requeues: list[tuple[str, int, float]] = field(default_factory=list)
     admission_requests: list[tuple[str, str | None]] = field(default_factory=list)
+    retries: list[int] = field(default_factory=list)  # the `retry` of each admission request
+    deadlines: list[tuple[str, Timer, float]] = field(default_factory=list)
 
     def requeue(self, workload: str, count: int, delay: float) -> None:
         self.requeues.append((workload, count, delay))
 
-    def request_admission(self, reason: str, workload: str | None) -> None:
+    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
         self.admission_requests.append((reason, workload))
+        self.retries.append(retry)
+
+    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
+        self.deadlines.append((workload, timer, delay))
 
 
 @dataclass

@@ -26,6 +26,7 @@ class AdmissionRequest:
 
     reason: str
     workload: str | None = None
+    retry: int = 0  # passes that failed before this one was asked for
 
 
 def rfc3339(epoch: float) -> str:
@@ -76,8 +77,21 @@ def requeue_body(workload: str, count: int) -> str:
     return json.dumps({"type": REQUEUE, "workload": workload, "count": count})
 
 
-def admission_body(reason: str, workload: str | None) -> str:
-    return json.dumps({"type": ADMISSION, "reason": reason, "workload": workload})
+def admission_body(reason: str, workload: str | None, retry: int = 0) -> str:
+    doc: dict[str, Any] = {"type": ADMISSION, "reason": reason, "workload": workload}
+    if retry:
+        doc["retry"] = retry
+    return json.dumps(doc)
+
+
+RETRY_BASE_SECONDS = 5.0
+
+
+def retry_delay(retry: int) -> float:
+    """Backoff of a failed admission pass: 5 s, 10 s, 20 s, ... up to SQS's 15 minutes."""
+    if retry <= 0:
+        return 0.0
+    return min(RETRY_BASE_SECONDS * 2.0 ** min(retry - 1, 16), float(SQS_MAX_DELAY_SECONDS))
 
 
 def sqs_delay(delay: float) -> int:
@@ -94,7 +108,10 @@ def parse_requeue_message(body: str) -> RequeueDue | AdmissionRequest:
         workload = doc.get("workload")
         if workload is not None and not isinstance(workload, str):
             raise InvalidEvent(f"workload: expected a string or null, got {workload!r}")
-        return AdmissionRequest(str(doc.get("reason") or "requested"), workload)
+        retry = doc.get("retry", 0)
+        if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
+            raise InvalidEvent(f"retry: expected a whole number, got {retry!r}")
+        return AdmissionRequest(str(doc.get("reason") or "requested"), workload, retry)
     raise InvalidEvent(f"type: expected {REQUEUE!r} or {ADMISSION!r}, got {kind!r}")
 
 
@@ -103,6 +120,8 @@ def _object(body: str) -> dict[str, Any]:
         doc = json.loads(body)
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"body: not JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidEvent("body: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise InvalidEvent(f"body: expected a JSON object, got {type(doc).__name__}")
     return doc

@@ -19,6 +19,20 @@ class Conflict(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Quarantine:
+    """A workload whose effects could not be carried out after a bounded number of tries.
+
+    Its outbox is kept, nothing more is done for it, and every other workload
+    goes on; an administrator releases it once the cause is fixed.
+    """
+
+    error: str
+    effect: str
+    tries: int
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """A workload as read (consistently), with what conditional writes need.
 
@@ -34,6 +48,8 @@ class Snapshot:
     pod_revs: Mapping[str, int] = field(default_factory=dict)
     outbox: tuple[Effect, ...] = ()
     ready_count: int = 0  # pods counting ready, kept beside the pods by every pod write
+    failures: int = 0  # failed tries at carrying out the outbox
+    quarantine: Quarantine | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +82,18 @@ class PodWrite:
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """Workloads admitted and possibly still holding quota (a superset of the active ones).
+    """The admission ledger: a version that every admission moves, and recent admissions.
 
-    Only the admission pass adds to it, in the same transaction as the admission,
-    and only on its `version`, so two racing passes cannot both admit.
+    Every admission commits on `version`, so two racing passes cannot both admit.
+    The workloads that hold quota are found on the phase index; `recent` names
+    those admitted (workload -> attempt) that the index, eventually consistent,
+    may not show yet, so a pass reads them consistently instead. An entry is
+    forgotten once the index shows that attempt (or the workload left), which
+    keeps the ledger small however many workloads are active.
     """
 
-    members: frozenset[str] = frozenset()
     version: int = 0
+    recent: Mapping[str, int] = field(default_factory=dict)
 
 
 class WorkloadStore(Protocol):
@@ -105,7 +125,21 @@ class WorkloadStore(Protocol):
         """The workload (on its version) with its pod writes, atomically; a new epoch resets the count."""
         ...
 
-    def clear_outbox(self, key: str, version: int) -> None: ...
+    def clear_outbox(self, key: str, version: int) -> None:
+        """The outbox was carried out: remove it and its failed tries (on `version`)."""
+        ...
+
+    def record_failure(self, key: str, version: int, error: str) -> int:
+        """One more failed try at the outbox of `version`; returns the tries so far."""
+        ...
+
+    def quarantine(self, key: str, version: int, quarantine: Quarantine) -> None: ...
+
+    def release(self, key: str) -> bool:
+        """Lift a quarantine (False if there was none); the outbox is tried again."""
+        ...
+
+    def quarantined(self) -> list[tuple[str, Quarantine]]: ...
 
     def expire_pods(self, key: str, names: Sequence[str], now: float) -> None:
         """The pods of a finished or replaced incarnation: set to expire, off the node index."""
@@ -127,10 +161,18 @@ class WorkloadStore(Protocol):
 
     def pending(self) -> list[Workload]: ...
 
+    def unsettled(self, phase: str) -> list[str]:
+        """Workloads of `phase` whose outbox is not empty (from the phase index)."""
+        ...
+
     def get_workloads(
-        self, keys: Iterable[str], unsettled: set[str] | None = None
+        self,
+        keys: Iterable[str],
+        unsettled: set[str] | None = None,
+        quarantined: set[str] | None = None,
     ) -> list[Workload]:
-        """Consistent reads without pods; adds to `unsettled` the keys with an outbox."""
+        """Consistent reads without pods; adds to `unsettled` the keys with an outbox
+        and to `quarantined` the quarantined ones."""
         ...
 
     def ledger(self) -> Ledger: ...
@@ -141,11 +183,14 @@ class WorkloadStore(Protocol):
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,
-        members: frozenset[str],
         now: float,
-    ) -> int: ...
+    ) -> int:
+        """The admission, on the workload's and the ledger's versions, recorded as recent."""
+        ...
 
-    def set_ledger(self, ledger: Ledger, members: frozenset[str]) -> None: ...
+    def forget_recent(self, entries: Mapping[str, int]) -> None:
+        """Drop ledger entries (workload -> attempt) the phase index now shows; never fails."""
+        ...
 
     def append_history(
         self,
@@ -177,7 +222,13 @@ class Messages(Protocol):
 
     def requeue(self, workload: str, count: int, delay: float) -> None: ...
 
-    def request_admission(self, reason: str, workload: str | None) -> None: ...
+    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+        """Ask for a pass; `retry` > 0 is a pass that failed before, sent with a backoff."""
+        ...
+
+    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
+        """The timer's "deadline reached" signal again after `delay` (re-arming an early one)."""
+        ...
 
 
 class Bus(Protocol):

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from muster.core import (
@@ -59,13 +59,16 @@ from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
     Bus,
     Conflict,
+    Ledger,
     Messages,
     Metrics,
     PodWrite,
+    Quarantine,
     Snapshot,
     Timers,
     WorkloadStore,
 )
+from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
 
@@ -76,6 +79,62 @@ class WorkloadNotYetKnown(Exception):
 
 class TooManyConflicts(Exception):
     """The workload kept changing under us; the message is retried later."""
+
+
+class EffectFailed(Exception):
+    """An effect of a committed decision failed; its outbox is tried again later."""
+
+    def __init__(self, workload: str, error: str) -> None:
+        super().__init__(f"{workload}: {error}")
+        self.workload = workload
+        self.error = error
+
+
+class Quarantined(Exception):
+    """The workload is quarantined: nothing is done for it until an administrator releases it."""
+
+    def __init__(self, workload: str, error: str) -> None:
+        super().__init__(f"{workload} is quarantined: {error}")
+        self.workload = workload
+        self.error = error
+
+
+MAX_EFFECT_TRIES = 5
+"""Failed tries at a workload's outbox before it is quarantined (transient failures not counted)."""
+
+ERROR_BYTES = 1024
+
+_TRANSIENT_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that waiting cures (throttling, 5xx, an unreachable cluster): not counted
+    towards quarantine, only retried with backoff."""
+    if getattr(exc, "transient", False) or isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if type(exc).__name__ in ("ClusterUnavailable", "EndpointConnectionError", "ReadTimeoutError"):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code", "")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return code in _TRANSIENT_CODES or int(status) >= 500
+    return False
 
 
 @dataclass(slots=True)
@@ -104,8 +163,10 @@ class ControlPlane:
     sleep: Callable[[float], None] = time.sleep  # between retries of a lost race
     inline_admission: bool = False  # the admission function runs passes itself
     max_conflicts: int = 25
+    max_effect_tries: int = MAX_EFFECT_TRIES
     stats: Stats = field(default_factory=Stats)
     admission_wanted: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)  # of the last pass: workload -> error
     _admission_requested: bool = False
 
     # ------------------------------------------------------------------ events
@@ -126,6 +187,10 @@ class ControlPlane:
         for attempt in range(self.max_conflicts):
             try:
                 return self._attempt(event)
+            except Quarantined as exc:
+                # Applied once it is released: the agent's resync sends the state again.
+                self._count_outcome(Outcome.IGNORED, event.workload, type(event).__name__, str(exc))
+                return Outcome.IGNORED
             except Conflict:
                 self.stats.conflicts += 1
                 log.info("write conflict, deciding again", extra={"workload": event.workload})
@@ -257,8 +322,14 @@ class ControlPlane:
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
 
     def _settled(self, key: str) -> Snapshot | None:
-        """The workload with no effects left over from an interrupted decision."""
+        """The workload with no effects left over from an interrupted decision.
+
+        Raises `Quarantined` for a quarantined workload, and `EffectFailed` when
+        the left-over effects fail again.
+        """
         snap = self.store.load(key)
+        if snap is not None and snap.quarantine is not None:
+            raise Quarantined(key, snap.quarantine.error)
         if snap is not None and snap.outbox:
             log.warning(
                 "carrying out effects left by an interrupted decision",
@@ -304,53 +375,87 @@ class ControlPlane:
     def admission_pass(self, hints: Iterable[str] = ()) -> list[str]:
         """Admit what may be admitted now, one workload per conditional transaction.
 
-        Candidates come from the queue index (eventually consistent) plus `hints`
-        (workloads that just became admissible); every candidate and every
-        workload in the ledger is re-read consistently before planning, and the
-        admission commits only if the ledger is unchanged, so two racing passes
-        can never both admit (nor both take the `blockAdmission` lock).
+        Quota holders come from the phase index, with the ledger's recent
+        admissions, the not-ready ones and `hints` (workloads that just changed)
+        re-read consistently; candidates are the queue index plus `hints`, each
+        re-read consistently. A workload is admitted only as planned: on the
+        ledger's version (so two racing passes can never both admit, nor both take
+        the `blockAdmission` lock) and on the version it was planned on (a
+        workload that changed meanwhile is planned again).
+
+        A workload whose effects fail is set aside for this pass (and quarantined
+        after `max_effect_tries`); it never stops the others. `failed` names
+        those of this pass, so the caller can ask for another pass with a backoff.
         """
         admitted: list[str] = []
         excluded: set[str] = set()
         repaired: set[str] = set()
         hinted = set(hints)
+        self.failed = {}
         conflicts = 0
+        # The index is read once per pass: admissions since are in the ledger's recent
+        # entries, read consistently every round, and a workload the index still shows
+        # as holding quota it has freed only makes the pass more careful.
+        # So is the queue: a workload queued during the pass asks for a pass of its own.
+        indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
+        queued_keys = {w.key for w in self.store.pending()} | hinted
         while conflicts <= self.max_conflicts:
             settings = self.settings()
             now = self.clock()
             ledger = self.store.ledger()
+            recheck = set(ledger.recent) | {
+                k for k, w in indexed.items() if w.phase in NOT_READY_PHASES
+            }
             unsettled: set[str] = set()
-            members = self.store.get_workloads(ledger.members, unsettled)
-            keys = {w.key for w in self.store.pending()} | hinted
-            candidates = self.store.get_workloads(sorted(keys - excluded), unsettled)
-            if unsettled - repaired:
+            quarantined: set[str] = set()
+            read = {
+                w.key: w
+                for w in self.store.get_workloads(
+                    sorted(recheck | queued_keys), unsettled, quarantined
+                )
+            }
+            if unsettled - repaired - quarantined - excluded:
                 # An earlier pass or event stopped halfway (e.g. its timer was not
                 # started): finish it before planning on its state.
-                for key in sorted(unsettled - repaired):
-                    self._settled(key)
+                for key in sorted(unsettled - repaired - quarantined - excluded):
+                    self._repair(key)
                 repaired |= unsettled
                 continue
-            active = [w for w in members if w.phase in ACTIVE_PHASES]
-            queued = [w for w in candidates if w.phase is Phase.PENDING]
+            current = {**indexed, **read}
+            active = [w for w in current.values() if w.phase in ACTIVE_PHASES]
+            held_back = excluded | unsettled | quarantined
+            queued = [
+                w
+                for k, w in read.items()
+                if k in queued_keys and w.phase is Phase.PENDING and k not in held_back
+            ]
             queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
             plan = plan_admission(queued, active, settings, now)
-            holding = frozenset(w.key for w in active)
             if not plan.admit:
                 if plan.blocked_by or plan.skipped:
                     log.info(
                         "admission pass admitted nothing more",
                         extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
                     )
-                if holding != ledger.members:
-                    try:
-                        self.store.set_ledger(ledger, holding)
-                    except Conflict:
-                        self.stats.conflicts += 1
+                seen = _indexed_recent(ledger, indexed, read)
+                if seen:
+                    self.store.forget_recent(seen)
                 return admitted
             key = plan.admit[0]
-            snap = self._settled(key)
+            planned = next(w for w in queued if w.key == key)
+            try:
+                snap = self._settled(key)
+            except (EffectFailed, Quarantined) as exc:
+                self._set_aside(key, exc)
+                excluded.add(key)
+                continue
             if snap is None:
                 excluded.add(key)
+                continue
+            if _state(snap.workload) != _state(planned):
+                # It changed after it was planned (e.g. it asks for more GPUs now):
+                # plan again on what is committed, never admit what was not planned.
+                conflicts += 1
                 continue
             grant = AdmissionGranted(key, snap.workload.attempt + 1)
             decision = decide(snap.workload, grant, settings, now, draw=self.draw())
@@ -358,17 +463,38 @@ class ControlPlane:
                 excluded.add(key)
                 continue
             try:
-                version = self.store.admit(
-                    snap, decision.workload, decision.effects, ledger, holding | {key}, now
-                )
+                version = self.store.admit(snap, decision.workload, decision.effects, ledger, now)
             except Conflict:
                 self.stats.conflicts += 1
                 conflicts += 1
                 continue
             admitted.append(key)
             self.stats.admitted.append(key)
-            self._carry_out(decision.workload, version, decision.effects)
+            try:
+                self._carry_out(decision.workload, version, decision.effects)
+            except (EffectFailed, Quarantined) as exc:
+                self._set_aside(key, exc)
+                excluded.add(key)  # admitted; its effects are tried again by a later pass
         raise TooManyConflicts("admission pass did not settle")
+
+    def _repair(self, key: str) -> None:
+        try:
+            self._settled(key)
+        except (EffectFailed, Quarantined) as exc:
+            self._set_aside(key, exc)
+
+    def _set_aside(self, key: str, exc: EffectFailed | Quarantined) -> None:
+        """One workload's failure stays its own: the pass goes on without it."""
+        if isinstance(exc, EffectFailed):
+            self.failed[key] = exc.error
+        log.warning(
+            "workload set aside by the admission pass",
+            extra={
+                "workload": key,
+                "error": exc.error,
+                "quarantined": isinstance(exc, Quarantined),
+            },
+        )
 
     def _with_pods(self, w: Workload) -> Workload:
         snap = self.store.load(w.key)
@@ -384,18 +510,26 @@ class ControlPlane:
     # ------------------------------------------------------------------ effects
 
     def _carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
+        """The effects in order; a failure stops them, is counted on the outbox, and raises
+        `EffectFailed` (or `Quarantined` at the last allowed try)."""
         gone = False
         for index, effect in enumerate(effects):
             try:
                 self._do(w, version or 0, index, effect)
             except WorkloadGone:
                 gone = True
+            except Exception as exc:
+                if version is None:
+                    raise
+                self._effect_failed(w.key, version, type(effect).__name__, exc)
         if version is not None:
             if not gone:
                 try:
                     self.cluster.record(w.key, w.kind, _view(w))
                 except WorkloadGone:
                     gone = True
+                except Exception as exc:
+                    self._effect_failed(w.key, version, "Record", exc)
             if effects:
                 # On a conflict a later decision was committed; its writer carries on.
                 with contextlib.suppress(Conflict):
@@ -404,6 +538,30 @@ class ControlPlane:
             log.info("workload deleted from the cluster", extra={"workload": w.key})
             # This incarnation is gone; should a newer one be known by now, it stays.
             self._handle_one(WorkloadFinished(w.key, Reason.DELETED, uid=w.uid))
+
+    def _effect_failed(self, key: str, version: int, effect: str, exc: Exception) -> None:
+        error = clip_utf8(f"{effect}: {type(exc).__name__}: {exc}", ERROR_BYTES)
+        self.metrics.count("EffectFailures", effect=effect)
+        if is_transient(exc):
+            log.warning("effect failed; will retry", extra={"workload": key, "error": error})
+            raise EffectFailed(key, error) from exc
+        try:
+            tries = self.store.record_failure(key, version, error)
+        except Conflict:
+            # A later decision was committed meanwhile; its writer carries on.
+            raise EffectFailed(key, error) from exc
+        log.warning("effect failed", extra={"workload": key, "error": error, "tries": tries})
+        if tries < self.max_effect_tries:
+            raise EffectFailed(key, error) from exc
+        quarantine = Quarantine(error, effect, tries, self.clock())
+        with contextlib.suppress(Conflict):
+            self.store.quarantine(key, version, quarantine)
+        self.metrics.count("Quarantines", effect=effect)
+        log.error(
+            "workload quarantined: its effects keep failing; release it once the cause is fixed",
+            extra={"workload": key, "error": error, "tries": tries},
+        )
+        raise Quarantined(key, error) from exc
 
     def _do(self, w: Workload, version: int, index: int, effect: Effect) -> None:
         match effect:
@@ -486,6 +644,25 @@ class ControlPlane:
                 f"event {outcome.value}",
                 extra={"workload": workload, "eventType": event, "note": note},
             )
+
+
+def _indexed_recent(
+    ledger: Ledger, indexed: Mapping[str, Workload], read: Mapping[str, Workload]
+) -> dict[str, int]:
+    """Recent admissions the phase index shows now (or that left): the ledger can forget them."""
+    seen: dict[str, int] = {}
+    for key, attempt in ledger.recent.items():
+        shown = indexed.get(key)
+        fresh = read.get(key)
+        if (
+            (shown is not None and shown.attempt >= attempt)
+            or (
+                fresh is not None and (fresh.phase not in ACTIVE_PHASES or fresh.attempt != attempt)
+            )
+            or (fresh is None and key not in indexed)
+        ):
+            seen[key] = attempt
+    return seen
 
 
 def _state(w: Workload | None) -> Workload | None:

@@ -1,0 +1,672 @@
+"""A workload driver for the fault wrappers: the control plane's functions, in virtual
+time, on in-memory queues and a model cluster, with faults injected into every port.
+
+What runs is the real thing: the functions' record handlers (`ingest_record`,
+`timer_record`, `admission_batch` with Powertools' `BatchProcessor`), the
+`ControlPlane` and the sweeper, through the wrapped ports. What is modelled:
+SQS (delays, a visibility timeout, a redrive to a DLQ after five receives), Step
+Functions (a timer sends its signal at the deadline, or early), and a cluster
+whose gangs become Ready after a start-up time and finish after a run time (or,
+when broken, never become Ready). The model agent re-sends every object's state
+every 10 minutes, as the real agent's resync does, so a lost agent event heals.
+
+After every delivery it checks that quota holds (GPUs of the workloads the
+store holds Admitted, Running or Recovering never exceed `gpuQuota`); after every
+sweep it checks that nothing waits forever: every workload that is not final has
+something that will move it on (a message in flight, a sweeper rule that will
+fire, the cluster running it, or quota held by workloads that themselves move).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.aws.records import (
+    admission_batch,
+    ingest_record,
+    process_sqs,
+    sqs_processor,
+    timer_record,
+)
+from muster.core import (
+    ACTIVE_PHASES,
+    Admit,
+    Evict,
+    Kind,
+    Phase,
+    Settings,
+    Timer,
+    Workload,
+    admissible,
+    parse_settings,
+    plan_admission,
+)
+from muster.faults.ports import Crash, FaultPlan, FaultyPorts, wrap_ports
+from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
+from muster.runtime.messages import (
+    admission_body,
+    requeue_body,
+    retry_delay,
+    sqs_delay,
+    timer_input,
+)
+from muster.runtime.service import ControlPlane
+from muster.runtime.sweeper import GRACE_SECONDS, SWEPT_PHASES, Sweeper
+from muster.schema import (
+    AGENT_SOURCE,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+    pod_detail,
+    workload_detail,
+)
+
+CLUSTER = "training"
+VISIBILITY_SECONDS = {"ingest": 180.0, "timer": 180.0, "requeue": 360.0}
+MAX_RECEIVES = 5
+SWEEP_EVERY = 60.0
+RESYNC_EVERY = 600.0
+FINAL = frozenset({Phase.FINISHED, Phase.DEACTIVATED})
+
+
+@dataclass(order=True)
+class Message:
+    visible_at: float
+    seq: int
+    queue: str = field(compare=False)
+    body: str = field(compare=False)
+    receives: int = field(default=0, compare=False)
+
+
+class VirtualQueues:
+    """The three SQS queues in virtual time; also the `Messages` port."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.heap: list[Message] = []
+        self.seq = itertools.count()
+        self.dlq: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()
+
+    def send(self, queue: str, body: str, delay: float = 0.0, receives: int = 0) -> None:
+        self.sent[queue] += 1
+        heapq.heappush(
+            self.heap, Message(self.clock.now + delay, next(self.seq), queue, body, receives)
+        )
+
+    def due(self, queue: str, limit: int = 10) -> list[Message]:
+        taken: list[Message] = []
+        kept: list[Message] = []
+        while self.heap and self.heap[0].visible_at <= self.clock.now and len(taken) < limit:
+            m = heapq.heappop(self.heap)
+            (taken if m.queue == queue else kept).append(m)
+        for m in kept:
+            heapq.heappush(self.heap, m)
+        return taken
+
+    def fail(self, m: Message) -> None:
+        """Not deleted: visible again after the visibility timeout, or dead-lettered."""
+        if m.receives + 1 >= MAX_RECEIVES:
+            self.dlq[m.queue] += 1
+            return
+        heapq.heappush(
+            self.heap,
+            Message(
+                self.clock.now + VISIBILITY_SECONDS[m.queue],
+                next(self.seq),
+                m.queue,
+                m.body,
+                m.receives + 1,
+            ),
+        )
+
+    def in_flight(self, queue: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        for m in self.heap:
+            if queue is None or m.queue == queue:
+                yield m.queue, json.loads(m.body)
+
+    # the Messages port
+    def requeue(self, workload: str, count: int, delay: float) -> None:
+        self.send("requeue", requeue_body(workload, count), sqs_delay(delay))
+
+    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+        self.send("requeue", admission_body(reason, workload, retry), sqs_delay(retry_delay(retry)))
+
+    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
+        self.send("timer", json.dumps(timer_input(workload, timer)), sqs_delay(delay))
+
+
+@dataclass
+class VirtualClock:
+    now: float = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class VirtualTimers:
+    """Step Functions: a timer sends its input to the timer queue at its deadline (or early)."""
+
+    def __init__(self, queues: VirtualQueues, plan: FaultPlan) -> None:
+        self.queues = queues
+        self.plan = plan
+        self.started: set[tuple[str, int, str, int]] = set()
+
+    def start(self, workload: str, timer: Timer) -> None:
+        name = (workload, timer.attempt, timer.kind.value, timer.episode)
+        if name in self.started:
+            return  # ExecutionAlreadyExists
+        self.started.add(name)
+        at = self.plan.early(timer.deadline, self.queues.clock.now)
+        body = json.dumps(timer_input(workload, timer))
+        self.queues.send("timer", body, max(0.0, at - self.queues.clock.now))
+
+    def stop(self, workload: str, timer: Timer) -> None:
+        """Best effort, as on AWS: the signal may still come; the core finds it stale."""
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    key: str
+    gang: int
+    gpus: int
+    submit_at: float
+    startup: float
+    run: float
+    broken: bool
+
+
+class ModelCluster:
+    """The cluster: admitted gangs become Ready after their start-up time, then finish.
+
+    It is also the `ClusterActions` port (admit, evict and record are idempotent),
+    and its agent puts observations on the ingest queue (each may be lost, and the
+    resync re-sends them).
+    """
+
+    def __init__(self, queues: VirtualQueues, plan: FaultPlan) -> None:
+        self.queues = queues
+        self.plan = plan
+        self.specs: dict[str, GangSpec] = {}
+        self.admitted: dict[str, int] = {}  # workload -> attempt running on the cluster
+        self.timeline: list[
+            tuple[float, int, str, str, int]
+        ] = []  # (at, seq, action, key, attempt)
+        self.seq = itertools.count(1)
+        self.objects: dict[str, str] = {}  # object -> its last observation (for resyncs)
+        self.finished: set[str] = set()
+        self.admit_calls: Counter[tuple[str, int]] = Counter()
+
+    @property
+    def now(self) -> float:
+        return self.queues.clock.now
+
+    def add(self, spec: GangSpec) -> None:
+        self.specs[spec.key] = spec
+        self._at(spec.submit_at, "submit", spec.key, 0)
+
+    def _at(self, at: float, action: str, key: str, attempt: int) -> None:
+        heapq.heappush(self.timeline, (at, next(self.seq), action, key, attempt))
+
+    def next_at(self) -> float | None:
+        return self.timeline[0][0] if self.timeline else None
+
+    def run_due(self) -> None:
+        while self.timeline and self.timeline[0][0] <= self.now:
+            _, _, action, key, attempt = heapq.heappop(self.timeline)
+            if action == "resync":
+                for body in list(self.objects.values()):
+                    self._send(body)
+                if len(self.finished) < len(self.specs):
+                    self._at(self.now + RESYNC_EVERY, "resync", "", 0)
+                continue
+            spec = self.specs[key]
+            if action == "submit":
+                self._observe_workload(spec, "Active")
+            elif self.admitted.get(key) != attempt or key in self.finished:
+                continue  # that attempt was evicted meanwhile
+            elif action == "ready":
+                for i in range(spec.gang):
+                    self._observe_pod(spec, i, attempt, ready=True)
+            elif action == "finish":
+                self.finished.add(key)
+                del self.admitted[key]
+                self._observe_workload(spec, "Succeeded")
+
+    def start_resync(self) -> None:
+        self._at(self.now + RESYNC_EVERY, "resync", "", 0)
+
+    def _send(self, body: str) -> None:
+        if self.plan.roll("lose", "agent_event"):
+            return
+        self.queues.send("ingest", body)
+
+    def _envelope(self, detail_type: str, detail: dict[str, Any]) -> str:
+        return json.dumps({"source": AGENT_SOURCE, "detail-type": detail_type, "detail": detail})
+
+    def _observe_workload(self, spec: GangSpec, status: str) -> None:
+        detail = workload_detail(
+            cluster=CLUSTER,
+            workload=spec.key,
+            kind=Kind.JOB,
+            queue="default",
+            gang_size=spec.gang,
+            gpus=spec.gpus,
+            seq=next(self.seq),
+            created_at=datetime.fromtimestamp(spec.submit_at, UTC),
+            status=status,
+            observed_at=datetime.fromtimestamp(self.now, UTC),
+        )
+        body = self._envelope(WORKLOAD_OBSERVED, detail)
+        self.objects[spec.key] = body
+        self._send(body)
+
+    def _observe_pod(
+        self, spec: GangSpec, i: int, attempt: int, *, ready: bool, deleted: bool = False
+    ) -> None:
+        detail = pod_detail(
+            cluster=CLUSTER,
+            workload=spec.key,
+            pod=f"{spec.key.split('/')[1]}-{i}",
+            seq=next(self.seq),
+            uid=f"uid-{i}-a{attempt}",
+            phase="Running" if ready else "Pending",
+            ready=ready,
+            node=f"node-{i % 16}",
+            deleted=deleted,
+            observed_at=datetime.fromtimestamp(self.now, UTC),
+        )
+        body = self._envelope(POD_OBSERVED, detail)
+        self.objects[f"{spec.key}#{i}"] = body
+        self._send(body)
+
+    # ClusterActions
+    def admit(self, effect: Admit) -> None:
+        self.admit_calls[(effect.workload, effect.attempt)] += 1
+        if self.admitted.get(effect.workload) == effect.attempt or effect.workload in self.finished:
+            return
+        spec = self.specs[effect.workload]
+        self.admitted[effect.workload] = effect.attempt
+        if not spec.broken:
+            self._at(self.now + spec.startup, "ready", spec.key, effect.attempt)
+            self._at(self.now + spec.startup + spec.run, "finish", spec.key, effect.attempt)
+
+    def evict(self, effect: Evict) -> None:
+        """Suspend: the job controller deletes the attempt's pods, and the agent says so."""
+        if self.admitted.get(effect.workload) == effect.attempt:
+            del self.admitted[effect.workload]
+            spec = self.specs[effect.workload]
+            for i in range(spec.gang):
+                if self.objects.pop(f"{spec.key}#{i}", None) is not None:
+                    self._observe_pod(spec, i, effect.attempt, ready=False, deleted=True)
+                    self.objects.pop(f"{spec.key}#{i}", None)
+
+    def record(self, workload: str, kind: Kind, view: Any) -> None:
+        return None
+
+    def gpus_held(self) -> int:
+        return sum(self.specs[k].gpus for k in self.admitted)
+
+
+@dataclass
+class HarnessReport:
+    """The figures of one run."""
+
+    workloads: int = 0
+    finished: int = 0
+    deactivated: int = 0
+    quarantined: int = 0
+    unfinished: list[str] = field(default_factory=list)
+    deliveries: int = 0
+    redelivered: int = 0  # delivered again while the first delivery ran
+    batches_failed: int = 0
+    crashes_survived: int = 0
+    dead_lettered: dict[str, int] = field(default_factory=dict)
+    sweeps: int = 0
+    sweeper_resent: int = 0
+    checks: int = 0  # "nothing waits forever" checks (one per sweep)
+    movers: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    healthy_deactivated: list[str] = field(default_factory=list)  # gangs the faults kept from Ready
+    quota: int = 0
+    max_gpus_admitted: int = 0  # by the store (the quota invariant)
+    max_gpus_on_cluster: int = 0  # on the model cluster (may lag an eviction in flight)
+    injected: dict[str, int] = field(default_factory=dict)
+    virtual_hours: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        injected = {k: v for k, v in self.injected.items() if ":" not in k}
+        return {
+            "workloads": self.workloads,
+            "finished": self.finished,
+            "deactivated": self.deactivated,
+            "quarantined": self.quarantined,
+            "unfinished": len(self.unfinished),
+            "deliveries": self.deliveries,
+            "redeliveredWhileRunning": self.redelivered,
+            "batchesFailed": self.batches_failed,
+            "crashesSurvived": self.crashes_survived,
+            "deadLettered": self.dead_lettered,
+            "sweeps": self.sweeps,
+            "sweeperResent": self.sweeper_resent,
+            "nothingWaitsForeverChecks": self.checks,
+            "violations": len(self.violations),
+            "healthyGangsDeactivated": len(self.healthy_deactivated),
+            "gpuQuota": self.quota,
+            "maxGpusAdmitted": self.max_gpus_admitted,
+            "maxGpusOnCluster": self.max_gpus_on_cluster,
+            "faultsInjected": injected,
+            "virtualHours": round(self.virtual_hours, 2),
+        }
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    log = logging.getLogger("muster")
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _record(m: Message) -> dict[str, Any]:
+    return {
+        "messageId": f"m{m.seq}",
+        "receiptHandle": f"h{m.seq}",
+        "body": m.body,
+        "attributes": {"ApproximateReceiveCount": str(m.receives + 1)},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:muster-{m.queue}",
+        "awsRegion": "us-east-1",
+    }
+
+
+class Harness:
+    """One cluster's control plane under faults; `run()` returns the figures."""
+
+    def __init__(
+        self,
+        plan: FaultPlan,
+        *,
+        workloads: int = 40,
+        seed: int = 1,
+        settings: dict[str, Any] | None = None,
+        broken_fraction: float = 0.1,
+        horizon_hours: float = 12.0,
+        sweeper: bool = True,
+    ) -> None:
+        self.sweeper_on = sweeper
+        self.plan = plan
+        self.clock = VirtualClock()
+        self.queues = VirtualQueues(self.clock)
+        self.store = MemoryStore()
+        self.cluster = ModelCluster(self.queues, plan)
+        self.doc = settings or {
+            "timeout": "5m",
+            "gpuQuota": 64,
+            "requeuingStrategy": {
+                "backoffLimitCount": 3,
+                "backoffBaseSeconds": 60,
+                "backoffMaxSeconds": 600,
+            },
+        }
+        self.settings: Settings = parse_settings(self.doc)
+        self.ports: FaultyPorts = wrap_ports(
+            plan,
+            store=self.store,
+            timers=VirtualTimers(self.queues, plan),
+            messages=self.queues,
+            bus=MemoryBus(),
+            cluster=self.cluster,
+            during_write=self._during_write,
+        )
+        self.metrics = MemoryMetrics()
+        self.rng = random.Random(seed)
+        self.horizon = self.clock.now + horizon_hours * 3600
+        self.report = HarnessReport(workloads=workloads, quota=self.settings.gpu_quota or 0)
+        self._current: tuple[str, Message] | None = None
+        self._depth = 0
+        start = self.clock.now
+        for i in range(workloads):
+            gang = self.rng.choice((1, 1, 2, 2, 4, 4, 8))
+            self.cluster.add(
+                GangSpec(
+                    key=f"team-{i % 4}/job-{i:03d}",
+                    gang=gang,
+                    gpus=gang * 4,
+                    submit_at=start + self.rng.uniform(0, 1800),
+                    startup=self.rng.uniform(20, 240),
+                    run=self.rng.uniform(300, 1800),
+                    broken=self.rng.random() < broken_fraction,
+                )
+            )
+        self.cluster.start_resync()
+
+    def plane(self, function: str) -> ControlPlane:
+        p = self.ports
+        return ControlPlane(
+            store=p.store,
+            timers=p.timers,
+            messages=p.messages,
+            bus=p.bus,
+            metrics=self.metrics,
+            cluster=p.cluster,
+            settings=lambda: self.settings,
+            clock=self.clock,
+            draw=self.rng.random,
+            sleep=lambda seconds: None,
+            inline_admission=function == "requeue",
+        )
+
+    # ------------------------------------------------------------------ delivery
+
+    def _deliver(self, queue: str, batch: list[Message]) -> None:
+        plane = self.plane(queue)
+        event = {"Records": [_record(m) for m in batch]}
+        processor = sqs_processor()
+        failed: set[str] = set()
+        self.report.deliveries += len(batch)
+        self._current = (queue, batch[0])
+        try:
+            if queue == "ingest":
+                response = process_sqs(
+                    event, None, processor, lambda body: ingest_record(plane, CLUSTER, body)
+                )
+            elif queue == "timer":
+                response = process_sqs(
+                    event, None, processor, lambda body: timer_record(plane, body, lambda s: None)
+                )
+            else:
+                response = admission_batch(plane, event, None, processor)
+            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+        except Crash:
+            self.report.crashes_survived += 1
+            failed = {f"m{m.seq}" for m in batch}
+        except Exception:
+            failed = {f"m{m.seq}" for m in batch}  # the whole invocation failed
+        finally:
+            self._current = None
+        if failed:
+            self.report.batches_failed += 1
+        for m in batch:
+            if f"m{m.seq}" in failed:
+                self.queues.fail(m)
+        self._check_quota()
+
+    def _during_write(self) -> None:
+        """A second instance receives the message the first one is still working on."""
+        if self._current is None or self._depth > 0 or not self.plan.roll("redeliver", "sqs"):
+            return
+        queue, m = self._current
+        self._depth += 1
+        saved = self._current
+        try:
+            self.report.redelivered += 1
+            self._deliver(queue, [Message(m.visible_at, m.seq, queue, m.body, m.receives)])
+        finally:
+            self._current = saved
+            self._depth -= 1
+
+    # ------------------------------------------------------------------ invariants
+
+    def _check_quota(self) -> None:
+        held = sum(
+            i.workload.gpus for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
+        )
+        self.report.max_gpus_admitted = max(self.report.max_gpus_admitted, held)
+        self.report.max_gpus_on_cluster = max(
+            self.report.max_gpus_on_cluster, self.cluster.gpus_held()
+        )
+        quota = self.settings.gpu_quota
+        if quota is not None and held > quota:
+            self.report.violations.append(f"quota: {held} GPUs held under a quota of {quota}")
+
+    def _mover(self, w: Workload, outbox: bool, quarantined: set[str], named: set[str]) -> str:
+        """What will move `w` on, or '' when nothing will."""
+        now = self.clock.now
+        sweeps = self.sweeper_on
+        if w.key in quarantined:
+            return "quarantined (alarm, release)"
+        if w.phase is Phase.FINISHED:
+            return "final (leftover lifecycle event or timer stop)"
+        if outbox:
+            if w.key in named:
+                return "message in flight"
+            return "sweeper (unfinished effects)" if sweeps and w.phase in SWEPT_PHASES else ""
+        if w.key in named:
+            return "message in flight"
+        if w.phase in (Phase.ADMITTED, Phase.RECOVERING):
+            return "sweeper (deadline)" if sweeps and w.timer is not None else ""
+        if w.phase is Phase.REQUEUED:
+            return "sweeper (requeue time)" if sweeps and w.requeue_at is not None else ""
+        if w.phase is Phase.RUNNING:
+            if self.cluster.admitted.get(w.key) == w.attempt:
+                return "cluster (running)"
+            # Finished on the cluster, its event lost: the agent's resync tells.
+            return "agent resync (finished)" if w.key in self.cluster.finished else ""
+        if w.phase is Phase.PENDING:
+            active = [
+                i.workload for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
+            ]
+            plan = plan_admission([w], active, self.settings, now)
+            if admissible(w, now) and plan.admit:
+                return "sweeper (admissible)" if sweeps else ""
+            return "quota held by others" if active else ""
+        return ""
+
+    def _check_nothing_waits_forever(self) -> None:
+        quarantined = {k for k, _ in self.store.quarantined()}
+        named: set[str] = set()
+        for _, body in self.queues.in_flight():
+            if body.get("workload"):
+                named.add(body["workload"])
+            detail = body.get("detail") or {}
+            if isinstance(detail, dict) and detail.get("workload"):
+                named.add(detail["workload"])
+        self.report.checks += 1
+        for key, item in self.store.items.items():
+            w = item.workload
+            if w.phase is Phase.DEACTIVATED and not item.outbox:
+                continue
+            mover = self._mover(w, bool(item.outbox), quarantined, named)
+            if not mover:
+                self.report.violations.append(
+                    f"waits forever: {key} {w.phase.value} at {self.clock.now - 1_800_000_000:.0f}s"
+                )
+            else:
+                self.report.movers[mover] = self.report.movers.get(mover, 0) + 1
+
+    # ------------------------------------------------------------------ the run
+
+    def _sweep(self) -> None:
+        sweeper = Sweeper(
+            self.ports.store,
+            self.ports.messages,
+            lambda: self.settings,
+            self.metrics,
+            grace=GRACE_SECONDS,
+        )
+        self.report.sweeps += 1
+        try:
+            if self.sweeper_on:
+                self.report.sweeper_resent += sweeper.run(self.clock.now).sent
+        except (Crash, Exception):
+            return  # the next sweep runs a minute later
+        self._check_nothing_waits_forever()
+
+    def _settled(self) -> bool:
+        if self.queues.heap:
+            return False
+        submitted = len(self.store.items) == len(self.cluster.specs)
+        return submitted and all(
+            i.workload.phase in FINAL and not i.outbox for i in self.store.items.values()
+        )
+
+    def run(self) -> HarnessReport:
+        with _quiet():
+            next_sweep = self.clock.now + SWEEP_EVERY
+            while self.clock.now < self.horizon and not self._settled():
+                times = [next_sweep]
+                if self.queues.heap:
+                    times.append(self.queues.heap[0].visible_at)
+                cluster_next = self.cluster.next_at()
+                if cluster_next is not None:
+                    times.append(cluster_next)
+                self.clock.now = max(self.clock.now, min(times))
+                self.cluster.run_due()
+                for queue in ("ingest", "timer", "requeue"):
+                    batch = self.queues.due(queue)
+                    if batch:
+                        self._deliver(queue, batch)
+                if self.clock.now >= next_sweep:
+                    self._sweep()
+                    next_sweep = self.clock.now + SWEEP_EVERY
+            self.plan.enabled = False  # a last, fault-free sweep, then look
+            self._sweep()
+        return self._finish()
+
+    def _finish(self) -> HarnessReport:
+        r = self.report
+        for key, item in self.store.items.items():
+            phase = item.workload.phase
+            if item.quarantine is not None:
+                r.quarantined += 1
+            elif phase is Phase.FINISHED:
+                r.finished += 1
+            elif phase is Phase.DEACTIVATED:
+                r.deactivated += 1
+            else:
+                r.unfinished.append(f"{key} {phase.value}")
+        r.unfinished += [k for k in self.cluster.specs if k not in self.store.items]
+        r.dead_lettered = dict(self.queues.dlq)
+        r.injected = dict(self.plan.injected)
+        r.virtual_hours = (self.clock.now - 1_800_000_000.0) / 3600
+        for key, spec in self.cluster.specs.items():
+            stored = self.store.items.get(key)
+            if stored is None or stored.quarantine is not None:
+                continue
+            phase = stored.workload.phase
+            if spec.broken and phase is not Phase.DEACTIVATED:
+                r.violations.append(f"{key}: broken, but {phase.value}")
+            elif not spec.broken and phase is Phase.DEACTIVATED:
+                # Lost pod events and redelivery delays can keep a gang from being seen
+                # Ready within its timeout, attempt after attempt: a figure, not a fault.
+                r.healthy_deactivated.append(key)
+        return r
+
+
+def run_harness(plan: FaultPlan, **kwargs: Any) -> HarnessReport:
+    return Harness(plan, **kwargs).run()

@@ -1,0 +1,127 @@
+"""The sweeper: nothing waits forever on a message that was lost.
+
+Every message that moves a workload on can be lost (a requeue or an admission
+request that reached its DLQ, a timer execution that never started, a crash
+between two effects). Run on a schedule, the sweeper reads the phase index (not
+the whole table) and sends again whatever should already have arrived:
+
+- a Requeued workload whose `requeueAt` passed: its requeue message;
+- an Admitted or Recovering workload whose deadline passed: its timer's signal;
+- Pending workloads of which the admission planner would admit one now: a pass;
+- a workload with effects left over from an interrupted decision: a pass that
+  names it, which carries them out first.
+
+Everything it sends is idempotent (the core answers a duplicate with STALE), so
+a sweep that races the real message changes nothing. Quarantined workloads are
+left alone and counted (`QuarantinedWorkloads`, which an alarm watches).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
+from muster.runtime.ports import Messages, Metrics, WorkloadStore
+
+log = logging.getLogger("muster.runtime")
+
+GRACE_SECONDS = 60.0
+"""How late a message must be before the sweeper sends it again."""
+
+# Phases whose leftover effects the sweeper looks for: every one but Finished, which
+# is final (what it may leave is a lifecycle event and a timer stop; the quota it
+# held is free, and a pass comes by the admissible rule above). Running is read
+# too: a Running workload whose admission was committed but not yet carried out
+# gets no event of its own that would repair it.
+SWEPT_PHASES = (
+    Phase.PENDING,
+    Phase.ADMITTED,
+    Phase.RUNNING,
+    Phase.RECOVERING,
+    Phase.REQUEUED,
+    Phase.DEACTIVATED,
+)
+
+
+@dataclass(slots=True)
+class SweepReport:
+    requeues: list[str] = field(default_factory=list)
+    deadlines: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    admission_requested: bool = False
+    quarantined: list[str] = field(default_factory=list)
+
+    @property
+    def sent(self) -> int:
+        return (
+            len(self.requeues) + len(self.deadlines) + len(self.repairs) + self.admission_requested
+        )
+
+
+def sweep(
+    store: WorkloadStore,
+    messages: Messages,
+    settings: Settings,
+    now: float,
+    metrics: Metrics,
+    *,
+    grace: float = GRACE_SECONDS,
+) -> SweepReport:
+    """Send again what should have moved a workload by now (see the module docstring)."""
+    report = SweepReport()
+    quarantined = {key for key, _ in store.quarantined()}
+    report.quarantined = sorted(quarantined)
+    for w in store.by_phase(Phase.REQUEUED.value):
+        if w.key not in quarantined and w.requeue_at is not None and w.requeue_at + grace <= now:
+            messages.requeue(w.key, w.requeue_count, 0.0)
+            report.requeues.append(w.key)
+    active = [w for p in sorted(ACTIVE_PHASES) for w in store.by_phase(p.value)]
+    for w in active:
+        timer = w.timer
+        if w.key in quarantined or timer is None or w.phase is Phase.RUNNING:
+            continue
+        if timer.deadline + grace <= now:
+            messages.deadline_later(w.key, timer, 0.0)
+            report.deadlines.append(w.key)
+    for phase in SWEPT_PHASES:
+        for key in store.unsettled(phase.value):
+            if key not in quarantined:
+                messages.request_admission("sweeper: unfinished effects", key)
+                report.repairs.append(key)
+    queued = [w for w in store.pending() if w.key not in quarantined]
+    plan = plan_admission(queued, active, settings, now)
+    if plan.admit and not report.repairs:
+        messages.request_admission("sweeper: admissible, no pass seen", None)
+        report.admission_requested = True
+    metrics.count("QuarantinedWorkloads", len(quarantined))
+    metrics.count("SweeperResent", report.sent)
+    if report.sent or quarantined:
+        log.warning(
+            "sweeper sent again what should have arrived",
+            extra={
+                "requeues": report.requeues,
+                "deadlines": report.deadlines,
+                "repairs": report.repairs,
+                "admissionRequested": report.admission_requested,
+                "quarantined": report.quarantined,
+            },
+        )
+    return report
+
+
+@dataclass(slots=True)
+class Sweeper:
+    """What the sweeper function needs: the store, the queues, settings and metrics."""
+
+    store: WorkloadStore
+    messages: Messages
+    settings: Callable[[], Settings]
+    metrics: Metrics
+    grace: float = GRACE_SECONDS
+
+    def run(self, now: float) -> SweepReport:
+        return sweep(
+            self.store, self.messages, self.settings(), now, self.metrics, grace=self.grace
+        )
