@@ -22,7 +22,10 @@ from muster.sim.scenario import load_scenario
 pytestmark = pytest.mark.slow
 
 SCALE = 10.0
-TOLERANCE_REAL_SECONDS = 3.0  # per event, after a chain of several hand-offs
+# Per event, after a chain of several hand-offs. Measured on 2 cores: each hop (the bus,
+# SQS polling, the handler's DynamoDB reads and writes on moto) takes 0.5-0.8 s, and a
+# workload's eviction comes after about five of them, 4.0-4.3 s behind the simulator.
+TOLERANCE_REAL_SECONDS = 6.0
 
 SCENARIO = """
 description: one gang ready in time, one never ready (evicted, requeued, deactivated)
