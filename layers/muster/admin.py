@@ -873,7 +873,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--all", action="store_true", help="list finished workloads too")
-    p.set_defaults(handler=_run(status_command))
+    p.set_defaults(handler=reporting_handler(status_command))
 
     p = subparsers.add_parser(
         "describe",
@@ -882,7 +882,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("workload", help="namespace/name")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=_run(describe_command))
+    p.set_defaults(handler=reporting_handler(describe_command))
 
     p = subparsers.add_parser("settings", help="show, change or check the run-time settings")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -890,7 +890,7 @@ def register(subparsers: Any) -> None:
         "get", parents=[target], help="effective settings as YAML, with where each comes from"
     )
     g.add_argument("--json", action="store_true", help="machine-readable output")
-    g.set_defaults(handler=_run(settings_get_command))
+    g.set_defaults(handler=reporting_handler(settings_get_command))
     s = actions.add_parser(
         "set",
         parents=[target],
@@ -903,10 +903,10 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("assignments", nargs="*", metavar="KEY=VALUE", help="dotted key = value")
     s.add_argument("--file", help="a partial settings document (YAML or JSON)")
-    s.set_defaults(handler=_run(settings_set_command))
+    s.set_defaults(handler=reporting_handler(settings_set_command))
     v = actions.add_parser("validate", help="check a settings document offline (no AWS calls)")
     v.add_argument("file", help="settings document (YAML or JSON)")
-    v.set_defaults(handler=_run(settings_validate_command))
+    v.set_defaults(handler=reporting_handler(settings_validate_command))
     i = actions.add_parser(
         "import",
         help="write Muster's settings from a Kueue Configuration or waitForPodsReady block",
@@ -924,7 +924,7 @@ def register(subparsers: Any) -> None:
         choices=["v1beta1", "v1beta2"],
         help="whose defaults a bare block gets (default: v1beta1 if it has `enable`, else v1beta2)",
     )
-    i.set_defaults(handler=_run(settings_import_command))
+    i.set_defaults(handler=reporting_handler(settings_import_command))
 
     p = subparsers.add_parser(
         "reactivate",
@@ -932,7 +932,7 @@ def register(subparsers: Any) -> None:
         help="return a Deactivated workload to its queue (requeue count reset)",
     )
     p.add_argument("workload", help="namespace/name")
-    p.set_defaults(handler=_run(reactivate_command))
+    p.set_defaults(handler=reporting_handler(reactivate_command))
 
     p = subparsers.add_parser(
         "release",
@@ -940,32 +940,35 @@ def register(subparsers: Any) -> None:
         help="release a quarantined workload once the cause is fixed (its effects are tried again)",
     )
     p.add_argument("workload", help="namespace/name")
-    p.set_defaults(handler=_run(release_command))
+    p.set_defaults(handler=reporting_handler(release_command))
 
 
-def _run(
-    command: Callable[[argparse.Namespace, TextIO], int],
+def reporting_handler(
+    command: Callable[[argparse.Namespace, TextIO], int], name: str | None = None
 ) -> Callable[[argparse.Namespace], int]:
-    """A handler that prints an `AdminError` as one line on stderr and returns its exit code."""
+    """A handler that prints an `AdminError` as one line on stderr and returns its exit code.
+
+    Messages start with `name`, by default `muster <command>`."""
 
     def handler(args: argparse.Namespace) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        prefix = name or f"muster {args.command}"
         try:
             return command(args, sys.stdout)
         except AdminError as exc:
-            print(f"muster {args.command}: {exc}", file=sys.stderr)
+            print(f"{prefix}: {exc}", file=sys.stderr)
             return exc.exit_code
         except ClientError as exc:  # e.g. AccessDenied on the table: name the call
             error = exc.response.get("Error", {})
             print(
-                f"muster {args.command}: {exc.operation_name} failed: "
+                f"{prefix}: {exc.operation_name} failed: "
                 f"{error.get('Code', '')} {error.get('Message', '')}".rstrip(),
                 file=sys.stderr,
             )
             return EXIT_FAILED
         except BotoCoreError as exc:
-            print(f"muster {args.command}: {exc}", file=sys.stderr)
+            print(f"{prefix}: {exc}", file=sys.stderr)
             return EXIT_FAILED
 
     return handler

@@ -9,7 +9,6 @@ and `muster tune` replay the cluster's own last week.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -17,10 +16,10 @@ from typing import Any, TextIO
 from muster.admin import (
     DEFAULT_STACK,
     EXIT_BAD_INPUT,
-    EXIT_FAILED,
     LOCAL_STACK,
     AdminError,
     connect,
+    reporting_handler,
 )
 from muster.core import DurationError, parse_duration
 from muster.sim.history import parse_time, trace_rows, write_trace
@@ -93,25 +92,4 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("--region", help="AWS region (default: your AWS configuration's)")
     e.add_argument("--endpoint", metavar="URL", help="a local deployment's AWS endpoint")
-    e.set_defaults(handler=run_command)
-
-
-def run_command(args: argparse.Namespace) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        return export_command(args, sys.stdout)
-    except AdminError as exc:
-        print(f"muster history export: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        print(
-            f"muster history export: {exc.operation_name} failed: "
-            f"{error.get('Code', '')} {error.get('Message', '')}".rstrip(),
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    except BotoCoreError as exc:
-        print(f"muster history export: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    e.set_defaults(handler=reporting_handler(export_command, "muster history export"))
