@@ -23,6 +23,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.kube.policy_params",
     "muster.admin",
     "muster.history_export",
+    "muster.manifests",
+    "muster.agent_image",
 )
 
 EXIT_OK = 0
