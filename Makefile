@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold agent-image clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
+	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -103,6 +104,11 @@ bench-layer: $(STAMP)
 
 bench-hold: $(STAMP)
 	$(BIN)/python benchmarks/hold_idle_cpu.py
+
+# The agent image from deploy/agent.Dockerfile, pushed to the ECR repository the
+# stack created (its output AgentImageRepositoryUri), tagged with this version.
+agent-image: $(STAMP)
+	$(BIN)/muster agent-image $(if $(STACK),--stack $(STACK)) $(if $(REGION),--region $(REGION))
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache
