@@ -18,6 +18,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.cli",
     "muster.sim.tune",
+    "muster.sim.trace_cut",
     "muster.local.cli",
     "muster.kube.cli",
     "muster.kube.policy_params",

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from muster.sim.engine import RunResult, simulate
+from muster.sim.locate import traces_dir as located_traces
 from muster.sim.scenario import Scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def find_traces() -> Path:
-    """`MUSTER_TRACES`, or the first `shared/traces` beside the repository or above it."""
-    explicit = os.environ.get("MUSTER_TRACES")
-    if explicit:
-        return Path(explicit)
-    for parent in REPO.parents:
-        if (parent / "shared" / "traces").is_dir():
-            return parent / "shared" / "traces"
-    return REPO.parent / "shared" / "traces"
+    """Where the scenarios look for traces (`muster.sim.locate`), or where they would be."""
+    return located_traces(REPO) or REPO.parent / "shared" / "traces"
 
 
 TRACES = find_traces()
