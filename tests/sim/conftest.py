@@ -31,12 +31,13 @@ def timeline(result: RunResult, workload: str | None = None) -> list[tuple[Any, 
     """(t, workload, event, attempt/count) tuples, the shape the tests pin."""
     out = []
     for e in result.events:
-        if workload is not None and e["workload"] != workload:
+        who = e.get("workload") or e["node"]  # node faults name their node
+        if workload is not None and who != workload:
             continue
         extra = (
             e.get("cause") or e.get("reason") if e["event"] in ("Evicted", "PodsReady") else None
         )
-        out.append((e["t"], e["workload"], e["event"], extra))
+        out.append((e["t"], who, e["event"], extra))
     return out
 
 

@@ -43,7 +43,14 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.ports import ClusterActions
-from muster.sim.kube import GpuSample, JobSpec, PodChange, SimulatedCluster, Wakeup
+from muster.sim.kube import (
+    GpuSample,
+    JobSpec,
+    PodChange,
+    SimulatedCluster,
+    Wakeup,
+    node_line,
+)
 from muster.sim.scenario import Scenario, seeded
 
 POLICIES = ("gang", "gang+block", "none")
@@ -284,11 +291,13 @@ class Simulation:
                 wanted = drain()
                 return deliver(WorkloadFinished(item[1])) or wanted
             if what == "fail":
+                self.events.append(node_line(_num(now), item[1], failed=True))
                 wanted = deliver(NodeObserved(item[1], ready=False))
                 kube.fail_node(item[1], now)
                 kube.reconcile()  # controllers recreate the lost pods at once
                 return drain() or wanted
             if what == "repair":
+                self.events.append(node_line(_num(now), item[1], failed=False))
                 kube.repair_node(item[1], now)
                 return deliver(NodeObserved(item[1], ready=True))
             raise AssertionError(f"unknown item {item!r}")  # pragma: no cover
@@ -347,7 +356,11 @@ def summarize(
     deactivated = sum(1 for t in tracking.values() if t.deactivated)
     useful = kube.useful_gpu_seconds / 3600.0
     wasted = (kube.held_gpu_seconds - kube.useful_gpu_seconds) / 3600.0
-    capacity = kube.total_gpus * end / 3600.0
+    # One window for every policy (the scenario's horizon): GPU-hours used over
+    # GPU-hours available in it. Each run's own length would favour a policy that
+    # finishes later, and differ between the runs being compared.
+    window = sc.until
+    capacity = kube.total_gpus * window / 3600.0
     delays = [t.first_ready - t.submitted for t in tracking.values() if t.first_ready is not None]
     jcts = [t.finished - t.submitted for t in finished if t.finished is not None]
     return {
@@ -363,6 +376,7 @@ def summarize(
         "wastedGpuHours": round(wasted, 3),
         "idleGpuHours": round(capacity - useful - wasted, 3),
         "utilization": round(useful / capacity, 4) if capacity > 0 else 0.0,
+        "windowSeconds": _num(window),
         "queueDelaySeconds": _percentiles(delays),
         "jctSeconds": _percentiles(jcts),
         "makespanSeconds": _num(end),
