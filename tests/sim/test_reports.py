@@ -31,7 +31,9 @@ def test_utilization_is_gpu_hours_used_over_the_scenarios_window() -> None:
     assert s["windowSeconds"] == 7200
     assert s["usefulGpuHours"] == pytest.approx(8 * 600 / 3600, abs=1e-3)
     assert s["utilization"] == pytest.approx((8 * 600) / (8 * 7200), abs=1e-4)
-    assert s["idleGpuHours"] == pytest.approx(16 - s["usefulGpuHours"] - s["wastedGpuHours"], abs=1e-2)
+    assert s["idleGpuHours"] == pytest.approx(
+        16 - s["usefulGpuHours"] - s["wastedGpuHours"], abs=1e-2
+    )
 
 
 @pytest.mark.parametrize("name", ["deadlock", "node-fault", "never-ready"])
