@@ -15,13 +15,14 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 def dry_run(target: str, venv: Path) -> str:
     """The commands `make TARGET` would run with the virtual environment at `venv`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     done = subprocess.run(
-        ["make", "-n", target, f"VENV={venv}"],
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "MAKEFLAGS": ""},
+        env=env,
     )
     return done.stdout
 
