@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from muster.core import Cluster, NodeObserved, Phase, PodObserved, WorkloadObserved, plan_admission
 from muster.core.admission import AdmissionQueue, Usage
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, observe_node
 from muster.core.model import Pod, Workload
+
 from tests.unit.conftest import settings
 
 FIT = settings(capacityCheck=True)
@@ -24,9 +24,7 @@ def cap(name: str, gpus: int = 8, foreign: int = 0, schedulable: bool = True) ->
 
 
 def queued(key: str, pods: int, each: int, created: float = 0.0, **kw: object) -> Workload:
-    return Workload(
-        key, "q", pods, gpus=pods * each, created_at=created, queued_at=created, **kw
-    )  # type: ignore[arg-type]
+    return Workload(key, "q", pods, gpus=pods * each, created_at=created, queued_at=created, **kw)  # type: ignore[arg-type]
 
 
 def test_a_gang_is_admitted_only_where_all_its_pods_fit() -> None:
@@ -38,7 +36,10 @@ def test_a_gang_is_admitted_only_where_all_its_pods_fit() -> None:
     plan = plan_admission([big, small], [], FIT, 10, nodes=nodes)
     # THEN the gang that does not fit is skipped with the reason, and the next one admitted
     assert plan.admit == ("t/small",)
-    assert plan.skipped["t/big"] == "needs 2 × 8 GPUs on one node each; free blocks hold 1 of them (largest 8)"
+    assert (
+        plan.skipped["t/big"]
+        == "needs 2 \u00d7 8 GPUs on one node each; free blocks hold 1 of them (largest 8)"
+    )
     # AND without the check both are admitted on quota alone
     assert plan_admission([big, small], [], settings(), 10, nodes=nodes).admit == (
         "t/big",
@@ -50,7 +51,7 @@ def test_the_reason_names_the_largest_free_block() -> None:
     plan = plan_admission(
         [queued("t/a", 4, 8)], [], FIT, 0, nodes=[cap("n0", foreign=2), cap("n1", foreign=4)]
     )
-    assert plan.skipped["t/a"] == "needs 4 × 8 GPUs on one node each; largest free block is 6"
+    assert plan.skipped["t/a"] == "needs 4 \u00d7 8 GPUs on one node each; largest free block is 6"
 
 
 def test_two_gangs_are_never_admitted_on_the_same_free_gpus_in_one_pass() -> None:
@@ -72,14 +73,12 @@ def test_gangs_admitted_earlier_and_not_placed_keep_their_reservation() -> None:
     plan = plan_admission([queued("t/second", 2, 8, created=6)], [admitted], FIT, 10, nodes=nodes)
     # THEN it does not fit: 2 of the 3 free nodes are reserved
     assert plan.admit == ()
-    assert plan.skipped["t/second"].startswith("needs 2 × 8 GPUs")
+    assert plan.skipped["t/second"].startswith("needs 2 \u00d7 8 GPUs")
 
 
 def test_a_bound_pod_uses_its_nodes_gpus_and_is_not_reserved_twice() -> None:
     # GIVEN a running gang of 2 x 4 with both pods bound to n0
-    pods = {
-        f"p{i}": Pod(f"p{i}", 1, phase="Running", ready=True, node="n0") for i in range(2)
-    }
+    pods = {f"p{i}": Pod(f"p{i}", 1, phase="Running", ready=True, node="n0") for i in range(2)}
     running = replace(queued("t/run", 2, 4), phase=Phase.RUNNING, admitted_at=1, pods=pods)
     fitter = Fitter.of([cap("n0"), cap("n1")], [running])
     # THEN n0 is full and n1 free: the gang counts once, where it is
@@ -90,7 +89,7 @@ def test_unschedulable_nodes_offer_nothing() -> None:
     nodes = [cap("n0", schedulable=False), cap("n1", foreign=8)]
     plan = plan_admission([queued("t/a", 1, 1)], [], FIT, 0, nodes=nodes)
     assert plan.admit == ()
-    assert plan.skipped["t/a"] == "needs 1 × 1 GPUs on one node each; largest free block is 0"
+    assert plan.skipped["t/a"] == "needs 1 \u00d7 1 GPUs on one node each; largest free block is 0"
 
 
 @pytest.mark.parametrize(
@@ -129,7 +128,7 @@ def test_min_available_asks_for_the_largest_pods_of_the_gang() -> None:
     w = replace(queued("t/a", 3, 8), shape=((4, 8), (1, 0)))
     plan = plan_admission([w], [], FIT, 0, nodes=[cap("n0"), cap("n1"), cap("n2", foreign=1)])
     assert plan.skipped["t/a"] == (
-        "needs 3 × 8 GPUs on one node each; free blocks hold 2 of them (largest 8)"
+        "needs 3 \u00d7 8 GPUs on one node each; free blocks hold 2 of them (largest 8)"
     )
 
 
@@ -172,9 +171,7 @@ def test_the_cluster_counts_muster_pods_bound_to_a_node() -> None:
     step = cluster.apply(WorkloadObserved("t/b", "q", 1, gpus=8, seq=1), 3)
     # THEN it waits for room, with the reason
     assert cluster.workloads["t/b"].phase is Phase.PENDING
-    assert any(
-        isinstance(s, FitSkip) and s.workload == "t/b" for p in step.plans for s in p.skips
-    )
+    assert any(isinstance(s, FitSkip) and s.workload == "t/b" for p in step.plans for s in p.skips)
 
 
 def test_the_admission_queue_gives_the_same_admissions_as_the_plain_pass() -> None:

@@ -114,7 +114,7 @@ class FitSkip:
     largest: int  # the largest free block, on one node
 
     def __str__(self) -> str:
-        need = f"needs {self.pods} × {self.gpus} GPUs on one node each"
+        need = f"needs {self.pods} \u00d7 {self.gpus} GPUs on one node each"
         if self.fitting == 0:
             return f"{need}; largest free block is {self.largest}"
         return f"{need}; free blocks hold {self.fitting} of them (largest {self.largest})"
