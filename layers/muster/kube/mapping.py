@@ -302,8 +302,7 @@ def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
             if spec.get(key):
                 found.add(key)
         for toleration in spec.get("tolerations") or []:
-            key = (toleration or {}).get("key")
-            if key not in TOLERATED_TAINTS:
+            if (toleration or {}).get("key") not in TOLERATED_TAINTS:
                 found.add("tolerations")
     return ", ".join(sorted(found))
 
