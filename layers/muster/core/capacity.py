@@ -203,6 +203,43 @@ class Fitter:
         return sum(self.free)
 
 
+def overcommitted(nodes: Iterable[NodeCapacity], active: Iterable[Workload]) -> list[str]:
+    """Gangs admitted on GPUs that other gangs hold or were promised (what the check prevents).
+
+    Bound pods count where they are; each gang's other pods, in admission order,
+    must fit in what is left. Returns the gangs whose pods do not. Only what the
+    view knows is judged: pods on nodes it has no report of are not counted, and
+    bound pods beyond a node's GPUs (the view learnt of one gang's end after the
+    scheduler reused its GPUs) are the view being late, not a promise broken.
+    """
+    fitter = Fitter.of(nodes, ())
+    index = {name: i for i, name in enumerate(fitter.names)}
+    found: list[str] = []
+    unplaced: list[tuple[float, str, list[int]]] = []
+    for w in active:
+        if w.phase not in ACTIVE_PHASES:
+            continue
+        shape = pod_shape(w)
+        if shape is None or w.placement:
+            continue  # admitted on quota alone: nothing was promised
+        sizes = gang_pods(w, shape)
+        placed = 0
+        for pod in w.pods.values():
+            if pod.node is None or not pod.live or not sizes:
+                continue
+            placed += 1
+            at = index.get(pod.node)
+            if at is not None:
+                fitter.free[at] -= sizes[0]
+        if placed < len(sizes):
+            unplaced.append((w.admitted_at or 0.0, w.key, sizes[placed:]))
+    fitter.free = [max(0, room) for room in fitter.free]
+    for _, key, rest in sorted(unplaced):
+        if fitter.place(rest) is not None:
+            found.append(key)
+    return found
+
+
 def fallback_reason(w: Workload, known: bool) -> str | None:
     """Why the check cannot judge `w` (it is admitted on quota alone), or None."""
     if not known:
@@ -244,5 +281,6 @@ __all__ = [
     "fit",
     "gang_pods",
     "observe_node",
+    "overcommitted",
     "pod_shape",
 ]
