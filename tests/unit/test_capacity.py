@@ -190,3 +190,14 @@ def test_the_admission_queue_gives_the_same_admissions_as_the_plain_pass() -> No
     from_queue = queue.plan(0, Usage(), Fitter.of(nodes))
     assert from_queue.admit == plan_admission(ws, [], FIT, 0, nodes=nodes).admit
     assert from_queue.admit == ("t/b", "t/c", "t/e")
+
+
+def test_in_a_dry_run_queue_the_check_reports_and_holds_nothing_back() -> None:
+    shadow = settings(capacityCheck=True, queues={"q": {"dryRun": True}})
+    w = queued("t/a", 2, 8)
+    plan = plan_admission([w], [], shadow, 0, nodes=[cap("n0", foreign=4)])
+    assert plan.admit == ("t/a",)
+    assert dict(plan.unchecked)["t/a"] == (
+        "dry run: the capacity check would hold it back "
+        "(needs 2 \u00d7 8 GPUs on one node each; largest free block is 4)"
+    )

@@ -161,7 +161,7 @@ def plan_admission(
             skips.append(skip)
             continue
         if fitter is not None:
-            no_room, fallback = fit(fitter, w, known)
+            no_room, fallback = fit(fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run)
             if fallback is not None:
                 unchecked.append((w.key, fallback))
             if no_room is not None:
@@ -294,7 +294,10 @@ class AdmissionQueue:
             bucket = self._buckets[where]
             queue, gpus, _ = where
             if fitter is not None and settings.capacity_check:
-                no_room, fallback = fit(fitter, bucket[i][1], known)
+                w = bucket[i][1]
+                no_room, fallback = fit(
+                    fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run
+                )
                 if fallback is not None:
                     unchecked.append((order[2], fallback))
                 if no_room is not None:

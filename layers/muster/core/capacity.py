@@ -251,8 +251,14 @@ def fallback_reason(w: Workload, known: bool) -> str | None:
     return None
 
 
-def fit(fitter: Fitter, w: Workload, known: bool) -> tuple[FitSkip | None, str | None]:
-    """(why `w` does not fit, why the check fell back to quota for it); reserves on success."""
+def fit(
+    fitter: Fitter, w: Workload, known: bool, *, dry_run: bool = False
+) -> tuple[FitSkip | None, str | None]:
+    """(why `w` does not fit, why the check fell back to quota for it); reserves on success.
+
+    In a `dryRun` queue the check holds nothing back: a gang that does not fit is
+    admitted on quota, and the note says what the check would have done.
+    """
     reason = fallback_reason(w, known)
     if reason is not None:
         shape = pod_shape(w)
@@ -261,9 +267,14 @@ def fit(fitter: Fitter, w: Workload, known: bool) -> tuple[FitSkip | None, str |
         return None, f"capacity check not applied: {reason}; admitted on quota alone"
     shape = pod_shape(w)
     assert shape is not None
-    skip = fitter.place(gang_pods(w, shape))
+    sizes = gang_pods(w, shape)
+    skip = fitter.place(sizes)
     if skip is not None:
-        return FitSkip(w.key, skip.pods, skip.gpus, skip.fitting, skip.largest), None
+        found = FitSkip(w.key, skip.pods, skip.gpus, skip.fitting, skip.largest)
+        if dry_run:
+            fitter.reserve(sizes)
+            return None, f"dry run: the capacity check would hold it back ({found})"
+        return found, None
     return None, None
 
 

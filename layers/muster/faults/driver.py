@@ -299,7 +299,9 @@ class ModelCluster:
         for node in self.bound.pop(key, []):
             self.free[node] += spec.gpus // spec.gang
         self.unbound = [
-            (k, a) for k, a in self.unbound if k != key and not (k in self.bound or self._bind(k, a))
+            (k, a)
+            for k, a in self.unbound
+            if k != key and not (k in self.bound or self._bind(k, a))
         ]
 
     def _send(self, body: str) -> None:
