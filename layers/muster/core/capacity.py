@@ -126,6 +126,9 @@ class Fitter:
 
     names: list[str] = field(default_factory=list)
     free: list[int] = field(default_factory=list)
+    # A pod of this many GPUs or more fits on no node any more in this pass (free GPUs
+    # only shrink), so the many candidates a busy queue holds fail without a scan.
+    no_room_from: float = float("inf")
 
     @classmethod
     def of(cls, nodes: Iterable[NodeCapacity], active: Iterable[Workload] = ()) -> Fitter:
@@ -166,12 +169,17 @@ class Fitter:
 
     def place(self, sizes: list[int]) -> FitSkip | None:
         """Reserve the gang's pods (largest first) if all fit; else say why not (nothing taken)."""
+        if sizes and sizes[0] >= self.no_room_from:
+            same = sum(1 for g in sizes if g == sizes[0])
+            return FitSkip("", same, sizes[0], 0, max(self.free, default=0))
         free = list(self.free)
         failed = self._first_fit(free, sizes, partial=False)
         if failed is None:
             self.free = free
             return None
         gpus = sizes[failed]
+        if failed == 0:
+            self.no_room_from = min(self.no_room_from, gpus)
         same = sum(1 for g in sizes if g == gpus)
         fitting = sum(1 for g in sizes[:failed] if g == gpus)
         return FitSkip("", same, gpus, fitting, max(self.free, default=0))
