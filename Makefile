@@ -77,7 +77,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py

@@ -6,8 +6,10 @@ Three scenarios under `gang` (Kueue's defaults: quota only), `gang+block`
 - the built-in deadlock scenario (two gangs that deadlock on quota alone);
 - the built-in synthetic scenario (healthy and broken gangs on a busy cluster);
 - the contended Philly week (examples/philly-week-contended.yaml: the October
-  2017 week on 32 nodes x 8 GPUs with no broken jobs, so every eviction is about
-  capacity), which needs the trace (`MUSTER_TRACES`, the first argument, or a
+  2017 week on 32 nodes x 8 GPUs with no broken jobs, every job a gang of 1-GPU
+  pods), and the same week with the trace's other mapping, `pods-of-8` (a job of
+  n GPUs is ceil(n/8) pods of up to 8 GPUs, so a pod needs that many GPUs on one
+  node); these need the trace (`MUSTER_TRACES`, the first argument, or a
   `shared/traces` folder beside the repository or above it; skipped without it).
 
 For each: workloads finished and deactivated (and, of the deactivated, how many
@@ -29,11 +31,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "layers")]
 
+import yaml  # noqa: E402
 from muster.sim.engine import simulate  # noqa: E402
-from muster.sim.scenario import Scenario, load_builtin  # noqa: E402
+from muster.sim.scenario import Scenario, load_builtin, parse_scenario  # noqa: E402
 from simulate import find_traces, philly_week  # noqa: E402
 
 POLICIES = ("gang", "gang+block", "gang+fit")
+
+
+def pods_of_8(trace: Path) -> Scenario:
+    """The contended week with 8-GPU pods: where a gang's pods land starts to matter."""
+    path = ROOT / "examples" / "philly-week-contended.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["trace"]["path"] = str(trace)
+    doc["trace"]["mapping"] = "pods-of-8"
+    return parse_scenario(doc, base_dir=path.parent, name=f"{path.stem}-pods-of-8")
 
 
 def hours(seconds: float | None) -> str:
@@ -62,6 +74,7 @@ def row(name: str, policy: str, scenario: Scenario) -> tuple[list[str], dict[str
         f"{s['deactivated']} ({healthy_deactivated(scenario, result.events)})",
         str(s["evictions"]),
         f"{s['wastedGpuHours']:.1f}",
+        f"{s['wastedGpuHours'] / max(1, s['finished']):.4f}",
         hours(delay["p50"]),
         hours(delay["p95"]),
         f"{s['utilization'] * 100:.1f}%",
@@ -77,6 +90,7 @@ def main(argv: list[str]) -> int:
     trace = find_traces(argv) / "philly-2017-10-02-week.csv"
     if trace.exists():
         scenarios.append(("Philly week, contended", philly_week("philly-week-contended.yaml", trace)))
+        scenarios.append(("same, pods of 8 GPUs", pods_of_8(trace)))
     else:
         print(f"(no trace at {trace}: the Philly week is skipped)")
     header = [
@@ -86,6 +100,7 @@ def main(argv: list[str]) -> int:
         "deactivated (healthy)",
         "evictions",
         "wasted GPU-h",
+        "per finished job",
         "queue delay p50",
         "p95",
         "utilization",
