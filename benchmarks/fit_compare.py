@@ -89,7 +89,9 @@ def main(argv: list[str]) -> int:
     ]
     trace = find_traces(argv) / "philly-2017-10-02-week.csv"
     if trace.exists():
-        scenarios.append(("Philly week, contended", philly_week("philly-week-contended.yaml", trace)))
+        scenarios.append(
+            ("Philly week, contended", philly_week("philly-week-contended.yaml", trace))
+        )
         scenarios.append(("same, pods of 8 GPUs", pods_of_8(trace)))
     else:
         print(f"(no trace at {trace}: the Philly week is skipped)")
