@@ -39,9 +39,12 @@ def test_a_gang_waits_for_room_and_is_admitted_when_a_newer_report_shows_it(fit_
     assert rig.metrics.total("IgnoredEvents", outcome=Outcome.STALE.value) == 1
     assert rig.store.capacity["n0"].foreign_gpus == 6
     assert rig.admit() == []
-    # WHEN the newer report says the others left, a pass is asked for and admits it
+    # AND a newer report with less room asks for no pass
     rig.messages.admission_requests.clear()
-    rig.plane().handle(capacity("n0", 11, foreign=0))
+    rig.plane().handle(capacity("n0", 11, foreign=7))
+    assert rig.messages.admission_requests == []
+    # WHEN the newer report says the others left, a pass is asked for and admits it
+    rig.plane().handle(capacity("n0", 12, foreign=0))
     assert rig.messages.admission_requests == [("node capacity changed", None)]
     assert rig.admit() == ["ns/a"]
 
@@ -93,24 +96,25 @@ def dynamo() -> Iterator[DynamoStore]:
 
 def test_node_items_keep_the_newest_report(dynamo: DynamoStore) -> None:
     # GIVEN a report at seq 5
-    assert dynamo.put_node(NodeCapacity("node-2", 5, 8, True, None, 2))
-    # THEN an older or equal one loses; a newer one wins
-    assert not dynamo.put_node(NodeCapacity("node-2", 4, 8, True, None, 0))
-    assert not dynamo.put_node(NodeCapacity("node-2", 5, 8, True, None, 0))
-    assert dynamo.put_node(NodeCapacity("node-2", 6, 8, False, "cordoned", 1))
-    assert dynamo.put_node(NodeCapacity("node-10", 1, 4, True, None, 0))
+    first = NodeCapacity("node-2", 5, 8, True, None, 2)
+    assert dynamo.put_node(first) == (True, None)
+    # THEN an older or equal one loses; a newer one wins, and says what it replaced
+    assert not dynamo.put_node(NodeCapacity("node-2", 4, 8, True, None, 0))[0]
+    assert not dynamo.put_node(NodeCapacity("node-2", 5, 8, True, None, 0))[0]
+    assert dynamo.put_node(NodeCapacity("node-2", 6, 8, False, "cordoned", 1)) == (True, first)
+    assert dynamo.put_node(NodeCapacity("node-10", 1, 4, True, None, 0))[0]
     assert dynamo.nodes() == [
         NodeCapacity("node-10", 1, 4, True, None, 0),
         NodeCapacity("node-2", 6, 8, False, "cordoned", 1),
     ]
     # AND a node made schedulable again loses its reason
-    assert dynamo.put_node(NodeCapacity("node-2", 7, 8, True, None, 1))
+    assert dynamo.put_node(NodeCapacity("node-2", 7, 8, True, None, 1))[0]
     assert dynamo.nodes()[1].unschedulable is None
 
 
 def test_the_memory_store_orders_node_reports_like_dynamodb() -> None:
     store = MemoryStore()
-    assert store.put_node(NodeCapacity("n", 5, 8))
-    assert not store.put_node(NodeCapacity("n", 5, 0))
-    assert not store.put_node(NodeCapacity("n", 4, 0))
+    assert store.put_node(NodeCapacity("n", 5, 8)) == (True, None)
+    assert not store.put_node(NodeCapacity("n", 5, 0))[0]
+    assert not store.put_node(NodeCapacity("n", 4, 0))[0]
     assert store.nodes() == [NodeCapacity("n", 5, 8)]

@@ -109,6 +109,17 @@ def _is_conflict(exc: ClientError) -> bool:
     return bool(failing) and failing <= CONFLICT_REASONS
 
 
+def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
+    return NodeCapacity(
+        node=item["sk"]["S"].removeprefix("NODE#"),
+        seq=int(item["seq"]["N"]),
+        gpus=int(item["gpus"]["N"]),
+        schedulable=bool(item["schedulable"]["BOOL"]),
+        unschedulable=item["unschedulable"]["S"] if "unschedulable" in item else None,
+        foreign_gpus=int(item["foreignGpus"]["N"]),
+    )
+
+
 def _quarantine_doc(q: Quarantine) -> str:
     return dumps({"error": q.error, "effect": q.effect, "tries": q.tries, "since": q.since})
 
@@ -571,7 +582,7 @@ class DynamoStore:
 
     # ------------------------------------------------------------------ capacity
 
-    def put_node(self, node: NodeCapacity) -> bool:
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
         """One item per node, written only over an older report (a reordered one loses)."""
         values: dict[str, Any] = {
             ":seq": _n(node.seq),
@@ -586,30 +597,25 @@ class DynamoStore:
         else:
             update += " REMOVE unschedulable"
         try:
-            self.client.update_item(
+            reply = self.client.update_item(
                 TableName=self.table,
                 Key={"pk": _s(NODES_PK), "sk": _s(f"NODE#{node.node}")},
                 UpdateExpression=update,
                 ConditionExpression="attribute_not_exists(seq) OR seq < :seq",
                 ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
             )
         except ClientError as exc:
             if _is_conflict(exc):
-                return False
+                return False, None
             raise
-        return True
+        old = reply.get("Attributes")
+        return True, _node_of(old) if old and "seq" in old else None
 
     def nodes(self) -> list[NodeCapacity]:
         """The capacity view: one Query (paged) of the nodes' items."""
         return [
-            NodeCapacity(
-                node=item["sk"]["S"].removeprefix("NODE#"),
-                seq=int(item["seq"]["N"]),
-                gpus=int(item["gpus"]["N"]),
-                schedulable=bool(item["schedulable"]["BOOL"]),
-                unschedulable=item["unschedulable"]["S"] if "unschedulable" in item else None,
-                foreign_gpus=int(item["foreignGpus"]["N"]),
-            )
+            _node_of(item)
             for item in self._query(
                 KeyConditionExpression="pk = :pk",
                 ExpressionAttributeValues={":pk": _s(NODES_PK)},

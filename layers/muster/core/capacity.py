@@ -74,6 +74,11 @@ def observe_node(known: NodeCapacity | None, event: NodeObserved) -> NodeCapacit
     )
 
 
+def more_room(before: NodeCapacity | None, after: NodeCapacity) -> bool:
+    """Whether a node's new report may let a queued gang in (less room lets nobody in)."""
+    return before is None or after.free > before.free
+
+
 def pod_shape(w: Workload) -> Shape | None:
     """The gang's pods as (pods, GPUs each) groups; None when unknown.
 
@@ -299,6 +304,7 @@ __all__ = [
     "fallback_reason",
     "fit",
     "gang_pods",
+    "more_room",
     "observe_node",
     "overcommitted",
     "pod_shape",

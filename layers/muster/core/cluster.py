@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from muster.core.admission import AdmissionPlan, AdmissionQueue, Usage
-from muster.core.capacity import Fitter, NodeCapacity, observe_node
+from muster.core.capacity import Fitter, NodeCapacity, more_room, observe_node
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -101,10 +101,11 @@ class Cluster:
         """
         result = StepResult()
         if isinstance(event, NodeObserved) and not event.workload:
-            entry = observe_node(self.nodes.get(event.node), event)
+            before = self.nodes.get(event.node)
+            entry = observe_node(before, event)
             if entry is not None:
                 self.nodes[event.node] = entry
-                if self._settings.capacity_check:
+                if self._settings.capacity_check and more_room(before, entry):
                     if self.defer_admission:
                         result.admission_wanted = True
                     else:

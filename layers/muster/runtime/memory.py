@@ -60,13 +60,13 @@ class MemoryStore:
     capacity: dict[str, NodeCapacity] = field(default_factory=dict)
     node_reads: int = 0
 
-    def put_node(self, node: NodeCapacity) -> bool:
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
         known = self.capacity.get(node.node)
         if known is not None and known.seq >= node.seq:
-            return False
+            return False, known
         self.capacity[node.node] = node
         self.writes += 1
-        return True
+        return True, known
 
     def nodes(self) -> list[NodeCapacity]:
         self.node_reads += 1

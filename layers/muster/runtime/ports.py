@@ -160,8 +160,9 @@ class WorkloadStore(Protocol):
 
     def workloads_on_node(self, node: str) -> list[str]: ...
 
-    def put_node(self, node: NodeCapacity) -> bool:
-        """Keep a node's capacity report if it is newer (by `seq`) than the one kept."""
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+        """Keep a node's capacity report if it is newer (by `seq`) than the one kept:
+        (whether it was kept, the report it replaced)."""
         ...
 
     def nodes(self) -> list[NodeCapacity]:

@@ -54,7 +54,7 @@ from muster.core import (
     pod_update,
     reassess,
 )
-from muster.core.capacity import NodeCapacity, observe_node
+from muster.core.capacity import NodeCapacity, more_room, observe_node
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
@@ -186,14 +186,16 @@ class ControlPlane:
 
     def _node_capacity(self, event: NodeObserved) -> None:
         """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
-        a changed node may let a queued gang in, so ask for a pass."""
+        a node with more room than before may let a queued gang in, so ask for a pass
+        (less room lets nobody in: a busy cluster's churn asks for no passes)."""
         entry = observe_node(None, event)
         if entry is None:
             return
-        if not self.store.put_node(entry):
+        kept, before = self.store.put_node(entry)
+        if not kept:
             self._count_outcome(Outcome.STALE, "", "NodeObserved", f"capacity of {event.node}")
             return
-        if self.settings().capacity_check:
+        if self.settings().capacity_check and more_room(before, entry):
             if self.inline_admission:
                 self._admission_requested = True
             else:
