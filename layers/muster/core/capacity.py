@@ -24,7 +24,7 @@ Everything here is pure: the shells build the view from node events (ordered by
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from muster.core.model import ACTIVE_PHASES, NodeObserved, Workload
@@ -211,10 +211,6 @@ class Fitter:
                 start = len(free)
         return None
 
-    @property
-    def total(self) -> int:
-        return sum(self.free)
-
 
 def overcommitted(nodes: Iterable[NodeCapacity], active: Iterable[Workload]) -> list[str]:
     """Gangs admitted on GPUs that other gangs hold or were promised (what the check prevents).
@@ -291,16 +287,11 @@ def fit(
     return None, None
 
 
-def capacity_known(nodes: Mapping[str, NodeCapacity] | None) -> bool:
-    return bool(nodes)
-
-
 __all__ = [
     "FitSkip",
     "Fitter",
     "NodeCapacity",
     "Shape",
-    "capacity_known",
     "fallback_reason",
     "fit",
     "gang_pods",
