@@ -72,16 +72,27 @@ def test_without_the_check_node_reports_change_nothing_about_admission(rig: Rig)
     assert ("node capacity changed", None) not in rig.messages.admission_requests
 
 
-def test_the_status_outlook_says_why_a_gang_waits(fit_rig: Rig) -> None:
-    from muster.admin import admission_outlook
+def test_muster_status_says_why_a_gang_waits_and_which_the_check_cannot_judge(
+    fit_rig: Rig,
+) -> None:
+    from muster.admin import admission_outlook, format_status
+    from muster.runtime import status
 
     rig = fit_rig
     rig.plane().handle(capacity("n0", 1, foreign=2))
     rig.submit("ns/a", 4, gpus=32)
+    rig.submit("ns/pinned", 1, gpus=8, placement="nodeSelector")
     outlook = admission_outlook(rig.store, rig.settings())
     assert outlook["waiting"] == {
         "ns/a": "needs 4 \u00d7 8 GPUs on one node each; largest free block is 6"
     }
+    doc = {**status(rig.store), "admission": outlook}
+    text = format_status(doc)
+    assert "Waiting: ns/a: needs 4 \u00d7 8 GPUs on one node each; largest free block is 6" in text
+    assert (
+        "Unchecked: ns/pinned: capacity check not applied: its pods set nodeSelector, which "
+        "the check does not evaluate; judged on quota alone" in text
+    )
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ def test_unschedulable_nodes_offer_nothing() -> None:
         (
             queued("t/sel", 2, 8, placement="nodeSelector"),
             "capacity check not applied: its pods set nodeSelector, which the check does not "
-            "evaluate; admitted on quota alone",
+            "evaluate; judged on quota alone",
         ),
         (
             replace(queued("t/odd", 3, 1), gpus=4),

@@ -273,7 +273,7 @@ def fit(
         shape = pod_shape(w)
         if shape is not None and known:
             fitter.reserve(gang_pods(w, shape))  # best effort: others see it as taken
-        return None, f"capacity check not applied: {reason}; admitted on quota alone"
+        return None, f"capacity check not applied: {reason}; judged on quota alone"
     shape = pod_shape(w)
     assert shape is not None
     sizes = gang_pods(w, shape)
