@@ -103,7 +103,7 @@ def test_unschedulable_nodes_offer_nothing() -> None:
         (
             replace(queued("t/odd", 3, 1), gpus=4),
             "capacity check not applied: its pod sizes are unknown (4 GPUs over 3 pods); "
-            "admitted on quota alone",
+            "judged on quota alone",
         ),
     ],
 )
