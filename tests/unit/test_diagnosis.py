@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings
+from hypothesis import given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from muster.core import NodeObserved, PodObserved, Workload, decide
 from muster.core.diagnosis import PodClass, classify, diagnose
