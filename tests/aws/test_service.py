@@ -91,8 +91,12 @@ def test_deadline_evicts_requeues_with_backoff_and_records_why(rig: Rig):
             "node": None,
             "reason": "Unschedulable",
             "message": "0/8 nodes",
+            "class": "Capacity",
         }
     ]
+    # AND the diagnosis says the cluster was busy, not the job at fault
+    diagnosis = evicted["detail"]["diagnosis"]
+    assert (diagnosis["class"], diagnosis["workloadFault"]) == ("Capacity", False)
 
 
 def test_requeue_after_backoff_makes_it_admissible_again(rig: Rig):
