@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
+	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -75,7 +76,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -103,6 +104,9 @@ bench-layer: $(STAMP)
 
 bench-hold: $(STAMP)
 	$(BIN)/python benchmarks/hold_idle_cpu.py
+
+bench-faults-sim: $(STAMP)
+	$(BIN)/python benchmarks/failure_aware.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache
