@@ -105,6 +105,7 @@ class Tracking:
     first_ready: float | None = None
     finished: float | None = None
     deactivated: bool = False
+    deactivated_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -133,6 +134,8 @@ class Simulation:
         delivered = 0
         outcomes: dict[Outcome, int] = {}
         evictions = requeues = 0
+        by_class: dict[str, int] = {}
+        failures = sc.models_failures  # report evictions by class only when asked
         open_workloads = len(sc.workloads)
 
         def push(at: float, phase: int, tie: int, item: Any) -> None:
@@ -165,6 +168,9 @@ class Simulation:
                     log(effect)
                     if name is LogEvent.EVICTED:
                         evictions += 1
+                        if failures and not effect.detail.get("dryRun"):
+                            label = _eviction_class(effect.detail)
+                            by_class[label] = by_class.get(label, 0) + 1
                     elif name is LogEvent.REQUEUED:
                         requeues += 1
                     elif name is LogEvent.PODS_READY:
@@ -173,6 +179,7 @@ class Simulation:
                             track.first_ready = now
                     elif name is LogEvent.DEACTIVATED:
                         tracking[effect.workload].deactivated = True
+                        tracking[effect.workload].deactivated_reason = effect.detail.get("reason")
                         open_workloads -= 1
                     elif name is LogEvent.FINISHED:
                         tracking[effect.workload].finished = now
@@ -206,6 +213,8 @@ class Simulation:
                 value = get(key)
                 if value is not None:
                     entry[key] = _num(value) if type(value) is float else value
+            if failures and effect.event is LogEvent.EVICTED:
+                entry["class"] = _eviction_class(effect.detail)
             self.events.append(entry)
 
         def drain() -> bool:
@@ -225,6 +234,12 @@ class Simulation:
                                 item.ready,
                                 item.node,
                                 item.deleted,
+                                item.reason,
+                                item.message,
+                                waiting=item.waiting,
+                                restarts=item.restarts,
+                                terminated=item.terminated,
+                                exit_code=item.exit_code,
                             )
                         )
                     else:
@@ -236,6 +251,8 @@ class Simulation:
                 return
             if w.what == "ready":
                 push(w.at, _READY, order[w.job], ("ready", w.job, w.ref))
+            elif w.what == "fault":
+                push(w.at, _READY, order[w.job], ("fault", w.job, w.ref))
             else:
                 push(w.at, _COMPLETE, order[w.job], ("complete", w.job, w.ref))
 
@@ -260,6 +277,7 @@ class Simulation:
                         w.startup_seconds,
                         w.run_seconds,
                         w.never_ready,
+                        w.failure,
                     )
                 )
                 tracking[w.name] = Tracking(now)
@@ -277,6 +295,9 @@ class Simulation:
                 )
             if what == "ready":
                 kube.pod_ready(item[1], item[2], now)
+                return drain()
+            if what == "fault":
+                kube.pod_fault(item[1], item[2], now)
                 return drain()
             if what == "complete":
                 if not kube.complete(item[1], item[2], now):
@@ -326,6 +347,8 @@ class Simulation:
         wall = time.perf_counter() - started
         counted = {outcome.value: n for outcome, n in outcomes.items()}
         summary = summarize(sc, kube, tracking, end, evictions, requeues, delivered, counted, wall)
+        if failures:
+            summary.update(failure_summary(sc, kube, tracking, by_class))
         summary["policy"] = self.policy
         return RunResult(
             sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end
@@ -369,6 +392,42 @@ def summarize(
         "simulatedEvents": delivered,
         "outcomes": dict(sorted(outcomes.items())),
         "wallSeconds": round(wall, 3),
+    }
+
+
+def _eviction_class(detail: Mapping[str, Any]) -> str:
+    """The diagnosis of an eviction's not-ready pods, in one word (`NodeFailures` for a
+    node being replaced, which is decided before any pod is looked at)."""
+    found = detail.get("diagnosis")
+    if isinstance(found, Mapping):
+        return str(found.get("class"))
+    return "NodeFault" if detail.get("reason") == "NodeFailures" else "None"
+
+
+def failure_summary(
+    sc: Scenario,
+    kube: SimulatedCluster,
+    tracking: Mapping[str, Tracking],
+    by_class: Mapping[str, int],
+) -> dict[str, Any]:
+    """Evictions by class and wasted GPU-hours by failure mode, for scenarios that model them."""
+    healthy = {w.name for w in sc.workloads if not w.never_ready}
+    wasted = {
+        (category or "healthy"): round((held - kube.useful_by.get(category, 0.0)) / 3600.0, 3)
+        for category, held in sorted(kube.held_by.items())
+    }
+    reasons: dict[str, int] = {}
+    for t in tracking.values():
+        if t.deactivated:
+            key = t.deactivated_reason or "unknown"
+            reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "evictionsByClass": dict(sorted(by_class.items())),
+        "wastedGpuHoursByFailure": wasted,
+        "deactivatedHealthy": sum(
+            1 for name, t in tracking.items() if t.deactivated and name in healthy
+        ),
+        "deactivatedByReason": dict(sorted(reasons.items())),
     }
 
 
