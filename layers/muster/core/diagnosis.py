@@ -188,7 +188,11 @@ def _phrase(d: PodDiagnosis) -> str:
     if d.cls is PodClass.NODE_FAULT:
         return f"are on a node that failed ({reason})"
     if d.cls is PodClass.STARTING:
-        return "are still starting"
+        return (
+            f"were placed but not Ready yet ({d.reason})"
+            if d.reason
+            else ("were placed but not Ready yet")
+        )
     if reason in IMAGE_REASONS:
         image = f" {d.image}" if d.image else ""
         return f"cannot pull image{image} ({reason})"
@@ -228,7 +232,7 @@ def describe_counts(gang_size: int, pods: Iterable[PodDiagnosis], missing: int =
     elif PodClass.NODE_FAULT in classes:
         verdict = "a node failed, the job is not at fault"
     else:
-        verdict = "the job was still starting"
+        verdict = "no pod failed visibly: the job starts slowly or hangs"
     return f"{'; '.join(parts)}: {verdict}"
 
 
