@@ -330,3 +330,7 @@ def test_dry_run_reports_the_fault_eviction_and_evicts_nothing() -> None:
     assert evicted.detail["dryRun"] is True
     assert evicted.detail["wouldDeactivateReason"] == "WorkloadFaults"
     assert run.workload.phase is Phase.ADMITTED
+    # AND it is reported once for the attempt: later pod reports arm nothing more
+    run.seq += 1
+    run.step(crash("w-0", run.seq, restarts=5))
+    assert run.workload.fault_timer is None

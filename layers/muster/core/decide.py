@@ -520,6 +520,7 @@ def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
     wanted = (
         qs.fault_evict_after is not None
         and w.phase in NOT_READY_PHASES
+        and not w.dry_run_evicted  # reported once per attempt in dry run
         and diagnose(w).workload_fault
     )
     if wanted and armed is None:
