@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from muster.core import NodeObserved, PodObserved, Workload, decide
-from muster.core.diagnosis import PodClass, classify, diagnose
+from muster.core.diagnosis import PodClass, classify, diagnose, fails_on_its_own
 from muster.core.model import Pod
 from muster.kube.mapping import pod_view
 
@@ -141,7 +141,7 @@ def test_the_gang_sentence_says_it_plainly() -> None:
             e = PodObserved(KEY, e.pod, e.seq, uid=e.uid, phase="Running", ready=True, node="n")
         w = decide(w, e, s, 2.0).workload  # type: ignore[assignment]
     found = diagnose(w)
-    assert found.workload_fault
+    assert found.workload_fault and fails_on_its_own(w)
     assert found.sentence() == (
         f"4 of 8 pods cannot pull image {shapes.IMAGE} (ImagePullBackOff): the job fails on its own"
     )
@@ -154,7 +154,7 @@ def test_a_gang_with_a_pod_not_created_yet_is_never_a_workload_fault() -> None:
         w = decide(w, observed(shape, seq=5 + i), settings(), 2.0).workload  # type: ignore[assignment]
     found = diagnose(w)
     assert found.counts() == {"Capacity": 1, "WorkloadFault": 2}
-    assert not found.workload_fault
+    assert not found.workload_fault and not fails_on_its_own(w)
 
 
 # --------------------------------------------------------------------------- property
@@ -189,7 +189,8 @@ def test_a_gang_that_is_starting_or_waiting_for_capacity_is_never_a_fault(
         w = d.workload  # type: ignore[assignment]
         # THEN no fault timer is ever armed
         assert w.fault_timer is None
-    # AND no pod is a workload fault, nor is the gang
+    # AND no pod is a workload fault, nor is the gang (by either check)
+    assert not fails_on_its_own(w)
     found = diagnose(w)
     assert all(p.cls is not PodClass.WORKLOAD_FAULT for p in found.pods)
     assert not found.workload_fault

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
-from muster.core.diagnosis import Diagnosis, classify, diagnose
+from muster.core.diagnosis import Diagnosis, classify, diagnose, fails_on_its_own
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -521,7 +521,7 @@ def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
         qs.fault_evict_after is not None
         and w.phase in NOT_READY_PHASES
         and not w.dry_run_evicted  # reported once per attempt in dry run
-        and diagnose(w).workload_fault
+        and fails_on_its_own(w)
     )
     if wanted and armed is None:
         assert qs.fault_evict_after is not None

@@ -170,6 +170,19 @@ class Diagnosis:
         return describe_counts(self.gang_size, self.pods, self.missing)
 
 
+def fails_on_its_own(w: Workload) -> bool:
+    """`diagnose(w).workload_fault`, stopping at the first pod that is not a fault (the
+    check runs on every pod event while `workloadFaults.evictAfter` watches a gang)."""
+    seen = 0
+    for p in w.pods.values():
+        if p.retired or p.deleted or p.counts_ready:
+            continue
+        if classify(p).cls is not PodClass.WORKLOAD_FAULT:
+            return False
+        seen += 1
+    return seen > 0 and w.ready_pods + seen >= w.gang_size
+
+
 def diagnose(w: Workload) -> Diagnosis:
     """The gang's not-ready pods, classified."""
     pods = tuple(classify(p) for p in w.not_ready_pods())
