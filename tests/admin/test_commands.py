@@ -142,6 +142,39 @@ def test_settings_set_from_a_file(
     assert "blockAdmission: false -> true" in out
 
 
+def test_a_bad_settings_record_is_one_clear_error_for_every_command(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a settings record that the core's parser refuses (written around `settings set`,
+    # as an older version or a hand edit could have)
+    aws.store.put_settings_record(
+        {"timeout": "soon", "requeuingStrategy": {"backoffJitter": 2}}, None
+    )
+    aws.submit("team-a/held", gang=1)
+    # WHEN any command that reads settings runs
+    for argv in (["settings", "get"], ["status"], ["reactivate", "team-a/held"]):
+        code, out, err = run(capsys, *argv)
+        # THEN it fails with the same message, naming every wrong field, and prints nothing
+        assert code == 1, argv
+        assert out == ""
+        assert "the runtime settings record (version 1) is invalid" in err
+        assert "record: timeout:" in err
+        assert "record: requeuingStrategy.backoffJitter: must be between 0 and 1" in err
+        assert "muster settings set" in err
+    # WHEN `settings set` repairs the record
+    code, out, err = run(
+        capsys, "settings", "set", "timeout=null", "requeuingStrategy.backoffJitter=0.1"
+    )
+    # THEN it is written, and every command reads it again
+    assert code == 0, err
+    assert "the record was invalid before" in out
+    assert aws.settings_record() == ({"requeuingStrategy": {"backoffJitter": 0.1}}, 2)
+    code, out, err = run(capsys, "settings", "get")
+    assert code == 0, err
+    assert "backoffJitter: 0.1  # runtime record" in out
+    assert run(capsys, "status")[0] == 0
+
+
 def test_describe_answers_why_the_job_was_evicted(
     aws: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
