@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from muster.admin import deployment_arguments
-from muster.admin.deployment import connect_to
 from muster.admin.command import EXIT_BAD_INPUT, AdminError, reporting_handler
+from muster.admin.deployment import connect_to
 from muster.core import DurationError, parse_duration
 from muster.sim.history import parse_time, trace_rows, write_trace
 
@@ -37,12 +37,13 @@ def since_epoch(text: str, now: float) -> float:
 
 
 def export_command(args: argparse.Namespace, out: TextIO) -> int:
+    from muster.aws.clients import BOTOCORE_RETRIES
     from muster.aws.history import scan_history
 
     now = time.time()
     since = since_epoch(args.since, now)
     deployment = connect_to(args)
-    client = deployment.session.client("dynamodb")
+    client = deployment.session.client("dynamodb", config=BOTOCORE_RETRIES)
     histories = scan_history(client, deployment.config.table_name, since)
     rows = trace_rows(histories, since, now)
     if args.out == "-":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.admin.command import AdminError, listed
+from muster.aws.clients import BOTOCORE_RETRIES
 from muster.core import Settings, SettingsError, merge_settings
 
 # Stack output keys and the local stack's name; `infra.constants` holds the same
@@ -57,13 +58,18 @@ class Deployment:
 
         c = self.config
         return DynamoStore(
-            self.session.client("dynamodb"), c.table_name, c.cluster_name, c.history_ttl_days
+            self.session.client("dynamodb", config=BOTOCORE_RETRIES),
+            c.table_name,
+            c.cluster_name,
+            c.history_ttl_days,
         )
 
     def messages(self) -> Any:
         from muster.aws.sqs import SqsMessages
 
-        return SqsMessages(self.session.client("sqs"), self.config.requeue_queue_url)
+        return SqsMessages(
+            self.session.client("sqs", config=BOTOCORE_RETRIES), self.config.requeue_queue_url
+        )
 
     def settings(self, store: Any = None) -> SettingsSources:
         """The deployment's settings and the runtime record, each checked by the core's parser.
@@ -119,7 +125,9 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
     session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
     where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
     try:
-        stacks = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+        stacks = session.client("cloudformation", config=BOTOCORE_RETRIES).describe_stacks(
+            StackName=name
+        )["Stacks"]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
         function = outputs.get(OUT_INGEST_FUNCTION_NAME)
         if not function:
@@ -127,7 +135,9 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
                 f"stack {name} {where} has no output {OUT_INGEST_FUNCTION_NAME}; "
                 f"is it a Muster stack? (outputs: {', '.join(sorted(outputs)) or 'none'})"
             )
-        reply = session.client("lambda").get_function_configuration(FunctionName=function)
+        reply = session.client("lambda", config=BOTOCORE_RETRIES).get_function_configuration(
+            FunctionName=function
+        )
     except NoCredentialsError:
         raise AdminError(
             "no AWS credentials: configure a profile (AWS_PROFILE) or give --endpoint "

@@ -21,6 +21,7 @@ from muster.admin.command import EXIT_BAD_INPUT, EXIT_OK, AdminError, listed, re
 from muster.admin.render import annotated_yaml, scalar
 from muster.core import Settings, SettingsError, load_settings_text
 from muster.kueue import Imported, import_kueue, looks_like_kueue
+from muster.retry import retry
 from muster.runtime.ports import Conflict
 
 SETTINGS_CONFLICT_RETRIES = 5
@@ -69,16 +70,17 @@ def set_command(args: argparse.Namespace, out: TextIO) -> int:
     sources = deployment.settings(store)
     # A bad record is what `set` repairs: the functions were using the deployment's settings.
     before = sources.base if sources.problem else sources.effective()
-    for _ in range(SETTINGS_CONFLICT_RETRIES):
-        try:
-            # update_settings validates the merged record with the core's parser
-            # before it writes: a bad value raises here and nothing is written.
-            after = _validate(lambda: update_settings(store, sources.base, changes))
-            break
-        except Conflict:
-            continue  # another administrator wrote meanwhile: merge into theirs
-    else:
-        raise AdminError("the settings record kept changing meanwhile; try again")
+    try:
+        # update_settings validates the merged record with the core's parser before
+        # it writes: a bad value raises here and nothing is written. On a conflict
+        # another administrator wrote meanwhile: the changes are merged into theirs.
+        after = retry(
+            lambda: _validate(lambda: update_settings(store, sources.base, changes)),
+            attempts=SETTINGS_CONFLICT_RETRIES,
+            retry_on=Conflict,
+        )
+    except Conflict:
+        raise AdminError("the settings record kept changing meanwhile; try again") from None
     # New settings may admit someone (a longer quota, blockAdmission off, ...).
     deployment.messages().request_admission("settings changed", None)
     changed = _diff(before.to_dict(), after.to_dict())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from muster.aws.clients import BOTOCORE_RETRIES
 from muster.aws.config import RuntimeConfig
 from muster.aws.dynamo import DynamoStore
 from muster.aws.eventbridge import EventBridgeBus
@@ -50,7 +51,10 @@ def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
     from muster.kube.adapter import from_environment
 
     store = DynamoStore(
-        boto3.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+        boto3.client("dynamodb", config=BOTOCORE_RETRIES),
+        config.table_name,
+        config.cluster_name,
+        config.history_ttl_days,
     )
     return from_environment(records=record_reader(store))
 
@@ -76,15 +80,26 @@ def build_control_plane(
 
     session = session or boto3.session.Session()
     store = DynamoStore(
-        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+        session.client("dynamodb", config=BOTOCORE_RETRIES),
+        config.table_name,
+        config.cluster_name,
+        config.history_ttl_days,
     )
     return ControlPlane(
         store=store,
-        timers=StepFunctionsTimers(session.client("stepfunctions"), config.timer_state_machine_arn),
-        messages=SqsMessages(
-            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+        timers=StepFunctionsTimers(
+            session.client("stepfunctions", config=BOTOCORE_RETRIES), config.timer_state_machine_arn
         ),
-        bus=EventBridgeBus(session.client("events"), config.event_bus_name, config.cluster_name),
+        messages=SqsMessages(
+            session.client("sqs", config=BOTOCORE_RETRIES),
+            config.requeue_queue_url,
+            config.timer_queue_url,
+        ),
+        bus=EventBridgeBus(
+            session.client("events", config=BOTOCORE_RETRIES),
+            config.event_bus_name,
+            config.cluster_name,
+        ),
         metrics=EmfMetrics(),
         cluster=cluster(config),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
@@ -98,12 +113,17 @@ def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
 
     session = session or boto3.session.Session()
     store = DynamoStore(
-        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
+        session.client("dynamodb", config=BOTOCORE_RETRIES),
+        config.table_name,
+        config.cluster_name,
+        config.history_ttl_days,
     )
     return Sweeper(
         store=store,
         messages=SqsMessages(
-            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+            session.client("sqs", config=BOTOCORE_RETRIES),
+            config.requeue_queue_url,
+            config.timer_queue_url,
         ),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         metrics=EmfMetrics(),

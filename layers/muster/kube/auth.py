@@ -21,6 +21,8 @@ from typing import Any
 import boto3
 from botocore.signers import RequestSigner
 
+from muster.aws.clients import BOTOCORE_RETRIES
+
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 PRESIGN_EXPIRES_SECONDS = 60
@@ -30,7 +32,7 @@ REFRESH_MARGIN_SECONDS = 60
 
 def eks_token(session: boto3.Session, cluster: str, region: str) -> str:
     """A fresh EKS bearer token for `cluster`, signed with the session's credentials."""
-    sts = session.client("sts", region_name=region)
+    sts = session.client("sts", region_name=region, config=BOTOCORE_RETRIES)
     credentials = session.get_credentials()
     if credentials is None:
         raise RuntimeError("no AWS credentials found for the EKS token (standard chain)")

@@ -175,15 +175,7 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"muster agent: {exc}", file=sys.stderr)
         return 2
 
-    sender: Any
-    if args.print_only:
-        sender = PrintSender()
-    else:
-        import boto3
-
-        sender = EventBridgeSender(
-            boto3.client("events"), args.event_bus
-        )  # standard credential chain
+    sender: Any = PrintSender() if args.print_only else EventBridgeSender.for_bus(args.event_bus)
     agent = Agent(args.cluster, Outbox(window=window), sender)
     elector = None
     if not args.no_leader_election:

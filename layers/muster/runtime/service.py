@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from muster.core import (
     ACTIVE_PHASES,
@@ -56,6 +57,7 @@ from muster.core import (
 )
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
+from muster.retry import Backoff, retry
 from muster.runtime.ports import (
     Bus,
     Conflict,
@@ -184,19 +186,30 @@ class ControlPlane:
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
-        for attempt in range(self.max_conflicts):
-            try:
-                return self._attempt(event)
-            except Quarantined as exc:
-                # Applied once it is released: the agent's resync sends the state again.
-                self._count_outcome(Outcome.IGNORED, event.workload, type(event).__name__, str(exc))
-                return Outcome.IGNORED
-            except Conflict:
-                self.stats.conflicts += 1
-                log.info("write conflict, deciding again", extra={"workload": event.workload})
+
+        def lost_race(_try: int, _error: BaseException) -> None:
+            self.stats.conflicts += 1
+            log.info("write conflict, deciding again", extra={"workload": event.workload})
+
+        try:
+            return retry(
+                partial(self._attempt, event),
+                attempts=self.max_conflicts,
+                retry_on=Conflict,
                 # Concurrent writers of one gang back off with jitter instead of colliding again.
-                self.sleep(min(0.02 * 2**attempt, 1.0) * self.draw())
-        raise TooManyConflicts(f"{event.workload}: gave up after {self.max_conflicts} conflicts")
+                backoff=Backoff(0.02, 1.0, jitter=self.draw),
+                sleep=self.sleep,
+                on_retry=lost_race,
+            )
+        except Quarantined as exc:
+            # Applied once it is released: the agent's resync sends the state again.
+            self._count_outcome(Outcome.IGNORED, event.workload, type(event).__name__, str(exc))
+            return Outcome.IGNORED
+        except Conflict:
+            self.stats.conflicts += 1
+            raise TooManyConflicts(
+                f"{event.workload}: gave up after {self.max_conflicts} conflicts"
+            ) from None
 
     def _attempt(self, event: Event) -> Outcome:
         if isinstance(event, PodObserved):
