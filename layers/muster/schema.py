@@ -14,6 +14,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from muster.contract import (
+    AGENT_DETAIL_TYPES,
+    AGENT_SOURCE,
+    CLUSTER_SNAPSHOT,
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+)
 from muster.core.fields import (
     FieldErrors,
     boolean,
@@ -38,14 +46,6 @@ from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
 from muster.core.settings import within_runtime
 
 SCHEMA_VERSION = 1
-AGENT_SOURCE = "muster.agent"
-CONTROLPLANE_SOURCE = "muster.controlplane"
-
-WORKLOAD_OBSERVED = "Workload Observed"
-POD_OBSERVED = "Pod Observed"
-NODE_OBSERVED = "Node Observed"
-CLUSTER_SNAPSHOT = "Cluster Snapshot"
-AGENT_DETAIL_TYPES = (WORKLOAD_OBSERVED, POD_OBSERVED, NODE_OBSERVED, CLUSTER_SNAPSHOT)
 
 # A listing is cut into parts whose `detail` stays under this many bytes: one
 # EventBridge entry (and one PutEvents request) is at most 256 KB, and an SQS

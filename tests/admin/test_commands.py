@@ -11,11 +11,8 @@ import json
 
 import pytest
 import yaml
-from muster import admin
 from muster.cli import main
 from muster.runtime.service import MAX_EFFECT_TRIES
-
-from infra import constants as c
 
 from .conftest import Deployed
 
@@ -53,11 +50,6 @@ def deactivate(aws: Deployed, key: str) -> None:
     aws.pod(key, "w-1", 2, ready=False, node="gpu-node-3", reason="ContainersNotReady")
     aws.deadline_passes(key)
     assert aws.phase(key) == "Deactivated"
-
-
-def test_output_keys_agree_with_the_stack() -> None:
-    assert c.OUT_FUNCTION_NAMES[c.INGEST] == admin.OUT_INGEST_FUNCTION_NAME
-    assert c.DEFAULT_STACK_NAME == admin.DEFAULT_STACK
 
 
 def test_settings_set_validates_writes_the_record_and_requests_admission(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from muster import contract
 from muster.admin import describe, reactivate, release, settings, status
 from muster.admin.command import (
     EXIT_BAD_INPUT,
@@ -28,15 +29,12 @@ from muster.admin.command import (
     add_command,
     reporting_handler,
 )
-from muster.admin.deployment import DEFAULT_STACK, LOCAL_STACK, OUT_INGEST_FUNCTION_NAME, connect
+from muster.admin.deployment import connect
 
 __all__ = [
-    "DEFAULT_STACK",
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_OK",
-    "LOCAL_STACK",
-    "OUT_INGEST_FUNCTION_NAME",
     "AdminError",
     "connect",
     "deployment_arguments",
@@ -51,7 +49,10 @@ def deployment_arguments() -> argparse.ArgumentParser:
     where = target.add_argument_group("deployment")
     where.add_argument(
         "--stack",
-        help=f"CloudFormation stack (default {DEFAULT_STACK}; {LOCAL_STACK} with --endpoint)",
+        help=(
+            f"CloudFormation stack (default {contract.DEFAULT_STACK_NAME}; "
+            f"{contract.LOCAL_STACK_NAME} with --endpoint)"
+        ),
     )
     where.add_argument("--region", help="AWS region (default: your AWS configuration's)")
     where.add_argument(

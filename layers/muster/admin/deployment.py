@@ -15,15 +15,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from muster import contract
 from muster.admin.command import AdminError, listed
 from muster.aws.clients import BOTOCORE_RETRIES
 from muster.core import Settings, SettingsError, merge_settings
 
-# Stack output keys and the local stack's name; `infra.constants` holds the same
-# names (a test checks they agree), but runtime code does not import infra.
-OUT_INGEST_FUNCTION_NAME = "IngestFunctionName"
-DEFAULT_STACK = "Muster"
-LOCAL_STACK = "MusterLocal"
 LOCAL_REGION = "us-east-1"
 
 
@@ -121,7 +117,7 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
 
     if endpoint:
         use_endpoint(endpoint, region)
-    name = stack or (LOCAL_STACK if endpoint else DEFAULT_STACK)
+    name = stack or (contract.LOCAL_STACK_NAME if endpoint else contract.DEFAULT_STACK_NAME)
     session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
     where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
     try:
@@ -129,10 +125,10 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
             StackName=name
         )["Stacks"]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-        function = outputs.get(OUT_INGEST_FUNCTION_NAME)
+        function = outputs.get(contract.OUT_INGEST_FUNCTION_NAME)
         if not function:
             raise AdminError(
-                f"stack {name} {where} has no output {OUT_INGEST_FUNCTION_NAME}; "
+                f"stack {name} {where} has no output {contract.OUT_INGEST_FUNCTION_NAME}; "
                 f"is it a Muster stack? (outputs: {', '.join(sorted(outputs)) or 'none'})"
             )
         reply = session.client("lambda", config=BOTOCORE_RETRIES).get_function_configuration(

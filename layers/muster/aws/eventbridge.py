@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from muster.contract import CONTROLPLANE_SOURCE
 from muster.core import LogEvent
 from muster.runtime.codec import dumps
 from muster.runtime.messages import rfc3339
-from muster.schema import CONTROLPLANE_SOURCE, SCHEMA_VERSION
+from muster.schema import SCHEMA_VERSION
 
 
 class PublishFailed(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from muster.aws.clients import BOTOCORE_RETRIES
 from muster.aws.config import RuntimeConfig
@@ -20,6 +20,7 @@ from muster.runtime.settings import RuntimeSettings, settings_from_json
 from muster.runtime.sweeper import Sweeper
 
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
+T = TypeVar("T")
 
 
 _cluster_override: ClusterFactory | None = None
@@ -128,3 +129,23 @@ def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         metrics=EmfMetrics(),
     )
+
+
+class PerContainer(Generic[T]):
+    """What a handler builds from its function's environment, once per Lambda container.
+
+    Each handler module holds one (`PerContainer(build_control_plane)`); it is
+    built at the first invocation, when the function's environment is in place
+    (the local mode sets it per call), and kept for the container's next ones.
+    Tests hand the handler their own control plane instead.
+    """
+
+    def __init__(self, build: Callable[[RuntimeConfig], T]) -> None:
+        self.build = build
+        self._built: tuple[T, RuntimeConfig] | None = None
+
+    def get(self) -> tuple[T, RuntimeConfig]:
+        if self._built is None:
+            config = RuntimeConfig.from_env()
+            self._built = (self.build(config), config)
+        return self._built

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from muster import contract
 from muster.core import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -554,7 +555,7 @@ class ControlPlane:
 
     def _effect_failed(self, key: str, version: int, effect: str, exc: Exception) -> None:
         error = clip_utf8(f"{effect}: {type(exc).__name__}: {exc}", ERROR_BYTES)
-        self.metrics.count("EffectFailures", effect=effect)
+        self.metrics.count(contract.METRIC_EFFECT_FAILURES, effect=effect)
         if is_transient(exc):
             log.warning("effect failed; will retry", extra={"workload": key, "error": error})
             raise EffectFailed(key, error) from exc
@@ -569,7 +570,7 @@ class ControlPlane:
         quarantine = Quarantine(error, effect, tries, self.clock())
         with contextlib.suppress(Conflict):
             self.store.quarantine(key, version, quarantine)
-        self.metrics.count("Quarantines", effect=effect)
+        self.metrics.count(contract.METRIC_QUARANTINES, effect=effect)
         log.error(
             "workload quarantined: its effects keep failing; release it once the cause is fixed",
             extra={"workload": key, "error": error, "tries": tries},
@@ -611,21 +612,23 @@ class ControlPlane:
         )
         match effect.event:
             case LogEvent.ADMITTED:
-                self.metrics.count("Admissions")
+                self.metrics.count(contract.METRIC_ADMISSIONS)
             case LogEvent.EVICTED if not detail.get("dryRun"):
                 self.metrics.count(
-                    "Evictions",
+                    contract.METRIC_EVICTIONS,
                     reason=str(detail.get("reason")),
                     cause=str(detail.get("cause") or "None"),
                 )
             case LogEvent.REQUEUED:
-                self.metrics.count("Requeues")
+                self.metrics.count(contract.METRIC_REQUEUES)
             case LogEvent.DEACTIVATED:
-                self.metrics.count("Deactivations")
+                self.metrics.count(contract.METRIC_DEACTIVATIONS)
             case LogEvent.PODS_READY:
-                self.metrics.count("PodsReady")
+                self.metrics.count(contract.METRIC_PODS_READY)
                 if "secondsSinceAdmission" in detail:
-                    self.metrics.seconds("AdmittedToReadySeconds", detail["secondsSinceAdmission"])
+                    self.metrics.seconds(
+                        contract.METRIC_ADMITTED_TO_READY, detail["secondsSinceAdmission"]
+                    )
 
     def _announce(self, w: Workload, effect: Publish, version: int, index: int) -> None:
         """The lifecycle event on the workload in the cluster too; never blocks the decision."""
@@ -641,7 +644,7 @@ class ControlPlane:
                 at=self.clock(),
             )
         except Exception as exc:  # best effort: the record and the bus have it already
-            self.metrics.count("AnnounceFailures")
+            self.metrics.count(contract.METRIC_ANNOUNCE_FAILURES)
             log.warning(
                 "could not record a Kubernetes Event",
                 extra={"workload": effect.workload, "event": effect.event.value, "error": str(exc)},
@@ -652,7 +655,7 @@ class ControlPlane:
     ) -> None:
         self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
         if outcome is not Outcome.APPLIED:
-            self.metrics.count("IgnoredEvents", outcome=outcome.value)
+            self.metrics.count(contract.METRIC_IGNORED_EVENTS, outcome=outcome.value)
             log.info(
                 f"event {outcome.value}",
                 extra={"workload": workload, "eventType": event, "note": note},
