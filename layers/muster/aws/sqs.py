@@ -4,7 +4,7 @@ deadline signals sent again to the timer queue."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from muster.core import Timer
 from muster.runtime.messages import (
@@ -15,9 +15,12 @@ from muster.runtime.messages import (
     timer_input,
 )
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
 
 class SqsMessages:
-    def __init__(self, client: Any, queue_url: str, timer_queue_url: str = "") -> None:
+    def __init__(self, client: SQSClient, queue_url: str, timer_queue_url: str = "") -> None:
         self.client = client
         self.queue_url = queue_url
         self.timer_queue_url = timer_queue_url

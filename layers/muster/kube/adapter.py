@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
 
@@ -54,6 +54,9 @@ from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
 from muster.ports import WorkloadGone
 from muster.retry import Backoff, retry
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
 
 log = logging.getLogger("muster.kube")
 
@@ -399,7 +402,7 @@ def for_cluster(
     records: RecordReader,
     region: str | None = None,
     session: Any = None,
-    eks_client: Any = None,
+    eks_client: EKSClient | None = None,
     clock: Callable[[], float] = time.time,
 ) -> KubernetesCluster:
     """The adapter for EKS cluster `name`, authenticated with the standard AWS chain.

@@ -16,12 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.signers import RequestSigner
 
 from muster.aws.clients import BOTOCORE_RETRIES
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -94,7 +97,7 @@ class ClusterEndpoint:
     ca_file: str | None  # PEM file for TLS verification
 
 
-def describe_cluster(eks_client: Any, name: str) -> ClusterEndpoint:
+def describe_cluster(eks_client: EKSClient, name: str) -> ClusterEndpoint:
     """The API endpoint and CA of an EKS cluster; the CA goes to a temp file for urllib3."""
     cluster = eks_client.describe_cluster(name=name)["cluster"]
     endpoint = cluster.get("endpoint")

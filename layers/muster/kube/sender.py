@@ -16,10 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from muster.retry import Backoff, retry
 from muster.schema import AGENT_SOURCE, WORKLOAD_OBSERVED
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
 
 log = logging.getLogger("muster.agent")
 
@@ -115,7 +118,7 @@ class EventBridgeSender:
 
     def __init__(
         self,
-        client: Any,
+        client: EventBridgeClient,
         bus: str,
         *,
         attempts: int = 5,

@@ -15,14 +15,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
-from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
-
-
-def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
-    """A pod written before the workload's last eviction belongs to the evicted attempt."""
-    if pod_epoch < epoch and not pod.retired:
-        return replace(pod, retired=True, ready=False)
-    return pod
+from muster.runtime.ports import (
+    Conflict,
+    Ledger,
+    PodSnapshot,
+    PodWrite,
+    Quarantine,
+    Snapshot,
+    belongs,
+    settle_pod,
+)
 
 
 @dataclass
@@ -34,11 +36,6 @@ class _Item:
     ready_count: int = 0
     failures: int = 0
     quarantine: Quarantine | None = None
-
-
-def belongs(owner: str, uid: str) -> bool:
-    """Was a pod item written for this incarnation of its workload?"""
-    return not owner or not uid or owner == uid
 
 
 @dataclass
