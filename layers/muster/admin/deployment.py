@@ -50,22 +50,14 @@ class Deployment:
     function_name: str
 
     def store(self) -> Any:
-        from muster.aws.dynamo import DynamoStore
+        from muster.aws.wiring import dynamo_store
 
-        c = self.config
-        return DynamoStore(
-            self.session.client("dynamodb", config=BOTOCORE_RETRIES),
-            c.table_name,
-            c.cluster_name,
-            c.history_ttl_days,
-        )
+        return dynamo_store(self.config, self.session)
 
     def messages(self) -> Any:
-        from muster.aws.sqs import SqsMessages
+        from muster.aws.wiring import sqs_messages
 
-        return SqsMessages(
-            self.session.client("sqs", config=BOTOCORE_RETRIES), self.config.requeue_queue_url
-        )
+        return sqs_messages(self.config, self.session)
 
     def settings(self, store: Any = None) -> SettingsSources:
         """The deployment's settings and the runtime record, each checked by the core's parser.

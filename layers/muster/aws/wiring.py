@@ -47,17 +47,9 @@ def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
     role, which an EKS access entry maps to the `muster-controlplane` group. Its
     fencing authority is the workload's record in the table (a consistent read).
     """
-    import boto3
-
     from muster.kube.adapter import from_environment
 
-    store = DynamoStore(
-        boto3.client("dynamodb", config=BOTOCORE_RETRIES),
-        config.table_name,
-        config.cluster_name,
-        config.history_ttl_days,
-    )
-    return from_environment(records=record_reader(store))
+    return from_environment(records=record_reader(dynamo_store(config)))
 
 
 def record_reader(store: WorkloadStore) -> Callable[[str], Workload | None]:
@@ -70,6 +62,22 @@ def record_reader(store: WorkloadStore) -> Callable[[str], Workload | None]:
     return read
 
 
+def dynamo_store(config: RuntimeConfig, session: Any = None) -> DynamoStore:
+    """The state table, through a client with botocore's standard retries."""
+    import boto3
+
+    client = (session or boto3.session.Session()).client("dynamodb", config=BOTOCORE_RETRIES)
+    return DynamoStore(client, config.table_name, config.cluster_name, config.history_ttl_days)
+
+
+def sqs_messages(config: RuntimeConfig, session: Any = None) -> SqsMessages:
+    """The requeue and timer queues, through a client with botocore's standard retries."""
+    import boto3
+
+    client = (session or boto3.session.Session()).client("sqs", config=BOTOCORE_RETRIES)
+    return SqsMessages(client, config.requeue_queue_url, config.timer_queue_url)
+
+
 def build_control_plane(
     config: RuntimeConfig,
     *,
@@ -80,22 +88,13 @@ def build_control_plane(
     import boto3
 
     session = session or boto3.session.Session()
-    store = DynamoStore(
-        session.client("dynamodb", config=BOTOCORE_RETRIES),
-        config.table_name,
-        config.cluster_name,
-        config.history_ttl_days,
-    )
+    store = dynamo_store(config, session)
     return ControlPlane(
         store=store,
         timers=StepFunctionsTimers(
             session.client("stepfunctions", config=BOTOCORE_RETRIES), config.timer_state_machine_arn
         ),
-        messages=SqsMessages(
-            session.client("sqs", config=BOTOCORE_RETRIES),
-            config.requeue_queue_url,
-            config.timer_queue_url,
-        ),
+        messages=sqs_messages(config, session),
         bus=EventBridgeBus(
             session.client("events", config=BOTOCORE_RETRIES),
             config.event_bus_name,
@@ -110,22 +109,10 @@ def build_control_plane(
 
 def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
     """The sweeper needs no cluster access: it only reads the table and sends messages."""
-    import boto3
-
-    session = session or boto3.session.Session()
-    store = DynamoStore(
-        session.client("dynamodb", config=BOTOCORE_RETRIES),
-        config.table_name,
-        config.cluster_name,
-        config.history_ttl_days,
-    )
+    store = dynamo_store(config, session)
     return Sweeper(
         store=store,
-        messages=SqsMessages(
-            session.client("sqs", config=BOTOCORE_RETRIES),
-            config.requeue_queue_url,
-            config.timer_queue_url,
-        ),
+        messages=sqs_messages(config, session),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         metrics=EmfMetrics(),
     )
