@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -21,6 +22,7 @@ from muster.runtime.sweeper import Sweeper
 
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
 T = TypeVar("T")
+LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime before init
 
 
 _cluster_override: ClusterFactory | None = None
@@ -121,15 +123,20 @@ def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
 class PerContainer(Generic[T]):
     """What a handler builds from its function's environment, once per Lambda container.
 
-    Each handler module holds one (`PerContainer(build_control_plane)`); it is
-    built at the first invocation, when the function's environment is in place
-    (the local mode sets it per call), and kept for the container's next ones.
-    Tests hand the handler their own control plane instead.
+    Each handler module holds one (`PerContainer(build_control_plane)`). In a
+    Lambda container, where the runtime has set the function's environment
+    before the module is imported, it is built at import, in the init phase, as
+    Powertools' examples build their clients; elsewhere (the local mode, which
+    sets the environment per call; tests, which hand the handler their own
+    control plane) it is built at the first `get()`. Either way it is kept for
+    the container's next invocations.
     """
 
     def __init__(self, build: Callable[[RuntimeConfig], T]) -> None:
         self.build = build
         self._built: tuple[T, RuntimeConfig] | None = None
+        if os.environ.get(LAMBDA_FUNCTION_NAME):
+            self.get()
 
     def get(self) -> tuple[T, RuntimeConfig]:
         if self._built is None:
