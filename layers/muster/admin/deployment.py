@@ -67,7 +67,7 @@ class Deployment:
         """
         from muster.runtime.settings import settings_from_json
 
-        source = f"MUSTER_SETTINGS of {self.function_name}"
+        source = f"{contract.ENV_SETTINGS} of {self.function_name}"
         try:
             base = settings_from_json(self.config.settings_json, source)
         except SettingsError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from muster import contract
 from muster.core import Timer
 from muster.runtime.messages import (
     admission_body,
@@ -43,7 +44,9 @@ class SqsMessages:
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         """The timer state machine's message, sent by hand (a longer wait arrives in legs)."""
         if not self.timer_queue_url:
-            raise RuntimeError("MUSTER_TIMER_QUEUE_URL is not set: cannot signal a deadline")
+            raise RuntimeError(
+                f"{contract.ENV_TIMER_QUEUE_URL} is not set: cannot signal a deadline"
+            )
         self.client.send_message(
             QueueUrl=self.timer_queue_url,
             MessageBody=json.dumps(timer_input(workload, timer)),

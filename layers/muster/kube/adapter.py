@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
 
+from muster import contract
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.kube.conventions import (
@@ -452,9 +453,9 @@ def from_environment(
         return KubernetesCluster(
             KubeApi.for_host(host, token=env.get("MUSTER_KUBE_TOKEN")), records=records
         )
-    name = env.get("MUSTER_CLUSTER_NAME")
+    name = env.get(contract.ENV_CLUSTER_NAME)
     if not name:
-        raise ValueError("MUSTER_CLUSTER_NAME: required (the EKS cluster's name)")
+        raise ValueError(f"{contract.ENV_CLUSTER_NAME}: required (the EKS cluster's name)")
     return for_cluster(
         name, records=records, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     )

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from muster import contract
 from muster.core.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--cluster",
-        default=env("MUSTER_CLUSTER_NAME"),
+        default=env(contract.ENV_CLUSTER_NAME),
         help="EKS cluster name (MUSTER_CLUSTER_NAME)",
     )
     p.add_argument(
