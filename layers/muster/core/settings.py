@@ -11,6 +11,13 @@ duration, a negative limit, a number that is not finite or a duration longer tha
 the runtime can carry out (a year) is a `SettingsError` naming the field, and one
 `SettingsError` carries every mistake of the document with its path (as Kueue's
 validation returns a `field.ErrorList`), so three mistakes take one run to find.
+
+Declaring a setting: a field of `QueueSettings` (per queue) or `Settings`
+(cluster-wide), its key in `_QUEUE_KEYS` / `_GLOBAL_KEYS` (or its block's own
+key set), one line in `_parse_queue` / `_parse_document` that reads it with a
+helper of `muster.core.fields` (`boolean`, `number`, `whole_number`, `_duration`
+here, `check_keys` for a block) and falls back to the base value on a mistake,
+and its entry in `to_dict` / `queue_document`.
 """
 
 from __future__ import annotations
