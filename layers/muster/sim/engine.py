@@ -6,6 +6,18 @@ clock, delivers timers and requeues when they are due, and carries out the core'
 effects on `SimulatedCluster` through `SimulatedActions`, the same `ClusterActions`
 port the Lambdas use against Kubernetes.
 
+A run is a few named steps, each a place to extend:
+
+- `Agenda`: the clock and what is due when (submissions, node faults, the
+  cluster's wake-ups, the core's deadlines and requeues), in a fixed order;
+- `Simulation._settle`: one instant, played until nothing more is due at it;
+  each kind of agenda item has its own handler (`Simulation._handlers`);
+- `Simulation._deliver` / `_admission_pass`: events into the core;
+- `Simulation._carry_out`: the core's effects out, onto the cluster and the agenda;
+- `Simulation._drain`: what the cluster did (pod changes to the core, wake-ups
+  onto the agenda);
+- `RunLog`: the event log and the counts the summary is made of.
+
 Policy `none` is plain Kubernetes: the same core with no quota, no deadlines and no
 blocking admits every workload when it is submitted, so the event log reads the
 same for both policies while nothing is ever evicted.
@@ -17,8 +29,8 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 from muster.core import (
     Admit,
@@ -38,6 +50,7 @@ from muster.core import (
     RequeueDue,
     Settings,
     StartTimer,
+    StepResult,
     StopTimer,
     WorkloadFinished,
     WorkloadObserved,
@@ -107,229 +120,350 @@ class Tracking:
     deactivated: bool = False
 
 
-@dataclass(slots=True)
-class Simulation:
-    """One run of one scenario under one policy."""
+# --------------------------------------------------------------------------- the agenda
 
-    scenario: Scenario
-    policy: str = "gang"
-    progress: Callable[[float, float], None] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+# Besides the core's own `DeadlineReached` and `RequeueDue`, the agenda holds these.
+
+
+class Submit(NamedTuple):
+    """The scenario's workload is created (suspended) and observed by the core."""
+
+    workload: str
+
+
+class PodStarted(NamedTuple):
+    """A bound pod's startup is done: the kubelet reports it Ready."""
+
+    job: str
+    uid: str
+
+
+class RunDone(NamedTuple):
+    """A job's run is done, if it progressed without a break since `token`."""
+
+    job: str
+    token: int
+
+
+class NodeFails(NamedTuple):
+    node: str
+
+
+class NodeRepaired(NamedTuple):
+    node: str
+
+
+Item = Submit | PodStarted | RunDone | NodeFails | NodeRepaired | DeadlineReached | RequeueDue
+
+
+class Agenda:
+    """The simulated clock and what is due when.
+
+    Items run in (time, phase, tie, arrival) order: `phase` says what happens first
+    at one instant (faults, pods turning Ready, completions, deadlines, requeues,
+    submissions), `tie` orders one phase's items by the workload's place in the
+    scenario (or the fault's), and arrival orders the rest.
+    """
+
+    __slots__ = ("_heap", "_pushed", "now")
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, int, Item]] = []
+        self._pushed = 0
+
+    def push(self, at: float, phase: int, tie: int, item: Item) -> None:
+        self._pushed += 1
+        heapq.heappush(self._heap, (at, phase, tie, self._pushed, item))
+
+    def advance(self, until: float) -> bool:
+        """Move the clock to the next instant with something due; False past `until`."""
+        if not self._heap or self._heap[0][0] > until:
+            return False
+        self.now = self._heap[0][0]
+        return True
+
+    def due(self) -> bool:
+        """Something more is due at the current instant."""
+        return bool(self._heap) and self._heap[0][0] == self.now
+
+    def pop(self) -> Item:
+        return heapq.heappop(self._heap)[4]
+
+
+# --------------------------------------------------------------------------- the log
+
+
+class RunLog:
+    """The run's event log, and the counts its summary is made of."""
+
+    def __init__(self, workloads: int) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.tracking: dict[str, Tracking] = {}
+        self.outcomes: dict[Outcome, int] = {}
+        self.delivered = 0  # events the core decided on
+        self.evictions = 0
+        self.requeues = 0
+        self.open_workloads = workloads  # neither finished nor deactivated
+
+    def submitted(self, workload: str, now: float) -> None:
+        self.tracking[workload] = Tracking(now)
+
+    def decided(self, step: StepResult) -> None:
+        outcomes = self.outcomes
+        for _, outcome, _ in step.outcomes:
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    def published(self, effect: Publish, now: float) -> None:
+        """One event-log entry, and what it means for the summary."""
+        entry: dict[str, Any] = {
+            "t": _num(now),
+            "workload": effect.workload,
+            "event": _EVENT_NAMES[effect.event],
+        }
+        get = effect.detail.get
+        for key in _LOG_FIELDS:
+            value = get(key)
+            if value is not None:
+                entry[key] = _num(value) if type(value) is float else value
+        self.events.append(entry)
+        name = effect.event
+        if name is LogEvent.EVICTED:
+            self.evictions += 1
+        elif name is LogEvent.REQUEUED:
+            self.requeues += 1
+        elif name is LogEvent.PODS_READY:
+            track = self.tracking[effect.workload]
+            if track.first_ready is None:
+                track.first_ready = now
+        elif name is LogEvent.DEACTIVATED:
+            self.tracking[effect.workload].deactivated = True
+            self.open_workloads -= 1
+        elif name is LogEvent.FINISHED:
+            self.tracking[effect.workload].finished = now
+            self.open_workloads -= 1
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class Simulation:
+    """One run of one scenario under one policy (`run` once)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: str = "gang",
+        progress: Callable[[float, float], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.progress = progress
+        jitter = seeded(scenario.seed, f"jitter:{policy}")
+        self.core = Cluster(
+            policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
+        )
+        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        self.agenda = Agenda()
+        self.log = RunLog(len(scenario.workloads))
+        self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
+        self._until = scenario.until
+        self._specs = {w.name: w for w in scenario.workloads}
+        self._order = {w.name: i for i, w in enumerate(scenario.workloads)}
+        self._cancelled: set[tuple[str, int, str, int]] = set()  # stopped timers
+        self._handlers: dict[type[Any], Callable[[Any], bool]] = {
+            Submit: self._submit,
+            PodStarted: self._pod_started,
+            RunDone: self._run_done,
+            NodeFails: self._node_fails,
+            NodeRepaired: self._node_repaired,
+            DeadlineReached: self._deadline,
+            RequeueDue: self._deliver,
+        }
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return self.log.events
 
     def run(self) -> RunResult:
         started = time.perf_counter()
-        sc = self.scenario
-        jitter = seeded(sc.seed, f"jitter:{self.policy}")
-        core = Cluster(policy_settings(sc, self.policy), draw=jitter.random, defer_admission=True)
-        kube = SimulatedCluster(sc.nodes, sc.gpus_per_node)
-        now = 0.0
-        actions: ClusterActions = SimulatedActions(kube, lambda: now)
-        heap: list[tuple[float, int, int, int, Any]] = []
-        counter = 0
-        order = {w.name: i for i, w in enumerate(sc.workloads)}
-        specs = {w.name: w for w in sc.workloads}
-        cancelled: set[tuple[str, int, str, int]] = set()
-        tracking: dict[str, Tracking] = {}
-        delivered = 0
-        outcomes: dict[Outcome, int] = {}
-        evictions = requeues = 0
-        open_workloads = len(sc.workloads)
-
-        def push(at: float, phase: int, tie: int, item: Any) -> None:
-            nonlocal counter
-            counter += 1
-            heapq.heappush(heap, (at, phase, tie, counter, item))
-
-        for w in sc.workloads:
-            push(w.submit_at, _SUBMIT, order[w.name], ("submit", w.name))
-        for i, f in enumerate(sc.faults):
-            push(f.at, _FAULT, i, ("fail", f.node))
-            if math.isfinite(f.repair_after):
-                push(f.at + f.repair_after, _FAULT, i, ("repair", f.node))
-
-        def deliver(event: Event) -> bool:
-            """Give one event to the core and carry out its effects."""
-            nonlocal delivered
-            delivered += 1
-            step = core.apply(event, now)
-            for _, outcome, _ in step.outcomes:
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-            for effect in step.effects:
-                carry_out(effect)
-            return step.admission_wanted
-
-        def carry_out(effect: Effect) -> None:
-            nonlocal evictions, requeues, open_workloads
-            match effect:
-                case Publish(event=name):
-                    log(effect)
-                    if name is LogEvent.EVICTED:
-                        evictions += 1
-                    elif name is LogEvent.REQUEUED:
-                        requeues += 1
-                    elif name is LogEvent.PODS_READY:
-                        track = tracking[effect.workload]
-                        if track.first_ready is None:
-                            track.first_ready = now
-                    elif name is LogEvent.DEACTIVATED:
-                        tracking[effect.workload].deactivated = True
-                        open_workloads -= 1
-                    elif name is LogEvent.FINISHED:
-                        tracking[effect.workload].finished = now
-                        open_workloads -= 1
-                case Admit():
-                    actions.admit(effect)
-                case Evict():
-                    actions.evict(effect)
-                case StartTimer(workload=key, timer=timer):
-                    if timer.deadline <= sc.until:
-                        push(
-                            timer.deadline,
-                            _DEADLINE,
-                            order[key],
-                            DeadlineReached(key, timer.attempt, timer.kind, timer.episode),
-                        )
-                case StopTimer(workload=key, timer=timer):
-                    cancelled.add((key, timer.attempt, timer.kind, timer.episode))
-                case Requeue(workload=key, count=count, requeue_at=at):
-                    if at <= sc.until:
-                        push(at, _REQUEUE, order[key], RequeueDue(key, count))
-
-        def log(effect: Publish) -> None:
-            entry: dict[str, Any] = {
-                "t": _num(now),
-                "workload": effect.workload,
-                "event": _EVENT_NAMES[effect.event],
-            }
-            get = effect.detail.get
-            for key in _LOG_FIELDS:
-                value = get(key)
-                if value is not None:
-                    entry[key] = _num(value) if type(value) is float else value
-            self.events.append(entry)
-
-        def drain() -> bool:
-            """Feed the cluster's pod changes to the core; schedule its wake-ups."""
-            wanted = False
-            while kube.outbox:
-                batch, kube.outbox[:] = list(kube.outbox), []
-                for item in batch:
-                    if isinstance(item, PodChange):
-                        wanted |= deliver(
-                            PodObserved(
-                                item.workload,
-                                item.pod,
-                                item.seq,
-                                item.uid,
-                                item.phase,
-                                item.ready,
-                                item.node,
-                                item.deleted,
-                            )
-                        )
-                    else:
-                        schedule(item)
-            return wanted
-
-        def schedule(w: Wakeup) -> None:
-            if w.at > sc.until:
-                return
-            if w.what == "ready":
-                push(w.at, _READY, order[w.job], ("ready", w.job, w.ref))
-            else:
-                push(w.at, _COMPLETE, order[w.job], ("complete", w.job, w.ref))
-
-        def handle(item: Any) -> bool:
-            """One due item; True if the core asked for an admission pass."""
-            if isinstance(item, DeadlineReached):
-                ident = (item.workload, item.attempt, item.kind, item.episode)
-                if ident in cancelled:
-                    cancelled.discard(ident)
-                    return False
-                return deliver(item)
-            if isinstance(item, RequeueDue):
-                return deliver(item)
-            what = item[0]
-            if what == "submit":
-                w = specs[item[1]]
-                kube.add_job(
-                    JobSpec(
-                        w.name,
-                        w.pods,
-                        w.gpus_per_pod,
-                        w.startup_seconds,
-                        w.run_seconds,
-                        w.never_ready,
-                    )
-                )
-                tracking[w.name] = Tracking(now)
-                return deliver(
-                    WorkloadObserved(
-                        w.name,
-                        w.queue,
-                        w.pods,
-                        w.gpus,
-                        w.priority,
-                        Kind.JOB,
-                        created_at=now,
-                        seq=1,
-                    )
-                )
-            if what == "ready":
-                kube.pod_ready(item[1], item[2], now)
-                return drain()
-            if what == "complete":
-                if not kube.complete(item[1], item[2], now):
-                    return False
-                wanted = drain()
-                return deliver(WorkloadFinished(item[1])) or wanted
-            if what == "fail":
-                wanted = deliver(NodeObserved(item[1], ready=False))
-                kube.fail_node(item[1], now)
-                kube.reconcile()  # controllers recreate the lost pods at once
-                return drain() or wanted
-            if what == "repair":
-                kube.repair_node(item[1], now)
-                return deliver(NodeObserved(item[1], ready=True))
-            raise AssertionError(f"unknown item {item!r}")  # pragma: no cover
-
-        end = sc.until
+        self._plan()
+        agenda, log, until = self.agenda, self.log, self._until
         last_report = 0.0
-        while heap and open_workloads > 0:
-            now = heap[0][0]
-            if now > sc.until:
-                break
-            while True:
-                wanted = False
-                while heap and heap[0][0] == now:
-                    item = heapq.heappop(heap)[4]
-                    wanted |= handle(item)
-                if wanted:
-                    step = core.admission_pass(now)
-                    for _, outcome, _ in step.outcomes:
-                        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                    delivered += len(step.outcomes)
-                    for effect in step.effects:
-                        carry_out(effect)
-                kube.reconcile()
-                drain()
-                kube.bind_pending(now)
-                drain()
-                if not (heap and heap[0][0] == now):
-                    break
-            if self.progress is not None and now - last_report >= sc.until / 200:
-                last_report = now
-                self.progress(now, sc.until)
-        if open_workloads == 0:
-            end = now
-        kube.finish_accounting(end)
-        wall = time.perf_counter() - started
-        counted = {outcome.value: n for outcome, n in outcomes.items()}
-        summary = summarize(sc, kube, tracking, end, evictions, requeues, delivered, counted, wall)
-        summary["policy"] = self.policy
-        return RunResult(
-            sc.name, self.policy, sc.seed, self.events, summary, kube.samples, kube.total_gpus, end
+        while log.open_workloads > 0 and agenda.advance(until):
+            self._settle()
+            if self.progress is not None and agenda.now - last_report >= until / 200:
+                last_report = agenda.now
+                self.progress(agenda.now, until)
+        end = agenda.now if log.open_workloads == 0 else until
+        self.kube.finish_accounting(end)
+        summary = summarize(
+            self.scenario,
+            self.kube,
+            log.tracking,
+            end,
+            log.evictions,
+            log.requeues,
+            log.delivered,
+            {outcome.value: n for outcome, n in log.outcomes.items()},
+            time.perf_counter() - started,
         )
+        summary["policy"] = self.policy
+        sc, kube = self.scenario, self.kube
+        return RunResult(
+            sc.name, self.policy, sc.seed, log.events, summary, kube.samples, kube.total_gpus, end
+        )
+
+    def _plan(self) -> None:
+        """The scenario's submissions and node faults onto the agenda."""
+        push = self.agenda.push
+        for i, w in enumerate(self.scenario.workloads):
+            push(w.submit_at, _SUBMIT, i, Submit(w.name))
+        for i, f in enumerate(self.scenario.faults):
+            push(f.at, _FAULT, i, NodeFails(f.node))
+            if math.isfinite(f.repair_after):
+                push(f.at + f.repair_after, _FAULT, i, NodeRepaired(f.node))
+
+    def _settle(self) -> None:
+        """Play the current instant: its due items, then (if asked for) one admission
+        pass, then the cluster's controllers and scheduler; again while that made
+        more due at this instant (a zero startup time, say)."""
+        agenda, kube, handlers = self.agenda, self.kube, self._handlers
+        now = agenda.now
+        while True:
+            wanted = False
+            while agenda.due():
+                item = agenda.pop()
+                wanted |= handlers[type(item)](item)
+            if wanted:
+                self._admission_pass()
+            kube.reconcile()
+            self._drain()
+            kube.bind_pending(now)
+            self._drain()
+            if not agenda.due():
+                return
+
+    # ----------------------------------------------------------- events into the core
+
+    def _deliver(self, event: Event) -> bool:
+        """Give one event to the core and carry out its effects; True if the core
+        asked for an admission pass (run once the instant's items are all in)."""
+        log = self.log
+        log.delivered += 1
+        step = self.core.apply(event, self.agenda.now)
+        log.decided(step)
+        for effect in step.effects:
+            self._carry_out(effect)
+        return step.admission_wanted
+
+    def _admission_pass(self) -> None:
+        step = self.core.admission_pass(self.agenda.now)
+        self.log.decided(step)
+        self.log.delivered += len(step.outcomes)
+        for effect in step.effects:
+            self._carry_out(effect)
+
+    # ----------------------------------------------------------- effects out of the core
+
+    def _carry_out(self, effect: Effect) -> None:
+        match effect:
+            case Publish():
+                self.log.published(effect, self.agenda.now)
+            case Admit():
+                self.actions.admit(effect)
+            case Evict():
+                self.actions.evict(effect)
+            case StartTimer(workload=key, timer=timer):
+                if timer.deadline <= self._until:
+                    self.agenda.push(
+                        timer.deadline,
+                        _DEADLINE,
+                        self._order[key],
+                        DeadlineReached(key, timer.attempt, timer.kind, timer.episode),
+                    )
+            case StopTimer(workload=key, timer=timer):
+                self._cancelled.add((key, timer.attempt, timer.kind, timer.episode))
+            case Requeue(workload=key, count=count, requeue_at=at):
+                if at <= self._until:
+                    self.agenda.push(at, _REQUEUE, self._order[key], RequeueDue(key, count))
+
+    # ----------------------------------------------------------- what the cluster did
+
+    def _drain(self) -> bool:
+        """Feed the cluster's pod changes to the core; put its wake-ups on the agenda."""
+        kube = self.kube
+        wanted = False
+        while kube.outbox:
+            batch, kube.outbox[:] = list(kube.outbox), []
+            for item in batch:
+                if isinstance(item, PodChange):
+                    wanted |= self._deliver(
+                        PodObserved(
+                            item.workload,
+                            item.pod,
+                            item.seq,
+                            item.uid,
+                            item.phase,
+                            item.ready,
+                            item.node,
+                            item.deleted,
+                        )
+                    )
+                else:
+                    self._wake_at(item)
+        return wanted
+
+    def _wake_at(self, w: Wakeup) -> None:
+        if w.at > self._until:
+            return
+        if w.what == "ready":
+            self.agenda.push(w.at, _READY, self._order[w.job], PodStarted(w.job, str(w.ref)))
+        else:
+            self.agenda.push(w.at, _COMPLETE, self._order[w.job], RunDone(w.job, int(w.ref)))
+
+    # ----------------------------------------------------------- one handler per agenda item
+    # Each returns True if the core asked for an admission pass.
+
+    def _submit(self, item: Submit) -> bool:
+        w = self._specs[item.workload]
+        now = self.agenda.now
+        self.kube.add_job(
+            JobSpec(w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready)
+        )
+        self.log.submitted(w.name, now)
+        return self._deliver(
+            WorkloadObserved(
+                w.name, w.queue, w.pods, w.gpus, w.priority, Kind.JOB, created_at=now, seq=1
+            )
+        )
+
+    def _pod_started(self, item: PodStarted) -> bool:
+        self.kube.pod_ready(item.job, item.uid, self.agenda.now)
+        return self._drain()
+
+    def _run_done(self, item: RunDone) -> bool:
+        if not self.kube.complete(item.job, item.token, self.agenda.now):
+            return False
+        wanted = self._drain()
+        return self._deliver(WorkloadFinished(item.job)) or wanted
+
+    def _node_fails(self, item: NodeFails) -> bool:
+        wanted = self._deliver(NodeObserved(item.node, ready=False))
+        self.kube.fail_node(item.node, self.agenda.now)
+        self.kube.reconcile()  # controllers recreate the lost pods at once
+        return self._drain() or wanted
+
+    def _node_repaired(self, item: NodeRepaired) -> bool:
+        self.kube.repair_node(item.node, self.agenda.now)
+        return self._deliver(NodeObserved(item.node, ready=True))
+
+    def _deadline(self, item: DeadlineReached) -> bool:
+        ident = (item.workload, item.attempt, item.kind, item.episode)
+        if ident in self._cancelled:
+            self._cancelled.discard(ident)
+            return False
+        return self._deliver(item)
 
 
 def summarize(
@@ -398,6 +532,4 @@ def simulate(
     progress: Callable[[float, float], None] | None = None,
 ) -> RunResult:
     """Run `scenario` under `policy` ("gang", "gang+block" or "none")."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
     return Simulation(scenario, policy, progress=progress).run()
