@@ -54,22 +54,17 @@ ENV = {
 }
 
 
-def test_in_a_lambda_container_the_handlers_dependencies_are_built_at_import(
+def test_a_handlers_dependencies_are_built_once_per_container_at_the_first_invocation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     built: list[str] = []
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
-    # WHEN a handler module is imported outside Lambda (tests, the local mode)
-    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
-    later = PerContainer(lambda config: built.append(config.table_name) or "plane")
-    # THEN nothing is built until the first invocation asks, and then only once
-    assert built == []
-    assert later.get()[0] == "plane" and later.get()[0] == "plane"
-    assert built == ["t"]
-    # WHEN it is imported in a Lambda container (the runtime set the environment first)
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "muster-ingest")
-    now = PerContainer(lambda config: built.append(config.cluster_name) or "plane")
-    # THEN it is built at import, in the init phase, with the function's environment
-    assert built == ["t", "training"]
-    assert now.get()[1].cluster_name == "training" and built == ["t", "training"]
+    # WHEN a handler module is imported, even in a Lambda container
+    deployed = PerContainer(lambda config: built.append(config.table_name) or "plane")
+    # THEN nothing is built (nothing reaches AWS or the cluster at import)
+    assert built == []
+    # AND the first invocation builds it from the function's environment, once
+    assert deployed.get()[0] == "plane" and deployed.get()[1].cluster_name == "training"
+    assert built == ["t"]

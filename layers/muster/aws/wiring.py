@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -22,7 +21,6 @@ from muster.runtime.sweeper import Sweeper
 
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
 T = TypeVar("T")
-LAMBDA_FUNCTION_NAME = "AWS_LAMBDA_FUNCTION_NAME"  # set by the Lambda runtime before init
 
 
 _cluster_override: ClusterFactory | None = None
@@ -123,20 +121,16 @@ def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
 class PerContainer(Generic[T]):
     """What a handler builds from its function's environment, once per Lambda container.
 
-    Each handler module holds one (`PerContainer(build_control_plane)`). In a
-    Lambda container, where the runtime has set the function's environment
-    before the module is imported, it is built at import, in the init phase, as
-    Powertools' examples build their clients; elsewhere (the local mode, which
-    sets the environment per call; tests, which hand the handler their own
-    control plane) it is built at the first `get()`. Either way it is kept for
-    the container's next invocations.
+    Each handler module holds one (`PerContainer(build_control_plane)`); it is
+    built at the first invocation and kept for the container's next ones. Not at
+    import: building reaches the EKS API (the cluster adapter asks for the
+    endpoint), which an import must not do, and the local mode sets each
+    function's environment per call. Tests hand the handler their own control plane.
     """
 
     def __init__(self, build: Callable[[RuntimeConfig], T]) -> None:
         self.build = build
         self._built: tuple[T, RuntimeConfig] | None = None
-        if os.environ.get(LAMBDA_FUNCTION_NAME):
-            self.get()
 
     def get(self) -> tuple[T, RuntimeConfig]:
         if self._built is None:
