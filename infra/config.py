@@ -2,7 +2,8 @@
 
 Every key is documented in the README's Deploy section. Values given on the
 command line arrive as strings, so numbers, booleans and JSON documents are
-accepted in either form. Bad input raises `ConfigError` naming the key.
+accepted in either form. Bad input raises one `ConfigError` that names every
+wrong key (read with `muster.core.fields`, as settings, events and scenarios are).
 
 The settings document is passed through to the functions as JSON
 (`MUSTER_SETTINGS`) and validated here by the decision core's settings parser,
@@ -18,12 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.core.fields import FieldErrors, collecting, problem
+
 from infra import constants as c
 from infra.network import NetworkConfig, NetworkConfigError, load_network
 
 
-class ConfigError(ValueError):
-    """Unusable deployment configuration; the message names the context key."""
+class ConfigError(FieldErrors):
+    """Unusable deployment configuration; each of its `errors` names the context key."""
+
+    default = "invalid deployment configuration"
 
 
 # CloudWatch Logs accepts only these retention periods (days).
@@ -92,60 +97,62 @@ class MusterConfig:
 
 def load_config(get: Callable[[str], Any]) -> MusterConfig:
     """Configuration from a context lookup such as `app.node.try_get_context`."""
+    with collecting(ConfigError):
+        config = _read(get)
+    return config
+
+
+def _read(get: Callable[[str], Any]) -> MusterConfig:
     cluster = _string(get, c.CTX_CLUSTER_NAME, None)
     if not cluster:
-        raise ConfigError(
+        problem(
             f"{c.CTX_CLUSTER_NAME}: required; the name of the EKS cluster Muster manages "
             f"(set it in cdk.json or pass -c {c.CTX_CLUSTER_NAME}=NAME)"
         )
-    if not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", cluster):
-        raise ConfigError(f"{c.CTX_CLUSTER_NAME}: {cluster!r} is not a valid EKS cluster name")
+    elif not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", cluster):
+        problem(f"{c.CTX_CLUSTER_NAME}: {cluster!r} is not a valid EKS cluster name")
     stack_name = _string(get, c.CTX_STACK_NAME, c.DEFAULT_STACK_NAME) or c.DEFAULT_STACK_NAME
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", stack_name):
-        raise ConfigError(f"{c.CTX_STACK_NAME}: {stack_name!r} is not a valid stack name")
+        problem(f"{c.CTX_STACK_NAME}: {stack_name!r} is not a valid stack name")
 
     settings = _document(get, c.CTX_SETTINGS)
     check_settings(settings)
 
     email = _string(get, c.CTX_ALARM_EMAIL, None) or None
     if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
-        raise ConfigError(f"{c.CTX_ALARM_EMAIL}: {email!r} is not an e-mail address")
+        problem(f"{c.CTX_ALARM_EMAIL}: {email!r} is not an e-mail address")
     topic_arn = _string(get, c.CTX_ALARM_TOPIC_ARN, None) or None
     if topic_arn is not None and not re.fullmatch(r"arn:aws[a-z-]*:sns:[^:]+:\d{12}:.+", topic_arn):
-        raise ConfigError(f"{c.CTX_ALARM_TOPIC_ARN}: {topic_arn!r} is not an SNS topic ARN")
+        problem(f"{c.CTX_ALARM_TOPIC_ARN}: {topic_arn!r} is not an SNS topic ARN")
 
     thresholds = _thresholds(_document(get, c.CTX_ALARM_THRESHOLDS))
 
     retention = _integer(get, c.CTX_LOG_RETENTION_DAYS, 30)
     if retention not in LOG_RETENTION_DAYS:
-        raise ConfigError(
+        problem(
             f"{c.CTX_LOG_RETENTION_DAYS}: {retention} is not a CloudWatch Logs retention; "
             f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}"
         )
     removal = (_string(get, c.CTX_REMOVAL_POLICY, "retain") or "retain").lower()
     if removal not in REMOVAL_POLICIES:
-        raise ConfigError(
-            f"{c.CTX_REMOVAL_POLICY}: must be one of {REMOVAL_POLICIES}, got {removal!r}"
-        )
+        problem(f"{c.CTX_REMOVAL_POLICY}: must be one of {REMOVAL_POLICIES}, got {removal!r}")
     level = (_string(get, c.CTX_LOG_LEVEL, "INFO") or "INFO").upper()
     if level not in LOG_LEVELS:
-        raise ConfigError(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
+        problem(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
     sweep = _integer(get, c.CTX_SWEEP_MINUTES, c.DEFAULT_SWEEP_MINUTES)
     if not 1 <= sweep <= 1440:
-        raise ConfigError(
-            f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}"
-        )
+        problem(f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}")
     ttl = _integer(get, c.CTX_HISTORY_TTL_DAYS, 30)
     if ttl < 1:
-        raise ConfigError(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
+        problem(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
     namespace = _string(get, c.CTX_AGENT_NAMESPACE, c.DEFAULT_AGENT_NAMESPACE)
     account = _string(get, c.CTX_AGENT_SERVICE_ACCOUNT, c.DEFAULT_AGENT_SERVICE_ACCOUNT)
     for key, value in ((c.CTX_AGENT_NAMESPACE, namespace), (c.CTX_AGENT_SERVICE_ACCOUNT, account)):
         if not value or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
-            raise ConfigError(f"{key}: {value!r} is not a Kubernetes name")
+            problem(f"{key}: {value!r} is not a Kubernetes name")
 
     return MusterConfig(
-        cluster_name=cluster,
+        cluster_name=cluster or "",
         stack_name=stack_name,
         settings=settings,
         alarm_email=email,
@@ -170,17 +177,19 @@ def check_settings(doc: Mapping[str, Any]) -> None:
     """Validate the settings document with the decision core's own parser.
 
     `muster.core.settings` is pure (no AWS, no I/O), so synth rejects exactly what
-    the functions would reject, with the same message, prefixed by the context key.
+    the functions would reject, with the same messages, under the context key.
     """
     from muster.core.settings import SettingsError, parse_settings
 
     try:
         parse_settings(doc)
     except SettingsError as exc:
-        raise ConfigError(f"{c.CTX_SETTINGS}.{exc}") from None
+        for error in exc.errors:
+            problem(f"{c.CTX_SETTINGS}.{error}")
 
 
 # ---------------------------------------------------------------- context value helpers
+# Each records a mistake (see `muster.core.fields.problem`) and returns the default.
 
 
 def _string(get: Callable[[str], Any], key: str, default: str | None) -> str | None:
@@ -188,7 +197,8 @@ def _string(get: Callable[[str], Any], key: str, default: str | None) -> str | N
     if value is None:
         return default
     if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        problem(f"{key}: expected a string, got {value!r}")
+        return default
     return value.strip()
 
 
@@ -200,7 +210,8 @@ def _integer(get: Callable[[str], Any], key: str, default: int) -> int:
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise ConfigError(f"{key}: expected a whole number, got {value!r}")
+    problem(f"{key}: expected a whole number, got {value!r}")
+    return default
 
 
 def _boolean(get: Callable[[str], Any], key: str, default: bool) -> bool:
@@ -211,7 +222,8 @@ def _boolean(get: Callable[[str], Any], key: str, default: bool) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    problem(f"{key}: expected true or false, got {value!r}")
+    return default
 
 
 def _document(get: Callable[[str], Any], key: str) -> dict[str, Any]:
@@ -222,9 +234,11 @@ def _document(get: Callable[[str], Any], key: str) -> dict[str, Any]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{key}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+            problem(f"{key}: not valid JSON ({exc.msg} at column {exc.colno})")
+            return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: expected a JSON object, got {value!r}")
+        problem(f"{key}: expected a JSON object, got {value!r}")
+        return {}
     return dict(value)
 
 
@@ -234,12 +248,11 @@ def _thresholds(doc: Mapping[str, Any]) -> AlarmThresholds:
         attr = _THRESHOLD_KEYS.get(key)
         name = f"{c.CTX_ALARM_THRESHOLDS}.{key}"
         if attr is None:
-            raise ConfigError(
-                f"{name}: unknown threshold; known: {', '.join(sorted(_THRESHOLD_KEYS))}"
-            )
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"{name}: expected a whole number of at least 1, got {value!r}")
-        values[attr] = value
+            problem(f"{name}: unknown threshold; known: {', '.join(sorted(_THRESHOLD_KEYS))}")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problem(f"{name}: expected a whole number of at least 1, got {value!r}")
+        else:
+            values[attr] = value
     return AlarmThresholds(**values)
 
 

@@ -1,14 +1,16 @@
 """Names, construct ids, context keys and output keys of the Muster CDK app.
 
 The stack, its constructs and the infrastructure tests all import these, so a
-rename happens in one place. Nothing here imports runtime code.
+rename happens in one place. The names the runtime shares (environment
+variables, stack outputs, metrics, event sources) come from `muster.contract`,
+the one pure module of the runtime's that infra imports besides the settings
+parser, and are available here under the same names.
 """
 
 from __future__ import annotations
 
-SERVICE_NAME = "muster"
-METRICS_NAMESPACE = "Muster"
-DEFAULT_STACK_NAME = "Muster"
+from muster import contract
+from muster.contract import *  # noqa: F403 - the shared names, as c.ENV_TABLE_NAME etc.
 
 # ---------------------------------------------------------------- context keys (cdk.json)
 CTX_STACK_NAME = "muster:stackName"
@@ -83,10 +85,7 @@ ADMISSION_MAX_CONCURRENCY = 2
 DLQ_RETENTION_DAYS = 14
 
 # ---------------------------------------------------------------- event bus
-AGENT_SOURCE = "muster.agent"
-CONTROLPLANE_SOURCE = "muster.controlplane"
-AGENT_DETAIL_TYPES = ("Workload Observed", "Pod Observed", "Node Observed", "Cluster Snapshot")
-AGENT_EVENT_PATTERN = {"source": [AGENT_SOURCE]}
+AGENT_EVENT_PATTERN = {"source": [contract.AGENT_SOURCE]}
 
 # ---------------------------------------------------------------- table
 PARTITION_KEY = "pk"
@@ -108,79 +107,24 @@ DEFAULT_AGENT_NAMESPACE = "muster-system"
 DEFAULT_AGENT_SERVICE_ACCOUNT = "muster-agent"
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
-# ---------------------------------------------------------------- function environment
-ENV_TABLE_NAME = "MUSTER_TABLE_NAME"
-ENV_EVENT_BUS_NAME = "MUSTER_EVENT_BUS_NAME"
-ENV_REQUEUE_QUEUE_URL = "MUSTER_REQUEUE_QUEUE_URL"
-ENV_TIMER_STATE_MACHINE_ARN = "MUSTER_TIMER_STATE_MACHINE_ARN"
-ENV_CLUSTER_NAME = "MUSTER_CLUSTER_NAME"
-ENV_SETTINGS = "MUSTER_SETTINGS"
-ENV_HISTORY_TTL_DAYS = "MUSTER_HISTORY_TTL_DAYS"
-ENV_TIMER_QUEUE_URL = "MUSTER_TIMER_QUEUE_URL"
-ENV_POWERTOOLS_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
-ENV_POWERTOOLS_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
-ENV_LOG_LEVEL = "LOG_LEVEL"
-FUNCTION_ENVIRONMENT_KEYS = (
-    ENV_TABLE_NAME,
-    ENV_EVENT_BUS_NAME,
-    ENV_REQUEUE_QUEUE_URL,
-    ENV_TIMER_STATE_MACHINE_ARN,
-    ENV_CLUSTER_NAME,
-    ENV_SETTINGS,
-    ENV_HISTORY_TTL_DAYS,
-    ENV_TIMER_QUEUE_URL,
-    ENV_POWERTOOLS_SERVICE_NAME,
-    ENV_POWERTOOLS_METRICS_NAMESPACE,
-    ENV_LOG_LEVEL,
-)
-
-# ---------------------------------------------------------------- metrics (namespace Muster)
-METRIC_ADMISSIONS = "Admissions"
-METRIC_EVICTIONS = "Evictions"
-METRIC_REQUEUES = "Requeues"
-METRIC_DEACTIVATIONS = "Deactivations"
-METRIC_PODS_READY = "PodsReady"
-METRIC_ADMITTED_TO_READY = "AdmittedToReadySeconds"
-METRIC_INVALID_EVENTS = "InvalidEvents"
-METRIC_IGNORED_EVENTS = "IgnoredEvents"
-METRIC_QUARANTINED = "QuarantinedWorkloads"  # reported by the sweeper every run
-METRIC_QUARANTINES = "Quarantines"
-METRIC_EFFECT_FAILURES = "EffectFailures"
-METRIC_SWEEPER_RESENT = "SweeperResent"
+# ---------------------------------------------------------------- metrics
 # Eviction (reason, cause) pairs counted by the eviction alarm: the readiness
 # timeouts, which are what a bad timeout or a starved cluster produces.
 TIMEOUT_EVICTIONS = (("PodsReadyTimeout", "WaitForStart"), ("PodsReadyTimeout", "WaitForRecovery"))
 
 # ---------------------------------------------------------------- stack outputs
-OUT_EVENT_BUS_NAME = "EventBusName"
-OUT_EVENT_BUS_ARN = "EventBusArn"
-OUT_TABLE_NAME = "TableName"
-OUT_INGEST_QUEUE_URL = "IngestQueueUrl"
-OUT_TIMER_QUEUE_URL = "TimerQueueUrl"
-OUT_REQUEUE_QUEUE_URL = "RequeueQueueUrl"
-OUT_TIMER_STATE_MACHINE_ARN = "TimerStateMachineArn"
-OUT_AGENT_ROLE_ARN = "AgentRoleArn"
-# What `muster manifests` and `muster agent-image` read to render the cluster side.
-OUT_CLUSTER_NAME = "ClusterName"
-OUT_AGENT_NAMESPACE = "AgentNamespace"
-OUT_AGENT_SERVICE_ACCOUNT = "AgentServiceAccount"
-OUT_AGENT_IMAGE_REPOSITORY_URI = "AgentImageRepositoryUri"
-OUT_FUNCTIONS_SECURITY_GROUP_ID = "FunctionsSecurityGroupId"
-OUT_ALARM_TOPIC_ARN = "AlarmTopicArn"
-OUT_DASHBOARD_NAME = "DashboardName"
-OUT_SWEEPER_FUNCTION_NAME = "SweeperFunctionName"
 OUT_FUNCTION_ROLE_ARNS = {
     INGEST: "IngestFunctionRoleArn",
     TIMER: "TimerFunctionRoleArn",
     ADMISSION: "AdmissionFunctionRoleArn",
 }
 OUT_FUNCTION_NAMES = {
-    INGEST: "IngestFunctionName",
-    TIMER: "TimerFunctionName",
-    ADMISSION: "AdmissionFunctionName",
+    INGEST: contract.OUT_INGEST_FUNCTION_NAME,
+    TIMER: contract.OUT_TIMER_FUNCTION_NAME,
+    ADMISSION: contract.OUT_ADMISSION_FUNCTION_NAME,
 }
 OUT_QUEUE_URLS = {
-    INGEST: OUT_INGEST_QUEUE_URL,
-    TIMER: OUT_TIMER_QUEUE_URL,
-    REQUEUE: OUT_REQUEUE_QUEUE_URL,
+    INGEST: contract.OUT_INGEST_QUEUE_URL,
+    TIMER: contract.OUT_TIMER_QUEUE_URL,
+    REQUEUE: contract.OUT_REQUEUE_QUEUE_URL,
 }

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from muster.aws.config import RuntimeConfig
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
 from muster.aws.records import admission_batch, sqs_processor
-from muster.aws.wiring import build_control_plane
+from muster.aws.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
 processor = sqs_processor()
-_plane: ControlPlane | None = None
-
-
-def _default() -> ControlPlane:
-    global _plane
-    if _plane is None:
-        _plane = build_control_plane(RuntimeConfig.from_env(), inline_admission=True)
-    return _plane
+deployed = PerContainer(partial(build_control_plane, inline_admission=True))
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def handler(
-    event: dict[str, Any], context: Any, plane: ControlPlane | None = None
-) -> dict[str, Any]:
-    return admission_batch(plane or _default(), event, context, processor)
+    event: dict[str, Any], context: LambdaContext, plane: ControlPlane | None = None
+) -> PartialItemFailureResponse:
+    return admission_batch(plane or deployed.get()[0], event, context, processor)

@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from muster.aws.config import RuntimeConfig
+from aws_lambda_powertools.utilities.batch import process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.aws.records import ingest_record, process_sqs, sqs_processor
-from muster.aws.wiring import build_control_plane
+from muster.aws.records import ingest_record, sqs_processor
+from muster.aws.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
 processor = sqs_processor()
-_plane: ControlPlane | None = None
-_config: RuntimeConfig | None = None
-
-
-def _default() -> tuple[ControlPlane, RuntimeConfig]:
-    global _plane, _config
-    if _plane is None or _config is None:
-        _config = RuntimeConfig.from_env()
-        _plane = build_control_plane(_config)
-    return _plane, _config
+deployed = PerContainer(build_control_plane)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
 def handler(
     event: dict[str, Any],
-    context: Any,
+    context: LambdaContext,
     plane: ControlPlane | None = None,
     cluster_name: str | None = None,
-) -> dict[str, Any]:
+) -> PartialItemFailureResponse:
     if plane is None or cluster_name is None:
-        plane, config = _default()
+        plane, config = deployed.get()
         cluster_name = config.cluster_name
-    name = cluster_name
-    return process_sqs(event, context, processor, lambda body: ingest_record(plane, name, body))
+    return process_partial_response(
+        event=event,
+        record_handler=partial(ingest_record, plane, cluster_name),
+        processor=processor,
+        context=context,
+    )

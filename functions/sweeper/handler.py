@@ -5,25 +5,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from muster.aws.config import RuntimeConfig
+from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.aws.wiring import build_sweeper
+from muster.aws.wiring import PerContainer, build_sweeper
 from muster.runtime.sweeper import Sweeper
 
-_sweeper: Sweeper | None = None
-
-
-def _default() -> Sweeper:
-    global _sweeper
-    if _sweeper is None:
-        _sweeper = build_sweeper(RuntimeConfig.from_env())
-    return _sweeper
+deployed = PerContainer(build_sweeper)
 
 
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler
-def handler(event: dict[str, Any], context: Any, sweeper: Sweeper | None = None) -> dict[str, Any]:
-    report = (sweeper or _default()).run(time.time())
+def handler(
+    event: dict[str, Any], context: LambdaContext, sweeper: Sweeper | None = None
+) -> dict[str, Any]:
+    report = (sweeper or deployed.get()[0]).run(time.time())
     return {
         "requeues": len(report.requeues),
         "deadlines": len(report.deadlines),

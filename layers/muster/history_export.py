@@ -13,14 +13,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.admin import (
-    DEFAULT_STACK,
-    EXIT_BAD_INPUT,
-    LOCAL_STACK,
-    AdminError,
-    connect,
-    reporting_handler,
-)
+from muster.admin import deployment_arguments
+from muster.admin.command import EXIT_BAD_INPUT, AdminError, reporting_handler
+from muster.admin.deployment import connect_to
 from muster.core import DurationError, parse_duration
 from muster.sim.history import parse_time, trace_rows, write_trace
 
@@ -42,12 +37,13 @@ def since_epoch(text: str, now: float) -> float:
 
 
 def export_command(args: argparse.Namespace, out: TextIO) -> int:
+    from muster.aws.clients import BOTOCORE_RETRIES
     from muster.aws.history import scan_history
 
     now = time.time()
     since = since_epoch(args.since, now)
-    deployment = connect(args.stack, args.region, args.endpoint)
-    client = deployment.session.client("dynamodb")
+    deployment = connect_to(args)
+    client = deployment.session.client("dynamodb", config=BOTOCORE_RETRIES)
     histories = scan_history(client, deployment.config.table_name, since)
     rows = trace_rows(histories, since, now)
     if args.out == "-":
@@ -77,6 +73,7 @@ def register(subparsers: Any) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     e = actions.add_parser(
         "export",
+        parents=[deployment_arguments()],
         help="write the workloads submitted since a moment as a trace for muster simulate/tune",
         description=(
             "One CSV row per workload submitted since --since: submission time, gang size, "
@@ -86,10 +83,4 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("--since", default="7d", help="a duration (7d, 36h) or an ISO time (default 7d)")
     e.add_argument("--out", default="-", help="the CSV file to write (default: stdout)")
-    e.add_argument(
-        "--stack",
-        help=f"CloudFormation stack (default {DEFAULT_STACK}; {LOCAL_STACK} with --endpoint)",
-    )
-    e.add_argument("--region", help="AWS region (default: your AWS configuration's)")
-    e.add_argument("--endpoint", metavar="URL", help="a local deployment's AWS endpoint")
     e.set_defaults(handler=reporting_handler(export_command, "muster history export"))

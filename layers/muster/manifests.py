@@ -21,24 +21,24 @@ from typing import Any, TextIO
 import yaml
 
 import muster
-from muster.admin import (
-    DEFAULT_STACK,
-    LOCAL_REGION,
-    LOCAL_STACK,
-    AdminError,
-    reporting_handler,
-    use_endpoint,
+from muster.admin.command import AdminError, reporting_handler
+from muster.admin.deployment import LOCAL_REGION, use_endpoint
+from muster.contract import (
+    DEFAULT_STACK_NAME as DEFAULT_STACK,
+)
+from muster.contract import (
+    LOCAL_STACK_NAME as LOCAL_STACK,
+)
+from muster.contract import (
+    OUT_AGENT_IMAGE_REPOSITORY_URI,
+    OUT_AGENT_NAMESPACE,
+    OUT_AGENT_SERVICE_ACCOUNT,
+    OUT_CLUSTER_NAME,
+    OUT_EVENT_BUS_ARN,
+    OUT_EVENT_BUS_NAME,
 )
 
-# The stack's outputs this command reads (infra/constants.py declares them; the
-# infrastructure never imports runtime code, nor this module infrastructure code,
-# so a test holds the two lists equal).
-OUT_CLUSTER_NAME = "ClusterName"
-OUT_EVENT_BUS_NAME = "EventBusName"
-OUT_EVENT_BUS_ARN = "EventBusArn"
-OUT_AGENT_NAMESPACE = "AgentNamespace"
-OUT_AGENT_SERVICE_ACCOUNT = "AgentServiceAccount"
-OUT_AGENT_IMAGE_REPOSITORY_URI = "AgentImageRepositoryUri"
+# The stack's outputs this command reads, named once in `muster.contract`.
 REQUIRED_OUTPUTS = (OUT_CLUSTER_NAME, OUT_EVENT_BUS_NAME, OUT_EVENT_BUS_ARN)
 
 SHIPPED_NAMESPACE = "muster-system"

@@ -2,7 +2,8 @@
 
 One module for both sides so that the producer and the consumer cannot drift apart.
 `docs/events.md` documents the same schema for people; a test checks that the two
-agree. A malformed event raises `InvalidEvent`, whose message names the field.
+agree. A malformed event raises `InvalidEvent`, which names every wrong field
+(read with `muster.core.fields`, as settings and scenarios are).
 """
 
 from __future__ import annotations
@@ -13,7 +14,25 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from muster.core.durations import DurationError, parse_duration
+from muster.contract import (
+    AGENT_DETAIL_TYPES,
+    AGENT_SOURCE,
+    CLUSTER_SNAPSHOT,
+    NODE_OBSERVED,
+    POD_OBSERVED,
+    WORKLOAD_OBSERVED,
+)
+from muster.core.fields import (
+    FieldErrors,
+    boolean,
+    checked,
+    collecting,
+    duration,
+    one_of,
+    problem,
+    text,
+    whole_number,
+)
 from muster.core.model import (
     Event,
     Kind,
@@ -24,17 +43,9 @@ from muster.core.model import (
     WorkloadObserved,
 )
 from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
-from muster.core.settings import MAX_DURATION_SECONDS
+from muster.core.settings import within_runtime
 
 SCHEMA_VERSION = 1
-AGENT_SOURCE = "muster.agent"
-CONTROLPLANE_SOURCE = "muster.controlplane"
-
-WORKLOAD_OBSERVED = "Workload Observed"
-POD_OBSERVED = "Pod Observed"
-NODE_OBSERVED = "Node Observed"
-CLUSTER_SNAPSHOT = "Cluster Snapshot"
-AGENT_DETAIL_TYPES = (WORKLOAD_OBSERVED, POD_OBSERVED, NODE_OBSERVED, CLUSTER_SNAPSHOT)
 
 # A listing is cut into parts whose `detail` stays under this many bytes: one
 # EventBridge entry (and one PutEvents request) is at most 256 KB, and an SQS
@@ -56,8 +67,10 @@ PRIORITY_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 INT32 = (-(2**31), 2**31 - 1)
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(FieldErrors):
     """An event that does not follow the schema; retrying it cannot help."""
+
+    default = "invalid event"
 
 
 # --------------------------------------------------------------------------- bounds
@@ -334,95 +347,95 @@ def parse_agent_event(envelope: Mapping[str, Any]) -> tuple[str, Event | Snapsho
 def parse_agent_detail(
     detail_type: object, detail: Mapping[str, Any]
 ) -> tuple[str, Event | SnapshotPart]:
-    version = detail.get("schemaVersion")
-    if version != SCHEMA_VERSION:
-        raise InvalidEvent(f"schemaVersion: expected {SCHEMA_VERSION}, got {version!r}")
-    cluster = _str(detail, "cluster")
-    if len(cluster.encode()) > CLUSTER_BYTES:
-        raise InvalidEvent(f"cluster: longer than {CLUSTER_BYTES} bytes")
-    seq = _int(detail, "seq", minimum=0)
-    if detail_type == WORKLOAD_OBSERVED:
-        return cluster, _workload_event(detail, seq)
-    if detail_type == POD_OBSERVED:
-        phase = _str(detail, "phase")
-        if phase not in POD_PHASES:
-            raise InvalidEvent(f"phase: expected one of {', '.join(POD_PHASES)}, got {phase!r}")
-        uid = _str(detail, "uid", required=False) or ""
-        if len(uid.encode()) > UID_BYTES:
-            raise InvalidEvent(
-                f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)"
+    """(cluster, core event) from an agent's detail; `InvalidEvent` names every wrong field."""
+    with collecting(InvalidEvent):
+        version = detail.get("schemaVersion")
+        if version != SCHEMA_VERSION:
+            raise InvalidEvent(f"schemaVersion: expected {SCHEMA_VERSION}, got {version!r}")
+        cluster = checked("", text, detail, "cluster")
+        if len(cluster.encode()) > CLUSTER_BYTES:
+            problem(f"cluster: longer than {CLUSTER_BYTES} bytes")
+        seq = whole_number(detail, "seq", 0, minimum=0, required=True)
+        if detail_type == WORKLOAD_OBSERVED:
+            event: Event | SnapshotPart = _workload_event(detail, seq)
+        elif detail_type == POD_OBSERVED:
+            event = _pod_event(detail, seq)
+        elif detail_type == NODE_OBSERVED:
+            health = checked(None, text, detail, "health", required=False)
+            capacity: dict[str, Any] = {}
+            if detail.get("gpus") is not None:
+                why = checked(None, text, detail, "unschedulable", required=False)
+                capacity = {
+                    "gpus": whole_number(detail, "gpus", 0, minimum=0),
+                    "schedulable": boolean(detail, "schedulable", None),
+                    "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
+                    "foreign_gpus": whole_number(detail, "foreignGpus", 0, minimum=0),
+                }
+            event = NodeObserved(
+                node=checked("", lambda: check_name(text(detail, "node"), "node")),
+                ready=boolean(detail, "ready", None),
+                health=checked(None, _label_value, health, "health") if health else None,
+                seq=seq,
+                **capacity,
             )
-        node = _str(detail, "node", required=False)
-        reason = _str(detail, "reason", required=False)
-        message = _str(detail, "message", required=False)
-        # Optional (older agents do not send them): what Kubernetes says about the pod.
-        scheduled = detail.get("scheduled")
-        if scheduled is not None and not isinstance(scheduled, bool):
-            raise InvalidEvent(f"scheduled: expected true, false or null, got {scheduled!r}")
-        waiting = _str(detail, "waiting", required=False)
-        terminated = _str(detail, "terminated", required=False)
-        restarts = _int(detail, "restarts", minimum=0, default=0)
-        if restarts > INT32[1]:
-            raise InvalidEvent(f"restarts: must be at most {INT32[1]}, got {restarts}")
-        exit_code = None
-        if detail.get("exitCode") is not None:
-            exit_code = _int(detail, "exitCode", minimum=INT32[0])
-            if exit_code > INT32[1]:
-                raise InvalidEvent(f"exitCode: must be at most {INT32[1]}, got {exit_code}")
-        return cluster, PodObserved(
-            workload=_workload_key(detail),
-            pod=check_name(_str(detail, "pod"), "pod"),
-            seq=seq,
-            uid=uid,
-            phase=phase,
-            ready=_bool(detail, "ready"),
-            node=check_name(node, "node") if node is not None else None,
-            deleted=_bool(detail, "deleted", default=False),
-            reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
-            message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
-            scheduled=scheduled,
-            waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
-            restarts=restarts,
-            terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
-            exit_code=exit_code,
-        )
-    if detail_type == NODE_OBSERVED:
-        health = _str(detail, "health", required=False)
-        capacity: dict[str, Any] = {}
-        if detail.get("gpus") is not None:
-            why = _str(detail, "unschedulable", required=False)
-            capacity = {
-                "gpus": _int(detail, "gpus", minimum=0),
-                "schedulable": _bool(detail, "schedulable"),
-                "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
-                "foreign_gpus": _int(detail, "foreignGpus", minimum=0, default=0),
-            }
-        return cluster, NodeObserved(
-            node=check_name(_str(detail, "node"), "node"),
-            ready=_bool(detail, "ready"),
-            health=_label_value(health, "health") if health is not None else None,
-            seq=seq,
-            **capacity,
-        )
-    if detail_type == CLUSTER_SNAPSHOT:
-        return cluster, _snapshot_part(detail, seq)
-    raise InvalidEvent(
-        f"detail-type: expected one of {', '.join(AGENT_DETAIL_TYPES)}, got {detail_type!r}"
+        elif detail_type == CLUSTER_SNAPSHOT:
+            event = _snapshot_part(detail, seq)
+        else:
+            raise InvalidEvent(
+                f"detail-type: expected one of {', '.join(AGENT_DETAIL_TYPES)}, got {detail_type!r}"
+            )
+    return cluster, event
+
+
+def _pod_event(detail: Mapping[str, Any], seq: int) -> PodObserved:
+    checked("", lambda: one_of(text(detail, "phase"), POD_PHASES, "phase"))
+    uid = checked("", text, detail, "uid", required=False) or ""
+    if len(uid.encode()) > UID_BYTES:
+        problem(f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)")
+    node = checked(None, text, detail, "node", required=False)
+    reason = checked(None, text, detail, "reason", required=False)
+    message = checked(None, text, detail, "message", required=False)
+    # Optional (older agents do not send them): what Kubernetes says about the pod.
+    scheduled = detail.get("scheduled")
+    if scheduled is not None and not isinstance(scheduled, bool):
+        problem(f"scheduled: expected true, false or null, got {scheduled!r}")
+        scheduled = None
+    waiting = checked(None, text, detail, "waiting", required=False)
+    terminated = checked(None, text, detail, "terminated", required=False)
+    restarts = whole_number(detail, "restarts", 0, minimum=0, maximum=INT32[1])
+    exit_code = whole_number(detail, "exitCode", None, minimum=INT32[0], maximum=INT32[1])
+    return PodObserved(
+        workload=checked("", _workload_key, detail),
+        pod=checked("", lambda: check_name(text(detail, "pod"), "pod")),
+        seq=seq,
+        uid=uid,
+        phase=str(detail.get("phase")),
+        ready=boolean(detail, "ready", None),
+        node=checked(None, check_name, node, "node") if node is not None else None,
+        deleted=boolean(detail, "deleted", False),
+        reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
+        message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
+        scheduled=scheduled,
+        waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
+        restarts=restarts,
+        terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
+        exit_code=exit_code,
     )
 
 
 def _snapshot_part(detail: Mapping[str, Any], seq: int) -> SnapshotPart:
-    scope = _str(detail, "scope")
-    if scope not in SCOPES:
-        raise InvalidEvent(f"scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
-    part = _int(detail, "part", minimum=1)
-    parts = _int(detail, "parts", minimum=part)
-    workloads = _names(detail.get("workloads"), "workloads")
+    scope = checked("", lambda: one_of(text(detail, "scope"), SCOPES, "scope"))
+    part = whole_number(detail, "part", 1, minimum=1, required=True)
+    parts = whole_number(detail, "parts", part, minimum=part, required=True)
+    workloads: dict[str, str] = checked({}, _names, detail.get("workloads"), "workloads")
     pods_doc = detail.get("pods")
+    pods: dict[str, dict[str, str]] = {}
     if not isinstance(pods_doc, Mapping):
-        raise InvalidEvent("pods: expected an object of workload -> {pod: uid}")
-    pods = {str(k): _names(v, f"pods.{k}") for k, v in pods_doc.items()}
-    return SnapshotPart(_str(detail, "snapshot"), part, parts, scope, seq, workloads, pods)
+        problem("pods: expected an object of workload -> {pod: uid}")
+    else:
+        pods = {str(k): checked({}, _names, v, f"pods.{k}") for k, v in pods_doc.items()}
+    snapshot = checked("", text, detail, "snapshot")
+    return SnapshotPart(snapshot, part, parts, scope, seq, workloads, pods)
 
 
 def _names(value: object, field: str) -> dict[str, str]:
@@ -434,63 +447,46 @@ def _names(value: object, field: str) -> dict[str, str]:
 
 
 def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
-    key = _workload_key(detail)
-    status = _str(detail, "status")
-    if status not in WORKLOAD_STATUSES:
-        raise InvalidEvent(
-            f"status: expected one of {', '.join(WORKLOAD_STATUSES)}, got {status!r}"
-        )
-    uid = _str(detail, "uid", required=False) or ""
-    if status != "Active":
+    key = checked("", _workload_key, detail)
+    status = checked("", lambda: one_of(text(detail, "status"), WORKLOAD_STATUSES, "status"))
+    uid = checked("", text, detail, "uid", required=False) or ""
+    if status and status != "Active":
         return WorkloadFinished(key, Reason(status), seq, uid=uid)
-    kind_text = _str(detail, "kind")
-    try:
-        kind = Kind(kind_text)
-    except ValueError:
-        kinds = ", ".join(k.value for k in Kind)
-        raise InvalidEvent(f"kind: expected one of {kinds}, got {kind_text!r}") from None
-    timeout = detail.get("timeout")
-    override = None
-    if timeout is not None:
-        try:
-            override = parse_duration(timeout)
-        except DurationError as exc:
-            raise InvalidEvent(f"timeout: {exc}") from None
-        if override > MAX_DURATION_SECONDS:
-            raise InvalidEvent(
-                f"timeout: {timeout!r} is longer than 365d, the longest wait the runtime can carry out"
-            )
-    priority_class = _str(detail, "priorityClass", required=False)
+    kinds = [k.value for k in Kind]
+    kind = checked(Kind.JOB, lambda: Kind(one_of(text(detail, "kind"), kinds, "kind")))
+    override = duration(detail, "timeout", 0.0, maximum=within_runtime, null_is_default=True)
+    priority_class = checked(None, text, detail, "priorityClass", required=False)
     class_priority = None
     if priority_class is not None:
         if not PRIORITY_CLASS_NAME.match(priority_class):
-            raise InvalidEvent(
+            problem(
                 f"priorityClass: expected a Kubernetes name (at most 253 characters: "
                 f"a-z, 0-9, '-', '.'), got {priority_class!r}"
             )
-        if detail.get("priorityClassValue") is not None:
-            class_priority = _int(detail, "priorityClassValue", minimum=INT32[0])
-            if class_priority > INT32[1]:
-                raise InvalidEvent(
-                    f"priorityClassValue: must be at most {INT32[1]}, got {class_priority}"
-                )
+        class_priority = whole_number(
+            detail, "priorityClassValue", None, minimum=INT32[0], maximum=INT32[1]
+        )
     elif detail.get("priorityClassValue") is not None:
-        raise InvalidEvent("priorityClassValue: only with priorityClass")
+        problem("priorityClassValue: only with priorityClass")
     return WorkloadObserved(
         workload=key,
-        queue=_label_value(_str(detail, "queue"), "queue"),
-        gang_size=_int(detail, "gangSize", minimum=1),
-        gpus=_int(detail, "gpus", minimum=0, default=0),
-        priority=_int(detail, "priority", minimum=None, default=0),
+        queue=checked("", lambda: _label_value(text(detail, "queue"), "queue")),
+        gang_size=whole_number(detail, "gangSize", 1, minimum=1, required=True),
+        gpus=whole_number(detail, "gpus", 0, minimum=0),
+        priority=whole_number(detail, "priority", 0),
         kind=kind,
-        created_at=parse_time(_str(detail, "createdAt"), "createdAt"),
-        timeout_override=override,
+        created_at=checked(0.0, lambda: parse_time(text(detail, "createdAt"), "createdAt")),
+        timeout_override=override
+        if "timeout" in detail and detail["timeout"] is not None
+        else None,
         seq=seq,
         uid=uid,
         priority_class=priority_class,
         class_priority=class_priority,
         shape=_pod_gpus(detail.get("podGpus")),
-        placement=clip_utf8(_str(detail, "placement", required=False) or "", REASON_BYTES),
+        placement=clip_utf8(
+            checked(None, text, detail, "placement", required=False) or "", REASON_BYTES
+        ),
     )
 
 
@@ -502,69 +498,33 @@ def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or len(value) > MAX_POD_GROUPS:
-        raise InvalidEvent(
-            f"podGpus: expected a list of at most {MAX_POD_GROUPS} {{pods, gpus}} objects"
-        )
+        problem(f"podGpus: expected a list of at most {MAX_POD_GROUPS} {{pods, gpus}} objects")
+        return ()
     groups = []
     for i, group in enumerate(value):
         if not isinstance(group, Mapping):
-            raise InvalidEvent(f"podGpus[{i}]: expected an object with pods and gpus")
+            problem(f"podGpus[{i}]: expected an object with pods and gpus")
+            continue
+        path = f"podGpus[{i}]."
         groups.append(
             (
-                _int(group, "pods", minimum=1, field=f"podGpus[{i}].pods"),
-                _int(group, "gpus", minimum=0, field=f"podGpus[{i}].gpus"),
+                whole_number(group, "pods", 1, path, minimum=1, required=True),
+                whole_number(group, "gpus", 0, path, minimum=0, required=True),
             )
         )
     return tuple(groups)
 
 
-def parse_time(text: str, field: str = "time") -> float:
+def parse_time(stamp: str, field: str = "time") -> float:
     """Epoch seconds from an RFC 3339 timestamp."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidEvent(f"{field}: not an RFC 3339 timestamp: {text!r}") from None
+        raise InvalidEvent(f"{field}: not an RFC 3339 timestamp: {stamp!r}") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
 
 
 def _workload_key(detail: Mapping[str, Any]) -> str:
-    return check_workload_key(_str(detail, "workload"))
-
-
-def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
-    value = detail.get(key)
-    if value is None:
-        if required:
-            raise InvalidEvent(f"{key}: required")
-        return None
-    if not isinstance(value, str) or (required and not value):
-        raise InvalidEvent(f"{key}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _int(
-    detail: Mapping[str, Any],
-    key: str,
-    *,
-    minimum: int | None,
-    default: int | None = None,
-    field: str | None = None,
-) -> int:
-    value = detail.get(key, default)
-    name = field or key
-    if value is None:
-        raise InvalidEvent(f"{name}: required")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidEvent(f"{name}: expected a whole number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidEvent(f"{name}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _bool(detail: Mapping[str, Any], key: str, *, default: bool | None = None) -> bool:
-    value = detail.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidEvent(f"{key}: expected true or false, got {value!r}")
-    return value
+    return check_workload_key(text(detail, "workload"))

@@ -15,7 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
-from muster.admin import QuietMetrics
+from muster.admin.reactivate import QuietMetrics
 from muster.aws.config import RuntimeConfig
 from muster.aws.wiring import build_control_plane
 from muster.core import (

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 import pytest
-from muster import admin, cli
+from muster import cli
+from muster.admin import settings as settings_command
 from muster.cli import main
 from muster.kube.cli import KubeConfigMissing, kube_configuration
 from muster.local.cli import hold_message, scaled_time_note
@@ -35,7 +36,7 @@ def test_an_unexpected_error_is_a_message_and_exit_1_and_its_traceback_needs_deb
     def broken(args: argparse.Namespace, out: object) -> int:
         raise RuntimeError("the disk is on fire")
 
-    monkeypatch.setattr(admin, "settings_validate_command", broken)
+    monkeypatch.setattr(settings_command, "validate_command", broken)
     monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
     # WHEN it runs
     assert main(["settings", "validate", str(tmp_path / "x.yaml")]) == cli.EXIT_FAILED

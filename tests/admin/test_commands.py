@@ -11,11 +11,8 @@ import json
 
 import pytest
 import yaml
-from muster import admin
 from muster.cli import main
 from muster.runtime.service import MAX_EFFECT_TRIES
-
-from infra import constants as c
 
 from .conftest import Deployed
 
@@ -114,11 +111,6 @@ def test_describe_says_plainly_when_the_job_fails_on_its_own(
     assert run(capsys, "settings", "set", "workloadFaults=null")[0] == 0
 
 
-def test_output_keys_agree_with_the_stack() -> None:
-    assert c.OUT_FUNCTION_NAMES[c.INGEST] == admin.OUT_INGEST_FUNCTION_NAME
-    assert c.DEFAULT_STACK_NAME == admin.DEFAULT_STACK
-
-
 def test_settings_set_validates_writes_the_record_and_requests_admission(
     aws: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -199,6 +191,41 @@ def test_settings_set_from_a_file(
     assert record is not None
     assert record[0] == {"blockAdmission": True, "queues": {"spot": {"recoveryTimeout": "0s"}}}
     assert "blockAdmission: false -> true" in out
+
+
+def test_a_bad_settings_record_is_one_clear_error_for_every_command(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a settings record that the core's parser refuses (written around `settings set`,
+    # as an older version or a hand edit could have)
+    aws.store.put_settings_record(
+        {"timeout": "soon", "requeuingStrategy": {"backoffJitter": 2}}, None
+    )
+    aws.submit("team-a/held", gang=1)
+    # WHEN any command that reads settings runs
+    for argv in (["settings", "get"], ["status"], ["reactivate", "team-a/held"]):
+        code, out, err = run(capsys, *argv)
+        # THEN it fails with the same message, naming every wrong field, and shows nothing
+        assert code == 1, argv
+        assert not any(
+            line.startswith(("# Settings", "Cluster ", "team-a/held")) for line in out.splitlines()
+        ), out
+        assert "the runtime settings record (version 1) is invalid" in err
+        assert "record: timeout:" in err
+        assert "record: requeuingStrategy.backoffJitter: must be between 0 and 1" in err
+        assert "muster settings set" in err
+    # WHEN `settings set` repairs the record
+    code, out, err = run(
+        capsys, "settings", "set", "timeout=null", "requeuingStrategy.backoffJitter=0.1"
+    )
+    # THEN it is written, and every command reads it again
+    assert code == 0, err
+    assert "the record was invalid before" in out
+    assert aws.settings_record() == ({"requeuingStrategy": {"backoffJitter": 0.1}}, 2)
+    code, out, err = run(capsys, "settings", "get")
+    assert code == 0, err
+    assert "backoffJitter: 0.1  # runtime record" in out
+    assert run(capsys, "status")[0] == 0
 
 
 def test_describe_answers_why_the_job_was_evicted(

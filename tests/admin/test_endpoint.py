@@ -6,7 +6,7 @@ import json
 
 import boto3
 import pytest
-from muster import admin
+from muster import contract
 from muster.cli import main
 
 from infra.deploy_local import deploy_assembly
@@ -40,7 +40,7 @@ def test_the_commands_reach_a_local_stack_through_its_endpoint(
             STACK,
             session=session,
             endpoint_url=endpoint.url,
-            deployed_name=admin.LOCAL_STACK,
+            deployed_name=contract.LOCAL_STACK_NAME,
         )
 
         # WHEN a setting is changed and the status read through the endpoint (default stack name)

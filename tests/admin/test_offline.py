@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 from muster import admin
-from muster.admin import AdminError, annotated_yaml, format_status, settings_changes
+from muster.admin import deployment
+from muster.admin.command import AdminError
+from muster.admin.render import annotated_yaml, format_status
+from muster.admin.settings import settings_changes
 from muster.cli import main
 
 
@@ -109,7 +112,7 @@ def test_settings_set_without_changes_exits_2_before_any_aws_call(
     def no_aws(*args: object) -> None:
         raise AssertionError("connected to AWS")
 
-    monkeypatch.setattr(admin, "connect", no_aws)
+    monkeypatch.setattr(deployment, "connect", no_aws)
     assert main(["settings", "set"]) == 2
     assert "nothing to set" in capsys.readouterr().err
 
@@ -167,7 +170,7 @@ def test_an_aws_error_names_the_call_and_exits_1(
                 {"Error": {"Code": "AccessDeniedException", "Message": "not allowed"}}, "Query"
             )
 
-    monkeypatch.setattr(admin, "connect", lambda *args: Denied())
+    monkeypatch.setattr(deployment, "connect", lambda *args: Denied())
     assert main(["status"]) == 1
     assert capsys.readouterr().err == (
         "muster status: Query failed: AccessDeniedException not allowed\n"

@@ -159,7 +159,7 @@ def test_without_a_class_nothing_changes() -> None:
 
 
 def test_status_and_describe_show_the_class_and_why() -> None:
-    from muster.admin import format_describe
+    from muster.admin.render import format_describe
     from muster.runtime.memory import MemoryStore
     from muster.runtime.views import describe
 

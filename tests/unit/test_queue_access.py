@@ -103,7 +103,7 @@ def test_an_allowed_workload_says_nothing_more() -> None:
 
 
 def test_describe_says_why_a_workload_is_not_admitted() -> None:
-    from muster.admin import format_describe
+    from muster.admin.render import format_describe
     from muster.runtime.memory import MemoryStore
     from muster.runtime.views import describe
 

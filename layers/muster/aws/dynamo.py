@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -48,8 +48,24 @@ from muster.runtime.codec import (
     encode_snapshot_part,
     encode_workload,
 )
-from muster.runtime.memory import belongs, settle_pod
-from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
+from muster.runtime.ports import (
+    Conflict,
+    Ledger,
+    PodSnapshot,
+    PodWrite,
+    Quarantine,
+    Snapshot,
+    belongs,
+    settle_pod,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import (
+        PutTypeDef,
+        TransactWriteItemTypeDef,
+        UpdateTypeDef,
+    )
 
 STATE = "STATE"
 POD_PREFIX = "POD#"
@@ -136,7 +152,7 @@ class DynamoStore:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table: str,
         cluster: str,
         history_ttl_days: int = 30,
@@ -221,7 +237,7 @@ class DynamoStore:
 
     def _pod_operation(
         self, key: str, write: PodWrite, epoch: int, now: float = 0.0
-    ) -> dict[str, Any]:
+    ) -> TransactWriteItemTypeDef:
         """A Put or Delete of one pod item, conditional on its revision (transaction form)."""
         condition: dict[str, Any] = (
             {"ConditionExpression": "attribute_not_exists(pk)"}
@@ -233,9 +249,11 @@ class DynamoStore:
         )
         if write.pod is None:
             item_key = {"pk": _s(workload_pk(key)), "sk": _s(POD_PREFIX + write.name)}
-            return {"Delete": {"TableName": self.table, "Key": item_key, **condition}}
+            delete = {"TableName": self.table, "Key": item_key, **condition}
+            return cast("TransactWriteItemTypeDef", {"Delete": delete})
         item = self._pod_item(key, write.pod, (write.expected or 0) + 1, epoch, write.owner, now)
-        return {"Put": {"TableName": self.table, "Item": item, **condition}}
+        put = {"TableName": self.table, "Item": item, **condition}
+        return cast("TransactWriteItemTypeDef", {"Put": put})
 
     def write_pod(
         self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
@@ -248,7 +266,7 @@ class DynamoStore:
                 else:
                     self.client.delete_item(**operation["Delete"])
                 return
-            count = {
+            count: UpdateTypeDef = {
                 "TableName": self.table,
                 "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
                 "UpdateExpression": "ADD readyCount :d",
@@ -288,7 +306,7 @@ class DynamoStore:
         outbox: Sequence[Effect],
         now: float,
         ready_delta: int,
-    ) -> dict[str, Any]:
+    ) -> UpdateTypeDef:
         """An Update of the workload item on its version (transaction form).
 
         An update, not a put: the ready count is changed only by deltas, so a
@@ -345,7 +363,7 @@ class DynamoStore:
             expression += " REMOVE " + ", ".join(removes)
         if adds:
             expression += " ADD " + ", ".join(adds)
-        update: dict[str, Any] = {
+        update: UpdateTypeDef = {
             "TableName": self.table,
             "Key": {"pk": _s(workload_pk(after.key)), "sk": _s(STATE)},
             "UpdateExpression": expression,
@@ -402,7 +420,7 @@ class DynamoStore:
             raise
         return (before.version if before else 0) + 1
 
-    def _count_update(self, key: str, before: Snapshot | None, delta: int) -> dict[str, Any]:
+    def _count_update(self, key: str, before: Snapshot | None, delta: int) -> UpdateTypeDef:
         return {
             "TableName": self.table,
             "Key": {"pk": _s(workload_pk(key)), "sk": _s(STATE)},
@@ -723,8 +741,8 @@ class DynamoStore:
         }
         return Ledger(version, recent)
 
-    def _ledger_put(self, ledger: Ledger) -> dict[str, Any]:
-        put: dict[str, Any] = {
+    def _ledger_put(self, ledger: Ledger) -> PutTypeDef:
+        put: PutTypeDef = {
             "TableName": self.table,
             "Item": {**LEDGER_KEY, "version": _n(ledger.version + 1)},
         }
@@ -746,7 +764,7 @@ class DynamoStore:
         """The admission, the ledger's version and the recent entry in one transaction."""
         version = before.version + 1
         update = self._workload_update(before, after, before.epoch, outbox, now, 0)
-        recent = {
+        recent: PutTypeDef = {
             "TableName": self.table,
             "Item": {
                 "pk": LEDGER_KEY["pk"],

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from muster.contract import CONTROLPLANE_SOURCE
 from muster.core import LogEvent
 from muster.runtime.codec import dumps
 from muster.runtime.messages import rfc3339
-from muster.schema import CONTROLPLANE_SOURCE, SCHEMA_VERSION
+from muster.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
 
 
 class PublishFailed(Exception):
@@ -36,7 +40,7 @@ def lifecycle_detail(
 
 
 class EventBridgeBus:
-    def __init__(self, client: Any, bus_name: str, cluster: str) -> None:
+    def __init__(self, client: EventBridgeClient, bus_name: str, cluster: str) -> None:
         self.client = client
         self.bus_name = bus_name
         self.cluster = cluster

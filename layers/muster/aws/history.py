@@ -10,12 +10,17 @@ functions never do (their roles grant no Scan).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from muster.aws.dynamo import HISTORY_PREFIX
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
 
-def scan_history(client: Any, table: str, since: float) -> dict[str, list[dict[str, Any]]]:
+
+def scan_history(
+    client: DynamoDBClient, table: str, since: float
+) -> dict[str, list[dict[str, Any]]]:
     """Workload key -> its history entries at or after `since`, in the table's order."""
     request: dict[str, Any] = {
         "TableName": table,

@@ -12,13 +12,19 @@ import os
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-NAMESPACE = "Muster"
+from muster import contract
 
 
 class EmfMetrics:
+    """Namespace and service from Powertools' environment variables, as the stack sets them."""
+
     def __init__(self, namespace: str | None = None, service: str | None = None) -> None:
-        self.namespace = namespace or os.environ.get("POWERTOOLS_METRICS_NAMESPACE", NAMESPACE)
-        self.service = service or os.environ.get("POWERTOOLS_SERVICE_NAME", "muster")
+        self.namespace = namespace or os.environ.get(
+            contract.ENV_POWERTOOLS_METRICS_NAMESPACE, contract.METRICS_NAMESPACE
+        )
+        self.service = service or os.environ.get(
+            contract.ENV_POWERTOOLS_SERVICE_NAME, contract.SERVICE_NAME
+        )
 
     def _emit(self, name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]) -> None:
         if is_metrics_disabled():  # Powertools' switch, which `single_metric` ignores

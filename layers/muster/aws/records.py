@@ -1,10 +1,11 @@
 """What each function does with one SQS record, and with a whole admission batch.
 
-Handlers stay thin: they build (or receive) a `ControlPlane` and hand each record
-here. A record that can never be processed (malformed JSON, an event that breaks
-the schema, another cluster's event) is rejected with a log line naming the field
-and an `InvalidEvents` metric, and is *not* retried; anything else that fails
-raises, so the record returns to its queue and, after five receives, its DLQ.
+Handlers stay thin: they build (or receive) a `ControlPlane` and give Powertools'
+`process_partial_response` a record handler from here, which reports the records
+that failed. A record that can never be processed (malformed JSON, an event that
+breaks the schema, another cluster's event) is rejected with a log line naming the
+field and an `InvalidEvents` metric, and is *not* retried; anything else that
+fails raises, so the record returns to its queue and, after five receives, its DLQ.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from muster import contract
 from muster.aws.observability import logger
 from muster.core import NodeObserved, SnapshotPart, Timer
+from muster.runtime.admission import AdmissionRequests, admit_after_batch
 from muster.runtime.messages import AdmissionRequest, parse_requeue_message, parse_timer_message
 from muster.runtime.service import ControlPlane
 from muster.schema import InvalidEvent, parse_agent_event
@@ -29,11 +38,12 @@ def reject(plane: ControlPlane, source: str, error: str, body: str) -> None:
         f"rejected {source} message: {error}",
         extra={"error": error, "body": body[:1024], "source": source},
     )
-    plane.metrics.count("InvalidEvents")
+    plane.metrics.count(contract.METRIC_INVALID_EVENTS)
 
 
-def ingest_record(plane: ControlPlane, cluster_name: str, body: str) -> None:
+def ingest_record(plane: ControlPlane, cluster_name: str, record: SQSRecord) -> None:
     """One agent event, as EventBridge delivered it to the ingest queue."""
+    body = record.body
     try:
         cluster, event = parse_agent_event(json.loads(body))
     except (InvalidEvent, ValueError) as exc:
@@ -59,7 +69,7 @@ EARLY_TOLERANCE_SECONDS = 5.0
 
 
 def timer_record(
-    plane: ControlPlane, body: str, sleep: Callable[[float], None] = time.sleep
+    plane: ControlPlane, record: SQSRecord, sleep: Callable[[float], None] = time.sleep
 ) -> None:
     """One "deadline reached" message from the timer state machine.
 
@@ -68,6 +78,7 @@ def timer_record(
     re-armed for the remainder (sent again to the timer queue with that delay),
     so no gang is evicted before its time.
     """
+    body = record.body
     try:
         event, deadline = parse_timer_message(body)
     except InvalidEvent as exc:
@@ -88,73 +99,37 @@ def timer_record(
     plane.handle(event)
 
 
-def process_sqs(
+def admission_batch(
+    plane: ControlPlane,
     event: dict[str, Any],
-    context: Any,
+    context: LambdaContext | None,
     processor: BatchProcessor,
-    handle: Callable[[str], None],
-) -> dict[str, Any]:
-    """Records one by one; the failed ones are reported for redelivery."""
+) -> PartialItemFailureResponse:
+    """The batch's requeues applied and its admission requests gathered, then one pass for all.
+
+    When to run the pass, and what a failed one asks for, is the runtime's
+    (`muster.runtime.admission`).
+    """
+    requests = AdmissionRequests()
 
     def record_handler(record: SQSRecord) -> None:
-        handle(record.body)
-
-    with processor(
-        records=event.get("Records", []), handler=record_handler, lambda_context=context
-    ):
-        processor.process()
-    return dict(processor.response())
-
-
-def admission_batch(
-    plane: ControlPlane, event: dict[str, Any], context: Any, processor: BatchProcessor
-) -> dict[str, Any]:
-    """Requeues first (each may end a backoff), then one admission pass for the batch.
-
-    A workload whose effects fail is set aside by the pass, which goes on with
-    the others. Should the pass fail, or set a workload aside, another pass is
-    queued with a backoff (5 s, doubling, up to 15 minutes), never at once: the
-    requeues already applied are not left waiting for an unrelated trigger, and
-    a lasting failure does not turn into a hot loop.
-    """
-    requested = False
-    hints: set[str] = set()
-    retry = 0
-
-    def handle(body: str) -> None:
-        nonlocal requested, retry
+        body = record.body
         try:
             message = parse_requeue_message(body)
         except InvalidEvent as exc:
             reject(plane, "requeue", str(exc), body)
             return
         if isinstance(message, AdmissionRequest):
-            requested = True
-            retry = max(retry, message.retry)
-            if message.workload:
-                hints.add(message.workload)
+            requests.add(message)
             return
         logger.set_correlation_id(message.workload)
         plane.handle(message)
 
-    response = process_sqs(event, context, processor, handle)
-    wanted, named = plane.take_admission_request()
-    if requested or wanted:
-        logger.set_correlation_id(None)
-        try:
-            admitted = plane.admission_pass(hints | named)
-        except Exception:
-            logger.exception("admission pass failed; asking for another after a backoff")
-            plane.messages.request_admission("retry after a failed pass", None, retry=retry + 1)
-        else:
-            logger.info("admission pass done", extra={"admitted": admitted})
-            if plane.failed:
-                logger.warning(
-                    "admission pass set workloads aside; asking for another after a backoff",
-                    extra={"failed": plane.failed, "retry": retry + 1},
-                )
-                plane.messages.request_admission("retry workloads set aside", None, retry=retry + 1)
-        plane.take_admission_request()  # the pass itself ran until nothing more fitted
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    logger.set_correlation_id(None)
+    admit_after_batch(plane, requests)
     return response
 
 

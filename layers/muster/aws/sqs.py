@@ -4,8 +4,9 @@ deadline signals sent again to the timer queue."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
+from muster import contract
 from muster.core import Timer
 from muster.runtime.messages import (
     admission_body,
@@ -15,9 +16,12 @@ from muster.runtime.messages import (
     timer_input,
 )
 
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
 
 class SqsMessages:
-    def __init__(self, client: Any, queue_url: str, timer_queue_url: str = "") -> None:
+    def __init__(self, client: SQSClient, queue_url: str, timer_queue_url: str = "") -> None:
         self.client = client
         self.queue_url = queue_url
         self.timer_queue_url = timer_queue_url
@@ -40,7 +44,9 @@ class SqsMessages:
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         """The timer state machine's message, sent by hand (a longer wait arrives in legs)."""
         if not self.timer_queue_url:
-            raise RuntimeError("MUSTER_TIMER_QUEUE_URL is not set: cannot signal a deadline")
+            raise RuntimeError(
+                f"{contract.ENV_TIMER_QUEUE_URL} is not set: cannot signal a deadline"
+            )
         self.client.send_message(
             QueueUrl=self.timer_queue_url,
             MessageBody=json.dumps(timer_input(workload, timer)),

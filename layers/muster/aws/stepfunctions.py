@@ -10,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from muster.core import Timer
 from muster.runtime.messages import timer_input
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
 
 MAX_NAME = 80
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -40,7 +43,7 @@ def execution_arn(state_machine_arn: str, name: str) -> str:
 
 
 class StepFunctionsTimers:
-    def __init__(self, client: Any, state_machine_arn: str) -> None:
+    def __init__(self, client: SFNClient, state_machine_arn: str) -> None:
         self.client = client
         self.state_machine_arn = state_machine_arn
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from muster.aws.clients import BOTOCORE_RETRIES
 from muster.aws.config import RuntimeConfig
 from muster.aws.dynamo import DynamoStore
 from muster.aws.eventbridge import EventBridgeBus
@@ -19,6 +20,7 @@ from muster.runtime.settings import RuntimeSettings, settings_from_json
 from muster.runtime.sweeper import Sweeper
 
 ClusterFactory = Callable[[RuntimeConfig], ClusterActions]
+T = TypeVar("T")
 
 
 _cluster_override: ClusterFactory | None = None
@@ -45,14 +47,9 @@ def kubernetes_cluster(config: RuntimeConfig) -> ClusterActions:
     role, which an EKS access entry maps to the `muster-controlplane` group. Its
     fencing authority is the workload's record in the table (a consistent read).
     """
-    import boto3
-
     from muster.kube.adapter import from_environment
 
-    store = DynamoStore(
-        boto3.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
-    )
-    return from_environment(records=record_reader(store))
+    return from_environment(records=record_reader(dynamo_store(config)))
 
 
 def record_reader(store: WorkloadStore) -> Callable[[str], Workload | None]:
@@ -65,6 +62,22 @@ def record_reader(store: WorkloadStore) -> Callable[[str], Workload | None]:
     return read
 
 
+def dynamo_store(config: RuntimeConfig, session: Any = None) -> DynamoStore:
+    """The state table, through a client with botocore's standard retries."""
+    import boto3
+
+    client = (session or boto3.session.Session()).client("dynamodb", config=BOTOCORE_RETRIES)
+    return DynamoStore(client, config.table_name, config.cluster_name, config.history_ttl_days)
+
+
+def sqs_messages(config: RuntimeConfig, session: Any = None) -> SqsMessages:
+    """The requeue and timer queues, through a client with botocore's standard retries."""
+    import boto3
+
+    client = (session or boto3.session.Session()).client("sqs", config=BOTOCORE_RETRIES)
+    return SqsMessages(client, config.requeue_queue_url, config.timer_queue_url)
+
+
 def build_control_plane(
     config: RuntimeConfig,
     *,
@@ -75,16 +88,18 @@ def build_control_plane(
     import boto3
 
     session = session or boto3.session.Session()
-    store = DynamoStore(
-        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
-    )
+    store = dynamo_store(config, session)
     return ControlPlane(
         store=store,
-        timers=StepFunctionsTimers(session.client("stepfunctions"), config.timer_state_machine_arn),
-        messages=SqsMessages(
-            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
+        timers=StepFunctionsTimers(
+            session.client("stepfunctions", config=BOTOCORE_RETRIES), config.timer_state_machine_arn
         ),
-        bus=EventBridgeBus(session.client("events"), config.event_bus_name, config.cluster_name),
+        messages=sqs_messages(config, session),
+        bus=EventBridgeBus(
+            session.client("events", config=BOTOCORE_RETRIES),
+            config.event_bus_name,
+            config.cluster_name,
+        ),
         metrics=EmfMetrics(),
         cluster=cluster(config),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
@@ -94,17 +109,31 @@ def build_control_plane(
 
 def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
     """The sweeper needs no cluster access: it only reads the table and sends messages."""
-    import boto3
-
-    session = session or boto3.session.Session()
-    store = DynamoStore(
-        session.client("dynamodb"), config.table_name, config.cluster_name, config.history_ttl_days
-    )
+    store = dynamo_store(config, session)
     return Sweeper(
         store=store,
-        messages=SqsMessages(
-            session.client("sqs"), config.requeue_queue_url, config.timer_queue_url
-        ),
+        messages=sqs_messages(config, session),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         metrics=EmfMetrics(),
     )
+
+
+class PerContainer(Generic[T]):
+    """What a handler builds from its function's environment, once per Lambda container.
+
+    Each handler module holds one (`PerContainer(build_control_plane)`); it is
+    built at the first invocation and kept for the container's next ones. Not at
+    import: building reaches the EKS API (the cluster adapter asks for the
+    endpoint), which an import must not do, and the local mode sets each
+    function's environment per call. Tests hand the handler their own control plane.
+    """
+
+    def __init__(self, build: Callable[[RuntimeConfig], T]) -> None:
+        self.build = build
+        self._built: tuple[T, RuntimeConfig] | None = None
+
+    def get(self) -> tuple[T, RuntimeConfig]:
+        if self._built is None:
+            config = RuntimeConfig.from_env()
+            self._built = (self.build(config), config)
+        return self._built

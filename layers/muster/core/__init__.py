@@ -7,7 +7,6 @@
 from muster.core.admission import AdmissionPlan, Skip, Usage, plan_admission, queue_order_key
 from muster.core.cluster import Cluster, StepResult
 from muster.core.decide import (
-    NODE_HEALTH_LABEL,
     NODE_REPLACEMENT_HEALTH,
     admissible,
     backoff_delay,
@@ -63,7 +62,6 @@ from muster.core.settings import (
 __all__ = [
     "ACTIVE_PHASES",
     "DEFAULT_SETTINGS",
-    "NODE_HEALTH_LABEL",
     "NODE_REPLACEMENT_HEALTH",
     "NOT_READY_PHASES",
     "POD_SCOPE",

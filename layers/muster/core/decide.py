@@ -47,13 +47,13 @@ from muster.core.model import (
 )
 from muster.core.settings import QueueSettings, Settings, Timestamp
 
-# HyperPod health-monitoring marks a node with these when it must be replaced or
-# rebooted; its pods will not come back, so waiting out the recovery timeout only
-# wastes the rest of the gang's GPUs.
 # Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
 INADMISSIBLE = "Inadmissible"
 
-NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+# A node's health (HyperPod health monitoring's; the agent reads it from the label
+# in `muster.kube.conventions`) that means it must be replaced or rebooted: its pods
+# will not come back, so waiting out the recovery timeout only wastes the rest of
+# the gang's GPUs.
 NODE_REPLACEMENT_HEALTH = frozenset(
     {"UnschedulablePendingReplacement", "UnschedulablePendingReboot"}
 )

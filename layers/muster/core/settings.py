@@ -11,74 +11,43 @@ duration, a negative limit, a number that is not finite or a duration longer tha
 the runtime can carry out (a year) is a `SettingsError` naming the field, and one
 `SettingsError` carries every mistake of the document with its path (as Kueue's
 validation returns a `field.ErrorList`), so three mistakes take one run to find.
+
+Declaring a setting: a field of `QueueSettings` (per queue) or `Settings`
+(cluster-wide), its key in `_QUEUE_KEYS` / `_GLOBAL_KEYS` (or its block's own
+key set), one line in `_parse_queue` / `_parse_document` that reads it with a
+helper of `muster.core.fields` (`boolean`, `number`, `whole_number`, `_duration`
+here, `check_keys` for a block) and falls back to the base value on a mistake,
+and its entry in `to_dict` / `queue_document`.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import json
-import math
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from muster.core.durations import DurationError, format_duration, parse_duration
+from muster.core.durations import format_duration
+from muster.core.fields import (
+    FieldErrors,
+    boolean,
+    check_keys,
+    collecting,
+    duration,
+    number,
+    part,
+    problem,
+    whole_number,
+)
 
 
-class SettingsError(ValueError):
+class SettingsError(FieldErrors):
     """A settings document that cannot be used; each of its `errors` names the field."""
 
-    def __init__(self, *errors: str) -> None:
-        self.errors: tuple[str, ...] = errors or ("invalid settings",)
-        super().__init__("\n".join(self.errors))
-
-    def prefixed(self, source: str) -> SettingsError:
-        """The same errors, each saying which document they are in."""
-        return SettingsError(*(f"{source}: {e}" for e in self.errors))
-
-
-# While a whole document is parsed, a mistake is recorded here and parsing goes on
-# with the field's fallback value; outside a parse, a mistake raises at once.
-_FOUND: ContextVar[list[str] | None] = ContextVar("muster_settings_errors", default=None)
-
-
-def _problem(message: str) -> None:
-    found = _FOUND.get()
-    if found is None:
-        raise SettingsError(message)
-    found.append(message)
-
-
-@contextmanager
-def _collecting() -> Iterator[None]:
-    """Gather every mistake of one document; raise them together at the end."""
-    found: list[str] = []
-    token = _FOUND.set(found)
-    try:
-        yield
-    except SettingsError as exc:  # a check that stops the rest of the document
-        found.extend(exc.errors)
-    finally:
-        _FOUND.reset(token)
-    if found:
-        raise SettingsError(*found)
-
-
-@contextmanager
-def _part() -> Iterator[None]:
-    """One part of a document (a queue, a grant): a mistake that stops it is recorded."""
-    try:
-        yield
-    except SettingsError as exc:
-        found = _FOUND.get()
-        if found is None:
-            raise
-        found.extend(exc.errors)
+    default = "invalid settings"
 
 
 MAX_DURATION_SECONDS = 365 * 86400.0
@@ -198,13 +167,13 @@ def _parse_access(doc: Any) -> QueueAccess:
         return QueueAccess()
     if not isinstance(doc, Mapping):
         raise SettingsError("queueAccess: must be a mapping (restrict, queues)")
-    _check_keys(doc, _ACCESS_KEYS, path)
+    check_keys(doc, _ACCESS_KEYS, path)
     raw = doc.get("queues") or {}
     if not isinstance(raw, Mapping):
         raise SettingsError(f"{path}queues: must be a mapping of queue name to grant")
     grants: dict[str, QueueGrant] = {}
     for name, entry in raw.items():
-        with _part():
+        with part():
             where = f"{path}queues.{name}."
             if not isinstance(name, str) or not re.match(_NAME, name):
                 raise SettingsError(f"{path}queues: {name!r} is not a valid queue name")
@@ -212,14 +181,14 @@ def _parse_access(doc: Any) -> QueueAccess:
                 raise SettingsError(
                     f"{where[:-1]}: must be a mapping ({', '.join(sorted(_GRANT_KEYS))})"
                 )
-            _check_keys(entry, _GRANT_KEYS, where)
+            check_keys(entry, _GRANT_KEYS, where)
             namespaces = _names(entry, "namespaces", where, allow_star=True) or ()
             classes = _names(entry, "priorityClasses", where, allow_star=False)
             bound = entry.get("maxPriority", 0)
             if isinstance(bound, bool) or not isinstance(bound, int):
                 raise SettingsError(f"{where}maxPriority: expected a whole number, got {bound!r}")
             grants[name] = QueueGrant(namespaces, classes, bound)
-    return QueueAccess(_bool(doc, "restrict", False, path), grants)
+    return QueueAccess(boolean(doc, "restrict", False, path), grants)
 
 
 def _names(
@@ -305,25 +274,25 @@ def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
     if not isinstance(doc, Mapping):
         raise SettingsError(f"settings must be a mapping, got {type(doc).__name__}")
     settings = DEFAULT_SETTINGS
-    with _collecting():
+    with collecting(SettingsError):
         settings = _parse_document(doc)
     return settings
 
 
 def _parse_document(doc: Mapping[str, Any]) -> Settings:
-    _check_keys(doc, _GLOBAL_KEYS, "")
+    check_keys(doc, _GLOBAL_KEYS, "")
     defaults = QueueSettings()
-    with _part():
+    with part():
         defaults = _parse_queue(doc, QueueSettings(), "")
-    block = _bool(doc, "blockAdmission", False, "")
+    block = boolean(doc, "blockAdmission", False, "")
     queues: dict[str, QueueSettings] = {}
     raw_queues: dict[str, Mapping[str, Any]] = {}
     raw = doc.get("queues") or {}
     if not isinstance(raw, Mapping):
-        _problem("queues: must be a mapping of queue name to settings")
+        problem("queues: must be a mapping of queue name to settings")
         raw = {}
     for name, overrides in raw.items():
-        with _part():
+        with part():
             path = f"queues.{name}."
             if not isinstance(name, str) or not name:
                 raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
@@ -331,21 +300,21 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
                 raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
             for key in _CLUSTER_WIDE:
                 if key in overrides:
-                    _problem(f"{path}{key}: {key} is cluster-wide and cannot be set per queue")
-            _check_keys(overrides, _QUEUE_KEYS | set(_CLUSTER_WIDE), path)
+                    problem(f"{path}{key}: {key} is cluster-wide and cannot be set per queue")
+            check_keys(overrides, _QUEUE_KEYS | set(_CLUSTER_WIDE), path)
             queues[name] = _parse_queue(overrides, defaults, path)
             raw_queues[name] = dict(overrides)
     access = QueueAccess()
-    with _part():
+    with part():
         access = _parse_access(doc.get("queueAccess"))
     return Settings(
         defaults=defaults,
         block_admission=block,
-        gpu_quota=_optional_int(doc, "gpuQuota", "", minimum=0),
+        gpu_quota=whole_number(doc, "gpuQuota", None, "", minimum=0),
         queues=queues,
         raw_queues=raw_queues,
         access=access,
-        capacity_check=_bool(doc, "capacityCheck", False, ""),
+        capacity_check=boolean(doc, "capacityCheck", False, ""),
     )
 
 
@@ -384,13 +353,13 @@ def merge_documents(doc: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
 def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> QueueSettings:
     strategy = doc.get("requeuingStrategy", {}) or {}
     if not isinstance(strategy, Mapping):
-        _problem(f"{path}requeuingStrategy: must be a mapping")
+        problem(f"{path}requeuingStrategy: must be a mapping")
         strategy = {}
     spath = f"{path}requeuingStrategy."
-    _check_keys(strategy, _STRATEGY_KEYS, spath)
+    check_keys(strategy, _STRATEGY_KEYS, spath)
     timeout = _duration(doc, "timeout", base.timeout, path)
     if timeout <= 0:
-        _problem(f"{path}timeout: must be greater than 0s")
+        problem(f"{path}timeout: must be greater than 0s")
         timeout = base.timeout
     recovery = base.recovery_timeout
     if "recoveryTimeout" in doc:
@@ -404,7 +373,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     try:
         timestamp = Timestamp(stamp)
     except ValueError:
-        _problem(f"{spath}timestamp: must be 'Eviction' or 'Creation', got {stamp!r}")
+        problem(f"{spath}timestamp: must be 'Eviction' or 'Creation', got {stamp!r}")
         timestamp = base.timestamp
     limit_timeout = base.backoff_limit_timeout
     if "backoffLimitTimeout" in strategy:
@@ -413,27 +382,27 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
             None if raw is None else _duration(strategy, "backoffLimitTimeout", 0, spath)
         )
         if limit_timeout is not None and limit_timeout <= 0:
-            _problem(f"{spath}backoffLimitTimeout: must be greater than 0s")
+            problem(f"{spath}backoffLimitTimeout: must be greater than 0s")
             limit_timeout = base.backoff_limit_timeout
     limit_count = base.backoff_limit_count
     if "backoffLimitCount" in strategy:
-        limit_count = _optional_int(strategy, "backoffLimitCount", spath, minimum=0)
-    base_seconds = _number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
-    max_seconds = _number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
+        limit_count = whole_number(strategy, "backoffLimitCount", None, spath, minimum=0)
+    base_seconds = number(strategy, "backoffBaseSeconds", base.backoff_base_seconds, spath)
+    max_seconds = number(strategy, "backoffMaxSeconds", base.backoff_max_seconds, spath)
     for key, seconds in (("backoffBaseSeconds", base_seconds), ("backoffMaxSeconds", max_seconds)):
         if key in strategy:
-            _within_runtime(seconds, strategy[key], f"{spath}{key}")
+            within_runtime(seconds, strategy[key], f"{spath}{key}")
     if max_seconds < base_seconds:
-        _problem(
+        problem(
             f"{spath}backoffMaxSeconds: {max_seconds:g} is below backoffBaseSeconds {base_seconds:g}"
         )
-    jitter = _number(strategy, "backoffJitter", base.backoff_jitter, spath)
+    jitter = number(strategy, "backoffJitter", base.backoff_jitter, spath)
     if jitter > 1:
-        _problem(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
+        problem(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
         jitter = base.backoff_jitter
     gpu_quota = base.gpu_quota
     if "gpuQuota" in doc and path:
-        gpu_quota = _optional_int(doc, "gpuQuota", path, minimum=0)
+        gpu_quota = whole_number(doc, "gpuQuota", None, path, minimum=0)
     fault_limit, evict_after = _parse_faults(doc, base, path)
     return QueueSettings(
         timeout=timeout,
@@ -446,8 +415,8 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         backoff_jitter=jitter,
         max_timeout=max_timeout,
         gpu_quota=gpu_quota if path else None,
-        dry_run=_bool(doc, "dryRun", base.dry_run, path),
-        node_replacement_eviction=_bool(
+        dry_run=boolean(doc, "dryRun", base.dry_run, path),
+        node_replacement_eviction=boolean(
             doc, "nodeReplacementEviction", base.node_replacement_eviction, path
         ),
         fault_limit_count=fault_limit,
@@ -467,90 +436,36 @@ def _parse_faults(
     if faults is None:
         return None, None
     if not isinstance(faults, Mapping):
-        _problem(f"{path}workloadFaults: must be a mapping (limitCount, evictAfter)")
+        problem(f"{path}workloadFaults: must be a mapping (limitCount, evictAfter)")
         return limit, after
-    _check_keys(faults, _FAULT_KEYS, fpath)
+    check_keys(faults, _FAULT_KEYS, fpath)
     if "limitCount" in faults:
-        limit = _optional_int(faults, "limitCount", fpath, minimum=0)
+        limit = whole_number(faults, "limitCount", None, fpath, minimum=0)
     if "evictAfter" in faults:
         if faults["evictAfter"] is None:
             after = None
         else:
             after = _duration(faults, "evictAfter", 0.0, fpath)
             if after <= 0:
-                _problem(f"{fpath}evictAfter: must be greater than 0s")
+                problem(f"{fpath}evictAfter: must be greater than 0s")
                 after = base.fault_evict_after
     return limit, after
 
 
-def _check_keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
-    for key in doc:
-        if key not in allowed:
-            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-            known = ", ".join(sorted(allowed))
-            _problem(f"{path}{key}: unknown setting{suggestion} (known: {known})")
-
-
 def _duration(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
-    if key not in doc:
-        return default
-    try:
-        seconds = parse_duration(doc[key])
-    except DurationError as exc:
-        _problem(f"{path}{key}: {exc}")
-        return default
-    if not _within_runtime(seconds, doc[key], f"{path}{key}"):
-        return default
-    return seconds
+    return duration(doc, key, default, path, maximum=within_runtime)
 
 
-def _within_runtime(seconds: float, value: Any, field: str) -> bool:
+def within_runtime(seconds: float, value: Any, field: str) -> bool:
+    """False (with the mistake recorded) for a wait longer than the runtime can carry out."""
     if seconds > MAX_DURATION_SECONDS:
-        _problem(
+        problem(
             f"{field}: {value!r} is longer than 365d, the longest wait the runtime can carry "
             "out (a readiness timer is a Step Functions Standard execution, which lives at "
             "most one year)"
         )
         return False
     return True
-
-
-def _number(doc: Mapping[str, Any], key: str, default: float, path: str) -> float:
-    if key not in doc:
-        return default
-    value = doc[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        _problem(f"{path}{key}: expected a number, got {value!r}")
-        return default
-    if not math.isfinite(value):
-        _problem(f"{path}{key}: expected a finite number, got {value!r}")
-        return default
-    if value < 0:
-        _problem(f"{path}{key}: must not be negative, got {value!r}")
-        return default
-    return float(value)
-
-
-def _optional_int(doc: Mapping[str, Any], key: str, path: str, minimum: int) -> int | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        _problem(f"{path}{key}: expected a whole number, got {value!r}")
-        return None
-    if value < minimum:
-        _problem(f"{path}{key}: must be at least {minimum}, got {value}")
-        return None
-    return value
-
-
-def _bool(doc: Mapping[str, Any], key: str, default: bool, path: str) -> bool:
-    value = doc.get(key, default)
-    if not isinstance(value, bool):
-        _problem(f"{path}{key}: expected true or false, got {value!r}")
-        return default
-    return value
 
 
 def queue_document(q: QueueSettings) -> dict[str, Any]:

@@ -32,12 +32,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
+
+from aws_lambda_powertools.utilities.batch import process_partial_response
 
 from muster.aws.records import (
     admission_batch,
     ingest_record,
-    process_sqs,
     sqs_processor,
     timer_record,
 )
@@ -558,16 +560,16 @@ class Harness:
         self._current = (queue, batch[0])
         try:
             if queue == "ingest":
-                response = process_sqs(
-                    event, None, processor, lambda body: ingest_record(plane, CLUSTER, body)
+                response = process_partial_response(
+                    event, partial(ingest_record, plane, CLUSTER), processor
                 )
             elif queue == "timer":
-                response = process_sqs(
-                    event, None, processor, lambda body: timer_record(plane, body, lambda s: None)
+                response = process_partial_response(
+                    event, partial(timer_record, plane, sleep=lambda s: None), processor
                 )
             else:
                 response = admission_batch(plane, event, None, processor)
-            failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
+            failed = {str(f["itemIdentifier"]) for f in response["batchItemFailures"]}
         except Crash:
             self.report.crashes_survived += 1
             failed = {f"m{m.seq}" for m in batch}

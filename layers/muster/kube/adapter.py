@@ -33,10 +33,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import urllib3
 
+from muster import contract
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.kube.conventions import (
@@ -53,6 +54,10 @@ from muster.kube.conventions import (
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
 from muster.ports import WorkloadGone
+from muster.retry import Backoff, retry
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
 
 log = logging.getLogger("muster.kube")
 
@@ -76,6 +81,10 @@ class ClusterUnavailable(Exception):
 
 class _Conflict(Exception):
     pass
+
+
+class _Transient(Exception):
+    """A failure worth another try: throttled, a server error, a timeout, no connection."""
 
 
 class KubernetesCluster:
@@ -212,7 +221,8 @@ class KubernetesCluster:
         namespace, name = split_key(workload)
         path = resource.item(namespace, name)
         mark = EVICTED_ATTEMPT_ANNOTATION if suspend else ADMITTED_ATTEMPT_ANNOTATION
-        for _ in range(self.conflict_attempts):
+
+        def change() -> None:
             obj = self._call(workload, partial(self.api.get, path))
             found = obj.get("metadata", {}).get("uid")
             if effect.uid and found and found != effect.uid:
@@ -230,17 +240,26 @@ class KubernetesCluster:
             if version:
                 metadata["resourceVersion"] = version  # optimistic concurrency: 409 if changed
             body = {"metadata": metadata, "spec": _nest(resource.suspend_path, suspend)}
-            try:
-                self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
-                log.info(
-                    "%s %s attempt %d", "suspended" if suspend else "released", workload, attempt
-                )
-                return
-            except _Conflict:
-                log.info("conflict on %s; retrying on a fresh read", workload)
-        raise ClusterUnavailable(
-            f"{workload}: still conflicting after {self.conflict_attempts} reads"
-        )
+            self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
+            log.info("%s %s attempt %d", "suspended" if suspend else "released", workload, attempt)
+
+        self._on_fresh_reads(workload, change)
+
+    def _on_fresh_reads(self, what: str, change: Callable[[], None]) -> None:
+        """`change` (a read, then a patch conditional on it) again after each 409."""
+        try:
+            retry(
+                change,
+                attempts=self.conflict_attempts,
+                retry_on=_Conflict,
+                on_retry=lambda _try, _error: log.info(
+                    "conflict on %s; retrying on a fresh read", what
+                ),
+            )
+        except _Conflict:
+            raise ClusterUnavailable(
+                f"{what}: still conflicting after {self.conflict_attempts} reads"
+            ) from None
 
     # ------------------------------------------------------------------ pod groups
 
@@ -277,23 +296,23 @@ class KubernetesCluster:
                 self._ungate_pod(workload, path, pod, attempt)
 
     def _ungate_pod(self, workload: str, path: str, pod: dict[str, Any], attempt: int) -> None:
-        for _ in range(self.conflict_attempts):
-            gates = (pod.get("spec") or {}).get("schedulingGates") or []
+        first = [pod]  # the listed pod; after a conflict, a fresh read
+
+        def change() -> None:
+            current = first.pop() if first else self._call(workload, partial(self.api.get, path))
+            gates = (current.get("spec") or {}).get("schedulingGates") or []
             if not any(g.get("name") == SCHEDULING_GATE for g in gates):
                 return  # released already
             metadata: dict[str, Any] = {"annotations": {ADMITTED_ATTEMPT_ANNOTATION: str(attempt)}}
-            version = pod["metadata"].get("resourceVersion")
+            version = current["metadata"].get("resourceVersion")
             if version:
                 metadata["resourceVersion"] = version
             # Scheduling gates can only be removed; keep any other controller's gates.
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
             body = {"metadata": metadata, "spec": {"schedulingGates": remaining}}
-            try:
-                self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
-                return
-            except _Conflict:
-                pod = self._call(workload, partial(self.api.get, path))
-        raise ClusterUnavailable(f"{path}: still conflicting after {self.conflict_attempts} reads")
+            self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
+
+        self._on_fresh_reads(path, change)
 
     def _delete_pod_group(self, effect: Evict) -> None:
         workload, attempt = effect.workload, effect.attempt
@@ -312,8 +331,9 @@ class KubernetesCluster:
     # ------------------------------------------------------------------ errors
 
     def _call(self, workload: str, action: Callable[[], T], *, conflict: bool = False) -> T:
-        delay = self.base_delay
-        for attempt in range(1, self.attempts + 1):
+        """`action`, tried again on transient failures with a capped backoff."""
+
+        def once() -> T:
             try:
                 return action()
             except ApiException as exc:
@@ -327,17 +347,26 @@ class KubernetesCluster:
                         f"{workload}: the API server refused ({status} {exc.reason}): "
                         f"{_message(exc)}"
                     ) from exc
-                error: Exception = exc
+                raise _Transient(str(exc)) from exc
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                error = exc
-            if attempt == self.attempts:
-                raise ClusterUnavailable(
-                    f"{workload}: API server unavailable after {self.attempts} tries: {error}"
-                ) from error
-            log.warning("transient error on %s (try %d): %s", workload, attempt, error)
-            self.sleep(delay)
-            delay = min(delay * 2, self.max_delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+                raise _Transient(str(exc)) from exc
+
+        try:
+            return retry(
+                once,
+                attempts=self.attempts,
+                retry_on=_Transient,
+                backoff=Backoff(self.base_delay, self.max_delay),
+                sleep=self.sleep,
+                on_retry=lambda n, error: log.warning(
+                    "transient error on %s (try %d): %s", workload, n, error.__cause__
+                ),
+            )
+        except _Transient as exc:
+            error = exc.__cause__
+            raise ClusterUnavailable(
+                f"{workload}: API server unavailable after {self.attempts} tries: {error}"
+            ) from error
 
 
 def _dig(obj: Any, path: tuple[str, ...]) -> Any:
@@ -374,7 +403,7 @@ def for_cluster(
     records: RecordReader,
     region: str | None = None,
     session: Any = None,
-    eks_client: Any = None,
+    eks_client: EKSClient | None = None,
     clock: Callable[[], float] = time.time,
 ) -> KubernetesCluster:
     """The adapter for EKS cluster `name`, authenticated with the standard AWS chain.
@@ -384,6 +413,7 @@ def for_cluster(
     """
     import boto3
 
+    from muster.aws.clients import BOTOCORE_RETRIES
     from muster.kube.auth import TokenCache, describe_cluster, eks_token
 
     session = session or boto3.Session(region_name=region)
@@ -395,7 +425,9 @@ def for_cluster(
         if key in _CACHE:
             _CACHE[key].records = records
             return _CACHE[key]
-        endpoint = describe_cluster(eks_client or session.client("eks", region_name=region), name)
+        endpoint = describe_cluster(
+            eks_client or session.client("eks", region_name=region, config=BOTOCORE_RETRIES), name
+        )
         tokens = TokenCache(lambda: eks_token(session, name, region), clock=clock)
         # TLS is verified against the cluster's own CA (DescribeCluster's
         # certificateAuthority), hostname included: see `muster.kube.http`.
@@ -421,9 +453,9 @@ def from_environment(
         return KubernetesCluster(
             KubeApi.for_host(host, token=env.get("MUSTER_KUBE_TOKEN")), records=records
         )
-    name = env.get("MUSTER_CLUSTER_NAME")
+    name = env.get(contract.ENV_CLUSTER_NAME)
     if not name:
-        raise ValueError("MUSTER_CLUSTER_NAME: required (the EKS cluster's name)")
+        raise ValueError(f"{contract.ENV_CLUSTER_NAME}: required (the EKS cluster's name)")
     return for_cluster(
         name, records=records, region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     )

@@ -16,10 +16,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import boto3
 from botocore.signers import RequestSigner
+
+from muster.aws.clients import BOTOCORE_RETRIES
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
 
 TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
@@ -30,7 +35,7 @@ REFRESH_MARGIN_SECONDS = 60
 
 def eks_token(session: boto3.Session, cluster: str, region: str) -> str:
     """A fresh EKS bearer token for `cluster`, signed with the session's credentials."""
-    sts = session.client("sts", region_name=region)
+    sts = session.client("sts", region_name=region, config=BOTOCORE_RETRIES)
     credentials = session.get_credentials()
     if credentials is None:
         raise RuntimeError("no AWS credentials found for the EKS token (standard chain)")
@@ -92,7 +97,7 @@ class ClusterEndpoint:
     ca_file: str | None  # PEM file for TLS verification
 
 
-def describe_cluster(eks_client: Any, name: str) -> ClusterEndpoint:
+def describe_cluster(eks_client: EKSClient, name: str) -> ClusterEndpoint:
     """The API endpoint and CA of an EKS cluster; the CA goes to a temp file for urllib3."""
     cluster = eks_client.describe_cluster(name=name)["cluster"]
     endpoint = cluster.get("endpoint")

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from muster import contract
 from muster.core.durations import DurationError, parse_duration
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--cluster",
-        default=env("MUSTER_CLUSTER_NAME"),
+        default=env(contract.ENV_CLUSTER_NAME),
         help="EKS cluster name (MUSTER_CLUSTER_NAME)",
     )
     p.add_argument(
@@ -175,15 +176,7 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"muster agent: {exc}", file=sys.stderr)
         return 2
 
-    sender: Any
-    if args.print_only:
-        sender = PrintSender()
-    else:
-        import boto3
-
-        sender = EventBridgeSender(
-            boto3.client("events"), args.event_bus
-        )  # standard credential chain
+    sender: Any = PrintSender() if args.print_only else EventBridgeSender.for_bus(args.event_bus)
     agent = Agent(args.cluster, Outbox(window=window), sender)
     elector = None
     if not args.no_leader_election:

@@ -36,6 +36,10 @@ JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 
+# HyperPod health monitoring's label on a node; the agent sends its value as the
+# node's health, and the core knows which values mean "being replaced".
+NODE_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+
 __all__ = [
     "ADMITTED_ATTEMPT_ANNOTATION",
     "ANNOTATION_PREFIX",
@@ -49,6 +53,7 @@ __all__ = [
     "KUBEFLOW_JOB_NAME_LABEL",
     "LEASE_RESOURCE",
     "MIN_AVAILABLE_ANNOTATION",
+    "NODE_HEALTH_LABEL",
     "NODE_RESOURCE",
     "POD_GROUP_LABEL",
     "POD_RESOURCE",

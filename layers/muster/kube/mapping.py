@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from muster.core.copying import replace
-from muster.core.decide import NODE_HEALTH_LABEL
 from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
@@ -25,6 +24,7 @@ from muster.kube.conventions import (
     JOBSET_NAME_LABEL,
     KUBEFLOW_JOB_NAME_LABEL,
     MIN_AVAILABLE_ANNOTATION,
+    NODE_HEALTH_LABEL,
     POD_GROUP_LABEL,
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,

@@ -16,9 +16,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from muster.retry import Backoff, retry
 from muster.schema import AGENT_SOURCE, WORKLOAD_OBSERVED
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
 
 log = logging.getLogger("muster.agent")
 
@@ -105,12 +109,16 @@ def batches(entries: Iterable[Entry]) -> list[list[Entry]]:
     return out
 
 
+class _Unsent(Exception):
+    """Some entries of a batch were not accepted; they are sent again."""
+
+
 class EventBridgeSender:
     """Sends entries to an EventBridge bus; retries failed entries only, then gives up loudly."""
 
     def __init__(
         self,
-        client: Any,
+        client: EventBridgeClient,
         bus: str,
         *,
         attempts: int = 5,
@@ -126,6 +134,19 @@ class EventBridgeSender:
         self.sleep = sleep
         self.stats: Counter[str] = Counter()
 
+    @classmethod
+    def for_bus(cls, bus: str) -> EventBridgeSender:
+        """A sender on the standard credential chain whose client makes one try per call.
+
+        The sender retries the entries that failed itself; botocore's retries
+        under it would multiply the tries and the wait.
+        """
+        import boto3
+
+        from muster.aws.clients import ONE_TRY
+
+        return cls(boto3.client("events", config=ONE_TRY), bus)
+
     def send(self, entries: Sequence[Entry]) -> None:
         sendable = []
         for entry in entries:
@@ -137,52 +158,71 @@ class EventBridgeSender:
             self._send_batch(batch)
 
     def _send_batch(self, batch: list[Entry]) -> None:
-        delay = self.base_delay
         remaining = batch
         errors: dict[str, tuple[str, str]] = {}
-        for attempt in range(1, self.attempts + 1):
-            self.stats["put_events_calls"] += 1
-            try:
-                response = self.client.put_events(
-                    Entries=[
-                        {
-                            "Source": AGENT_SOURCE,
-                            "DetailType": e.detail_type,
-                            "Detail": e.body,
-                            "EventBusName": self.bus,
-                        }
-                        for e in remaining
-                    ]
-                )
-            except Exception as exc:  # throttling, network, credentials: the whole batch waits
-                log.warning("PutEvents failed (try %d of %d): %s", attempt, self.attempts, exc)
-                errors = {e.key: (type(exc).__name__, str(exc)) for e in remaining}
+        tries = 0
+
+        def put() -> None:
+            nonlocal remaining, tries
+            tries += 1
+            remaining = self._put(remaining, errors, tries)
+            if remaining:
+                raise _Unsent()
+
+        def count_retry(_try: int, _error: BaseException) -> None:
+            self.stats["retried"] += len(remaining)
+
+        try:
+            retry(
+                put,
+                attempts=self.attempts,
+                retry_on=_Unsent,
+                backoff=Backoff(self.base_delay, self.max_delay),
+                sleep=self.sleep,
+                on_retry=count_retry,
+            )
+        except _Unsent:
+            for entry in remaining:
+                code, message = errors.get(entry.key, ("Unknown", ""))
+                self._give_up(entry, code, message)
+
+    def _put(
+        self, entries: list[Entry], errors: dict[str, tuple[str, str]], attempt: int
+    ) -> list[Entry]:
+        """One PutEvents of `entries`; returns those that failed (their errors in `errors`)."""
+        self.stats["put_events_calls"] += 1
+        try:
+            response = self.client.put_events(
+                Entries=[
+                    {
+                        "Source": AGENT_SOURCE,
+                        "DetailType": e.detail_type,
+                        "Detail": e.body,
+                        "EventBusName": self.bus,
+                    }
+                    for e in entries
+                ]
+            )
+        except Exception as exc:  # throttling, network, credentials: the whole batch waits
+            log.warning("PutEvents failed (try %d of %d): %s", attempt, self.attempts, exc)
+            errors.update({e.key: (type(exc).__name__, str(exc)) for e in entries})
+            return entries
+        failed = []
+        for entry, result in zip(entries, response.get("Entries") or [], strict=False):
+            if result.get("ErrorCode"):
+                failed.append(entry)
+                errors[entry.key] = (result["ErrorCode"], result.get("ErrorMessage", ""))
             else:
-                failed = []
-                for entry, result in zip(remaining, response.get("Entries") or [], strict=False):
-                    if result.get("ErrorCode"):
-                        failed.append(entry)
-                        errors[entry.key] = (result["ErrorCode"], result.get("ErrorMessage", ""))
-                    else:
-                        self.stats["sent"] += 1
-                if failed:
-                    log.warning(
-                        "PutEvents: %d of %d entries failed (try %d of %d)",
-                        len(failed),
-                        len(remaining),
-                        attempt,
-                        self.attempts,
-                    )
-                remaining = failed
-            if not remaining:
-                return
-            if attempt < self.attempts:
-                self.stats["retried"] += len(remaining)
-                self.sleep(delay)
-                delay = min(delay * 2, self.max_delay)
-        for entry in remaining:
-            code, message = errors.get(entry.key, ("Unknown", ""))
-            self._give_up(entry, code, message)
+                self.stats["sent"] += 1
+        if failed:
+            log.warning(
+                "PutEvents: %d of %d entries failed (try %d of %d)",
+                len(failed),
+                len(entries),
+                attempt,
+                self.attempts,
+            )
+        return failed
 
     def _give_up(self, entry: Entry, code: str, message: str) -> None:
         self.stats["undeliverable"] += 1

@@ -21,6 +21,7 @@ import urllib3
 
 from muster.kube.conventions import Resource
 from muster.kube.http import ApiException, KubeApi
+from muster.retry import Backoff
 
 log = logging.getLogger("muster.agent")
 
@@ -116,13 +117,12 @@ class Reflector:
         self.label_selector = label_selector
         self.resync = resync
         self.watch_timeout = watch_timeout
-        self.base_delay = base_delay
         self.max_delay = max_delay
         self.clock = clock
         self.sleep = sleep
         self.resource_version: str | None = None
         self.next_resync = 0.0
-        self.delay = base_delay
+        self.backoff = Backoff(base_delay, max_delay)
         self.missing = False  # the resource is not served (its CRD is not installed)
         self.stats = {"lists": 0, "watches": 0, "expired": 0, "errors": 0}
 
@@ -136,7 +136,7 @@ class Reflector:
             if self.resource_version is None or self.clock() >= self.next_resync:
                 self._list()
             self._watch(stop)
-            self.delay = self.base_delay
+            self.backoff.reset()
             self.missing = False
         except WatchExpired:
             self.stats["expired"] += 1
@@ -159,11 +159,9 @@ class Reflector:
                 self.missing = True
                 self.sleep(self.max_delay)
                 return
-            log.warning(
-                "%s: watch failed, retrying in %.1fs: %s", self.resource.plural, self.delay, exc
-            )
-            self.sleep(self.delay)
-            self.delay = min(self.delay * 2, self.max_delay)
+            delay = self.backoff.next()
+            log.warning("%s: watch failed, retrying in %.1fs: %s", self.resource.plural, delay, exc)
+            self.sleep(delay)
 
     def _list(self) -> None:
         items, version = self.source.list(self.resource, self.label_selector)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from muster import contract
 from muster.local.cluster import LocalCluster, job_name
 from muster.local.moto_server import Endpoint, moto_server
 from muster.local.runner import LambdaRunner, discover, resolver_for
@@ -31,7 +32,7 @@ from muster.local.scaling import scale_scenario
 from muster.sim.kube import node_line
 from muster.sim.scenario import Scenario
 
-STACK = "MusterLocal"
+STACK = contract.LOCAL_STACK_NAME
 CLUSTER = "local"
 TAP_QUEUE = "muster-local-lifecycle-tap"
 LOG_FIELDS = (

@@ -16,14 +16,8 @@ from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
+from muster.runtime import ports
 from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
-
-
-def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
-    """A pod written before the workload's last eviction belongs to the evicted attempt."""
-    if pod_epoch < epoch and not pod.retired:
-        return replace(pod, retired=True, ready=False)
-    return pod
 
 
 @dataclass
@@ -35,11 +29,6 @@ class _Item:
     ready_count: int = 0
     failures: int = 0
     quarantine: Quarantine | None = None
-
-
-def belongs(owner: str, uid: str) -> bool:
-    """Was a pod item written for this incarnation of its workload?"""
-    return not owner or not uid or owner == uid
 
 
 @dataclass
@@ -99,9 +88,9 @@ class MemoryStore:
         stored = self.pods.get(key, {})
         uid = item.workload.uid
         pods = {
-            n: settle_pod(p, e, item.epoch)
+            n: ports.settle_pod(p, e, item.epoch)
             for n, (p, _, e, owner) in stored.items()
-            if belongs(owner, uid)
+            if ports.belongs(owner, uid)
         }
         return Snapshot(
             replace(item.workload, pods=pods),
@@ -119,14 +108,14 @@ class MemoryStore:
         if item is None:
             return None
         stored = self.pods.get(key, {}).get(pod) if pod else None
-        mine = stored is not None and belongs(stored[3], item.workload.uid)
+        mine = stored is not None and ports.belongs(stored[3], item.workload.uid)
         return PodSnapshot(
             item.workload,
             item.version,
             item.epoch,
             item.ready_count,
             item.outbox,
-            settle_pod(stored[0], stored[2], item.epoch) if stored and mine else None,
+            ports.settle_pod(stored[0], stored[2], item.epoch) if stored and mine else None,
             stored[1] if stored else None,
         )
 
@@ -265,7 +254,7 @@ class MemoryStore:
                 and not p.deleted
                 and (key, name) not in self.expires
                 for name, (p, _, _, owner) in pods.items()
-                if belongs(owner, self.items[key].workload.uid)
+                if ports.belongs(owner, self.items[key].workload.uid)
             )
         )
 

@@ -1,7 +1,8 @@
 """The control plane's own SQS messages: timer signals, requeues, admission requests.
 
 Built and parsed in one module so that the sender and the consumer cannot drift.
-A malformed message raises `InvalidEvent` (a retry cannot mend it).
+A malformed message raises `InvalidEvent` naming every wrong field (a retry
+cannot mend it), read with `muster.core.fields` as the agent's events are.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from muster.core import DeadlineReached, RequeueDue, Timer, TimerKind
+from muster.core.fields import checked, collecting, problem, text, whole_number
 from muster.schema import InvalidEvent, parse_time
 
 REQUEUE = "requeue"
@@ -55,23 +57,25 @@ def timer_input(workload: str, timer: Timer) -> dict[str, Any]:
 def parse_timer_message(body: str) -> tuple[DeadlineReached, float]:
     """The event, and the deadline it was armed for (epoch seconds)."""
     doc = _object(body)
-    kind = doc.get("kind")
-    try:
-        timer_kind = TimerKind(str(kind))
-    except ValueError:
-        raise InvalidEvent(
-            f"kind: expected 'startup', 'recovery' or 'fault', got {kind!r}"
-        ) from None
-    if not isinstance(doc.get("deadline"), str):
-        raise InvalidEvent("deadline: required RFC 3339 timestamp")
-    deadline = parse_time(doc["deadline"], "deadline")
-    event = DeadlineReached(
-        workload=_text(doc, "workload"),
-        attempt=_whole(doc, "attempt"),
-        kind=timer_kind,
-        episode=_whole(doc, "episode"),
-        incarnation=str(doc.get("incarnation") or ""),
-    )
+    with collecting(InvalidEvent):
+        kind = doc.get("kind")
+        timer_kind = TimerKind.STARTUP
+        try:
+            timer_kind = TimerKind(str(kind))
+        except ValueError:
+            problem(f"kind: expected 'startup', 'recovery' or 'fault', got {kind!r}")
+        deadline = 0.0
+        if not isinstance(doc.get("deadline"), str):
+            problem("deadline: required RFC 3339 timestamp")
+        else:
+            deadline = checked(0.0, parse_time, doc["deadline"], "deadline")
+        event = DeadlineReached(
+            workload=checked("", text, doc, "workload"),
+            attempt=whole_number(doc, "attempt", 0, minimum=0, required=True),
+            kind=timer_kind,
+            episode=whole_number(doc, "episode", 0, minimum=0, required=True),
+            incarnation=str(doc.get("incarnation") or ""),
+        )
     return event, deadline
 
 
@@ -104,17 +108,19 @@ def sqs_delay(delay: float) -> int:
 def parse_requeue_message(body: str) -> RequeueDue | AdmissionRequest:
     doc = _object(body)
     kind = doc.get("type")
-    if kind == REQUEUE:
-        return RequeueDue(_text(doc, "workload"), _whole(doc, "count"))
-    if kind == ADMISSION:
-        workload = doc.get("workload")
-        if workload is not None and not isinstance(workload, str):
-            raise InvalidEvent(f"workload: expected a string or null, got {workload!r}")
-        retry = doc.get("retry", 0)
-        if isinstance(retry, bool) or not isinstance(retry, int) or retry < 0:
-            raise InvalidEvent(f"retry: expected a whole number, got {retry!r}")
-        return AdmissionRequest(str(doc.get("reason") or "requested"), workload, retry)
-    raise InvalidEvent(f"type: expected {REQUEUE!r} or {ADMISSION!r}, got {kind!r}")
+    with collecting(InvalidEvent):
+        if kind == REQUEUE:
+            message: RequeueDue | AdmissionRequest = RequeueDue(
+                checked("", text, doc, "workload"),
+                whole_number(doc, "count", 0, minimum=0, required=True),
+            )
+        elif kind == ADMISSION:
+            workload = checked(None, text, doc, "workload", required=False)
+            retry = whole_number(doc, "retry", 0, minimum=0)
+            message = AdmissionRequest(str(doc.get("reason") or "requested"), workload, retry)
+        else:
+            raise InvalidEvent(f"type: expected {REQUEUE!r} or {ADMISSION!r}, got {kind!r}")
+    return message
 
 
 def _object(body: str) -> dict[str, Any]:
@@ -127,17 +133,3 @@ def _object(body: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidEvent(f"body: expected a JSON object, got {type(doc).__name__}")
     return doc
-
-
-def _text(doc: dict[str, Any], key: str) -> str:
-    value = doc.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidEvent(f"{key}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def _whole(doc: dict[str, Any], key: str) -> int:
-    value = doc.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidEvent(f"{key}: expected a whole number, got {value!r}")
-    return value

@@ -8,11 +8,25 @@ them with DynamoDB, Step Functions, SQS, EventBridge and CloudWatch EMF, and
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
+
+# Rules every store applies to the pods it reads back, the in-memory one and DynamoDB's.
+
+
+def settle_pod(pod: Pod, pod_epoch: int, epoch: int) -> Pod:
+    """A pod written before the workload's last eviction belongs to the evicted attempt."""
+    if pod_epoch < epoch and not pod.retired:
+        return replace(pod, retired=True, ready=False)
+    return pod
+
+
+def belongs(owner: str, uid: str) -> bool:
+    """Was a pod item written for this incarnation of its workload?"""
+    return not owner or not uid or owner == uid
 
 
 class Conflict(Exception):

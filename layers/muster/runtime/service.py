@@ -23,7 +23,9 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
+from muster import contract
 from muster.core import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -58,6 +60,7 @@ from muster.core.capacity import NodeCapacity, more_room, observe_node
 from muster.core.diagnosis import classify
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
+from muster.retry import Backoff, retry
 from muster.runtime.ports import (
     Bus,
     Conflict,
@@ -204,19 +207,30 @@ class ControlPlane:
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
-        for attempt in range(self.max_conflicts):
-            try:
-                return self._attempt(event)
-            except Quarantined as exc:
-                # Applied once it is released: the agent's resync sends the state again.
-                self._count_outcome(Outcome.IGNORED, event.workload, type(event).__name__, str(exc))
-                return Outcome.IGNORED
-            except Conflict:
-                self.stats.conflicts += 1
-                log.info("write conflict, deciding again", extra={"workload": event.workload})
+
+        def lost_race(_try: int, _error: BaseException) -> None:
+            self.stats.conflicts += 1
+            log.info("write conflict, deciding again", extra={"workload": event.workload})
+
+        try:
+            return retry(
+                partial(self._attempt, event),
+                attempts=self.max_conflicts,
+                retry_on=Conflict,
                 # Concurrent writers of one gang back off with jitter instead of colliding again.
-                self.sleep(min(0.02 * 2**attempt, 1.0) * self.draw())
-        raise TooManyConflicts(f"{event.workload}: gave up after {self.max_conflicts} conflicts")
+                backoff=Backoff(0.02, 1.0, jitter=self.draw),
+                sleep=self.sleep,
+                on_retry=lost_race,
+            )
+        except Quarantined as exc:
+            # Applied once it is released: the agent's resync sends the state again.
+            self._count_outcome(Outcome.IGNORED, event.workload, type(event).__name__, str(exc))
+            return Outcome.IGNORED
+        except Conflict:
+            self.stats.conflicts += 1
+            raise TooManyConflicts(
+                f"{event.workload}: gave up after {self.max_conflicts} conflicts"
+            ) from None
 
     def _attempt(self, event: Event) -> Outcome:
         if isinstance(event, PodObserved):
@@ -581,7 +595,7 @@ class ControlPlane:
 
     def _effect_failed(self, key: str, version: int, effect: str, exc: Exception) -> None:
         error = clip_utf8(f"{effect}: {type(exc).__name__}: {exc}", ERROR_BYTES)
-        self.metrics.count("EffectFailures", effect=effect)
+        self.metrics.count(contract.METRIC_EFFECT_FAILURES, effect=effect)
         if is_transient(exc):
             log.warning("effect failed; will retry", extra={"workload": key, "error": error})
             raise EffectFailed(key, error) from exc
@@ -596,7 +610,7 @@ class ControlPlane:
         quarantine = Quarantine(error, effect, tries, self.clock())
         with contextlib.suppress(Conflict):
             self.store.quarantine(key, version, quarantine)
-        self.metrics.count("Quarantines", effect=effect)
+        self.metrics.count(contract.METRIC_QUARANTINES, effect=effect)
         log.error(
             "workload quarantined: its effects keep failing; release it once the cause is fixed",
             extra={"workload": key, "error": error, "tries": tries},
@@ -638,21 +652,23 @@ class ControlPlane:
         )
         match effect.event:
             case LogEvent.ADMITTED:
-                self.metrics.count("Admissions")
+                self.metrics.count(contract.METRIC_ADMISSIONS)
             case LogEvent.EVICTED if not detail.get("dryRun"):
                 self.metrics.count(
-                    "Evictions",
+                    contract.METRIC_EVICTIONS,
                     reason=str(detail.get("reason")),
                     cause=str(detail.get("cause") or "None"),
                 )
             case LogEvent.REQUEUED:
-                self.metrics.count("Requeues")
+                self.metrics.count(contract.METRIC_REQUEUES)
             case LogEvent.DEACTIVATED:
-                self.metrics.count("Deactivations")
+                self.metrics.count(contract.METRIC_DEACTIVATIONS)
             case LogEvent.PODS_READY:
-                self.metrics.count("PodsReady")
+                self.metrics.count(contract.METRIC_PODS_READY)
                 if "secondsSinceAdmission" in detail:
-                    self.metrics.seconds("AdmittedToReadySeconds", detail["secondsSinceAdmission"])
+                    self.metrics.seconds(
+                        contract.METRIC_ADMITTED_TO_READY, detail["secondsSinceAdmission"]
+                    )
 
     def _announce(self, w: Workload, effect: Publish, version: int, index: int) -> None:
         """The lifecycle event on the workload in the cluster too; never blocks the decision."""
@@ -668,7 +684,7 @@ class ControlPlane:
                 at=self.clock(),
             )
         except Exception as exc:  # best effort: the record and the bus have it already
-            self.metrics.count("AnnounceFailures")
+            self.metrics.count(contract.METRIC_ANNOUNCE_FAILURES)
             log.warning(
                 "could not record a Kubernetes Event",
                 extra={"workload": effect.workload, "event": effect.event.value, "error": str(exc)},
@@ -679,7 +695,7 @@ class ControlPlane:
     ) -> None:
         self.stats.outcomes[outcome.value] = self.stats.outcomes.get(outcome.value, 0) + 1
         if outcome is not Outcome.APPLIED:
-            self.metrics.count("IgnoredEvents", outcome=outcome.value)
+            self.metrics.count(contract.METRIC_IGNORED_EVENTS, outcome=outcome.value)
             log.info(
                 f"event {outcome.value}",
                 extra={"workload": workload, "eventType": event, "note": note},

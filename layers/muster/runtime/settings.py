@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from muster import contract
 from muster.core import Settings, SettingsError, merge_settings, parse_settings
 from muster.core.settings import merge_documents
 from muster.runtime.ports import WorkloadStore
@@ -20,7 +21,7 @@ from muster.runtime.ports import WorkloadStore
 log = logging.getLogger("muster.runtime")
 
 
-def settings_from_json(text: str | None, source: str = "MUSTER_SETTINGS") -> Settings:
+def settings_from_json(text: str | None, source: str = contract.ENV_SETTINGS) -> Settings:
     """The deployment's settings; a bad document stops the function at cold start."""
     if not text or not text.strip():
         return parse_settings({})

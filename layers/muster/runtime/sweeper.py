@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from muster import contract
 from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
 from muster.runtime.ports import Messages, Metrics, WorkloadStore
 
@@ -104,8 +105,8 @@ def sweep(
     if plan.admit and not report.repairs:
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True
-    metrics.count("QuarantinedWorkloads", len(quarantined))
-    metrics.count("SweeperResent", report.sent)
+    metrics.count(contract.METRIC_QUARANTINED, len(quarantined))
+    metrics.count(contract.METRIC_SWEEPER_RESENT, report.sent)
     if report.sent or quarantined:
         log.warning(
             "sweeper sent again what should have arrived",

@@ -22,11 +22,19 @@ import yaml
 
 from muster.core import (
     DEFAULT_SETTINGS,
-    DurationError,
     Settings,
     SettingsError,
-    parse_duration,
     parse_settings,
+)
+from muster.core.fields import (
+    FieldErrors,
+    check_keys,
+    checked,
+    collecting,
+    duration,
+    mapping,
+    problem,
+    whole_number,
 )
 from muster.sim.locate import TraceNotFound, resolve_trace
 
@@ -47,32 +55,10 @@ DEFAULT_BROKEN_MODES: Mapping[str, float] = {
 }
 
 
-class ScenarioError(ValueError):
+class ScenarioError(FieldErrors):
     """A scenario that cannot be run; each of its `errors` names the field."""
 
-    def __init__(self, *errors: str) -> None:
-        self.errors: tuple[str, ...] = errors or ("invalid scenario",)
-        super().__init__("\n".join(self.errors))
-
-    def prefixed(self, source: str) -> ScenarioError:
-        return ScenarioError(*(f"{source}: {e}" for e in self.errors))
-
-
-class _Problems:
-    """Collects the mistakes of one file; a part that fails yields its fallback."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-
-    def add(self, message: str) -> None:
-        self.errors.append(message)
-
-    def check(self, fallback: Any, parse: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return parse(*args, **kwargs)
-        except ScenarioError as exc:
-            self.errors.extend(exc.errors)
-            return fallback
+    default = "invalid scenario"
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,44 +237,79 @@ def parse_scenario(
     """A scenario from its mapping; `seed` (the command line's) overrides the file's."""
     if not isinstance(doc, Mapping):
         raise ScenarioError("a scenario must be a mapping with at least 'cluster'")
-    p = _Problems()
-    p.check(None, _keys, doc, _TOP, "")
+    with collecting(ScenarioError):
+        scenario = _read(doc, base_dir, seed, name)
+    if scenario.trace is not None:  # expanded only for an otherwise sound file
+        from muster.sim.traces import expand_trace
+
+        extra, extra_faults = expand_trace(
+            scenario.trace,
+            seed=scenario.seed,
+            gpus_per_node=scenario.gpus_per_node,
+            nodes=scenario.nodes,
+            until=scenario.until,
+            taken={w.name for w in scenario.workloads},
+        )
+        node_names = [f"node-{i}" for i in range(scenario.nodes)]
+        scenario = replace(
+            scenario,
+            workloads=scenario.workloads + tuple(extra),
+            faults=tuple(
+                sorted(
+                    (*scenario.faults, *extra_faults),
+                    key=lambda f: (f.at, node_names.index(f.node)),
+                )
+            ),
+        )
+    if not scenario.workloads:
+        raise ScenarioError("workloads: a scenario needs at least one workload or a trace")
+    too_big = [
+        f"{w.name}: gpusPerPod {w.gpus_per_pod} exceeds cluster.gpusPerNode {scenario.gpus_per_node}"
+        for w in scenario.workloads
+        if w.gpus_per_pod > scenario.gpus_per_node
+    ]
+    if too_big:
+        raise ScenarioError(*too_big)
+    return scenario
+
+
+def _read(doc: Mapping[str, Any], base_dir: Path, seed: int | None, name: str) -> Scenario:
+    """Every field of the file, each mistake recorded with its path (see `collecting`)."""
+    check_keys(doc, _TOP, "", "field")
     cluster: Mapping[str, Any] = {}
     if "cluster" not in doc:
-        p.add("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
+        problem("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
     else:
-        cluster = p.check({}, _mapping, doc["cluster"], "cluster")
-    p.check(None, _keys, cluster, _CLUSTER, "cluster.")
-    nodes = p.check(1, _int, cluster, "nodes", "cluster.", minimum=1, required=True)
-    per_node = p.check(8, _int, cluster, "gpusPerNode", "cluster.", minimum=1, default=8)
-    quota = p.check(
-        nodes * per_node, _int, cluster, "gpuQuota", "cluster.", minimum=0, default=nodes * per_node
-    )
-    raw_settings = p.check({}, _mapping, doc.get("settings") or {}, "settings")
+        cluster = checked({}, mapping, doc["cluster"], "cluster")
+    check_keys(cluster, _CLUSTER, "cluster.", "field")
+    nodes = whole_number(cluster, "nodes", 1, "cluster.", minimum=1, required=True)
+    per_node = whole_number(cluster, "gpusPerNode", 8, "cluster.", minimum=1)
+    quota = whole_number(cluster, "gpuQuota", nodes * per_node, "cluster.", minimum=0)
+    raw_settings: Mapping[str, Any] = checked({}, mapping, doc.get("settings") or {}, "settings")
     if "gpuQuota" in raw_settings:
-        p.add("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
+        problem("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
     settings = DEFAULT_SETTINGS
     try:
         settings = parse_settings({k: v for k, v in raw_settings.items() if k != "gpuQuota"})
     except SettingsError as exc:
-        p.errors += [f"settings.{e}" for e in exc.errors]
+        for error in exc.errors:
+            problem(f"settings.{error}")
     settings = replace(settings, gpu_quota=quota)
-    until = p.check(DEFAULT_UNTIL, _duration, doc, "until", "", DEFAULT_UNTIL)
-    file_seed = p.check(0, _int, doc, "seed", "", minimum=0, default=0)
-    run_seed = file_seed if seed is None else seed
+    until = duration(doc, "until", DEFAULT_UNTIL, null_is_default=True)
+    file_seed = whole_number(doc, "seed", 0, minimum=0)
 
     workloads: list[WorkloadSpec] = []
     names: set[str] = set()
     raw_workloads = doc.get("workloads") or []
     if not isinstance(raw_workloads, list):
-        p.add("workloads: must be a list")
+        problem("workloads: must be a list")
         raw_workloads = []
     for i, raw in enumerate(raw_workloads):
-        w = p.check(None, _workload, raw, f"workloads[{i}].", per_node)
+        w = checked(None, _workload, raw, f"workloads[{i}].", per_node)
         if w is None:
             continue
         if w.name in names:
-            p.add(f"workloads[{i}].name: {w.name!r} is used twice")
+            problem(f"workloads[{i}].name: {w.name!r} is used twice")
         names.add(w.name)
         workloads.append(w)
 
@@ -296,35 +317,16 @@ def parse_scenario(
     faults: list[FaultSpec] = []
     raw_faults = doc.get("faults") or []
     if not isinstance(raw_faults, list):
-        p.add("faults: must be a list")
+        problem("faults: must be a list")
         raw_faults = []
     for i, raw in enumerate(raw_faults):
-        fault = p.check(None, _fault, raw, f"faults[{i}].", node_names)
+        fault = checked(None, _fault, raw, f"faults[{i}].", node_names)
         if fault is not None:
             faults.append(fault)
 
     trace: TraceSpec | None = None
     if doc.get("trace") is not None:
-        trace = p.check(None, _trace, doc["trace"], base_dir)
-    if p.errors:  # expand a trace only for an otherwise sound file
-        raise ScenarioError(*p.errors)
-    if trace is not None:
-        from muster.sim.traces import expand_trace
-
-        extra, extra_faults = expand_trace(
-            trace, seed=run_seed, gpus_per_node=per_node, nodes=nodes, until=until, taken=names
-        )
-        workloads.extend(extra)
-        faults.extend(extra_faults)
-    if not workloads:
-        raise ScenarioError("workloads: a scenario needs at least one workload or a trace")
-    too_big = [
-        f"{w.name}: gpusPerPod {w.gpus_per_pod} exceeds cluster.gpusPerNode {per_node}"
-        for w in workloads
-        if w.gpus_per_pod > per_node
-    ]
-    if too_big:
-        raise ScenarioError(*too_big)
+        trace = checked(None, _trace, doc["trace"], base_dir)
     return Scenario(
         name=str(doc.get("name") or name),
         nodes=nodes,
@@ -335,7 +337,7 @@ def parse_scenario(
         workloads=tuple(workloads),
         faults=tuple(sorted(faults, key=lambda f: (f.at, node_names.index(f.node)))),
         trace=trace,
-        seed=run_seed,
+        seed=file_seed if seed is None else seed,
         description=str(doc.get("description") or ""),
         raw_settings=dict(raw_settings),
     )
@@ -346,47 +348,43 @@ def parse_scenario(
 
 def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
     """One workload; every wrong field of it is reported, not just the first."""
-    doc = _mapping(raw, path[:-1])
-    p = _Problems()
-    p.check(None, _keys, doc, _WORKLOAD, path)
+    doc = mapping(raw, path[:-1])
+    check_keys(doc, _WORKLOAD, path, "field")
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
-        p.add(f"{path}name: a non-empty name is required")
+        problem(f"{path}name: a non-empty name is required")
     queue = doc.get("queue", "default")
     if not isinstance(queue, str) or not queue:
-        p.add(f"{path}queue: expected a queue name, got {queue!r}")
+        problem(f"{path}queue: expected a queue name, got {queue!r}")
     never = doc.get("neverReady", False)
     if not isinstance(never, bool):
-        p.add(f"{path}neverReady: expected true or false, got {never!r}")
+        problem(f"{path}neverReady: expected true or false, got {never!r}")
     failure = doc.get("failure")
     if failure is not None:
         if failure not in FAILURES:
-            p.add(f"{path}failure: expected one of {', '.join(FAILURES)}, got {failure!r}")
+            problem(f"{path}failure: expected one of {', '.join(FAILURES)}, got {failure!r}")
             failure = None
         elif doc.get("neverReady") is False:
-            p.add(f"{path}failure: a workload that fails is never ready (drop neverReady: false)")
+            problem(f"{path}failure: a workload that fails is never ready (drop neverReady: false)")
         else:
             never = True
-    spec = WorkloadSpec(
+    return WorkloadSpec(
         name=name.strip() if isinstance(name, str) else "",
         queue=queue,
-        submit_at=p.check(0.0, _duration, doc, "submitAt", path, 0.0),
-        pods=p.check(1, _int, doc, "pods", path, minimum=1, required=True),
-        gpus_per_pod=p.check(1, _int, doc, "gpusPerPod", path, minimum=1, default=per_node),
-        startup_seconds=p.check(30.0, _duration, doc, "startupSeconds", path, 30.0),
-        run_seconds=p.check(3600.0, _duration, doc, "runSeconds", path, 3600.0),
-        priority=p.check(0, _int, doc, "priority", path, minimum=-(2**31), default=0),
+        submit_at=duration(doc, "submitAt", 0.0, path, null_is_default=True),
+        pods=whole_number(doc, "pods", 1, path, minimum=1, required=True),
+        gpus_per_pod=whole_number(doc, "gpusPerPod", per_node, path, minimum=1),
+        startup_seconds=duration(doc, "startupSeconds", 30.0, path, null_is_default=True),
+        run_seconds=duration(doc, "runSeconds", 3600.0, path, null_is_default=True),
+        priority=whole_number(doc, "priority", 0, path, minimum=-(2**31)),
         never_ready=never is True,
         failure=failure,
     )
-    if p.errors:
-        raise ScenarioError(*p.errors)
-    return spec
 
 
 def _fault(raw: Any, path: str, node_names: list[str]) -> FaultSpec:
-    doc = _mapping(raw, path[:-1])
-    _keys(doc, _FAULT, path)
+    doc = mapping(raw, path[:-1])
+    check_keys(doc, _FAULT, path, "field")
     node = doc.get("node")
     if node not in node_names:
         raise ScenarioError(
@@ -395,15 +393,15 @@ def _fault(raw: Any, path: str, node_names: list[str]) -> FaultSpec:
     if "at" not in doc:
         raise ScenarioError(f"{path}at: missing (when the node fails, e.g. 100s)")
     return FaultSpec(
-        at=_duration(doc, "at", path, 0.0),
+        at=duration(doc, "at", 0.0, path, null_is_default=True),
         node=node,
-        repair_after=_duration(doc, "repairAfter", path, math.inf),
+        repair_after=duration(doc, "repairAfter", math.inf, path, null_is_default=True),
     )
 
 
 def _trace(raw: Any, base_dir: Path) -> TraceSpec:
-    doc = _mapping(raw, "trace")
-    _keys(doc, _TRACE, "trace.")
+    doc = mapping(raw, "trace")
+    check_keys(doc, _TRACE, "trace.", "field")
     has_path, has_synth = doc.get("path") is not None, doc.get("synthetic") is not None
     if has_path == has_synth:
         raise ScenarioError("trace: give exactly one of 'path' (a Philly CSV) or 'synthetic'")
@@ -417,11 +415,11 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
             raise ScenarioError(str(exc)) from None
     synthetic = None
     if has_synth:
-        synthetic = _mapping(doc["synthetic"], "trace.synthetic")
-    mapping = doc.get("mapping", "pods-of-8")
-    if mapping not in MAPPINGS:
+        synthetic = mapping(doc["synthetic"], "trace.synthetic")
+    trace_mapping = doc.get("mapping", "pods-of-8")
+    if trace_mapping not in MAPPINGS:
         raise ScenarioError(
-            f"trace.mapping: expected one of {', '.join(MAPPINGS)}, got {mapping!r}"
+            f"trace.mapping: expected one of {', '.join(MAPPINGS)}, got {trace_mapping!r}"
         )
     fraction = doc.get("brokenFraction", 0.0)
     if (
@@ -439,16 +437,15 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
         raise ScenarioError(
             f"trace.nodeMtbfHours: expected a positive number of hours, got {mtbf!r}"
         )
-    limit = _int(doc, "limit", "trace.", minimum=1, default=0) or None
     modes = _broken_modes(doc.get("brokenModes"))
     return TraceSpec(
         path=path,
         synthetic=synthetic,
-        mapping=mapping,
+        mapping=trace_mapping,
         broken_fraction=float(fraction),
         node_mtbf_hours=float(mtbf) if mtbf is not None else None,
-        repair_after=_duration(doc, "repairAfter", "trace.", 3600.0),
-        limit=limit,
+        repair_after=duration(doc, "repairAfter", 3600.0, "trace.", null_is_default=True),
+        limit=whole_number(doc, "limit", 0, "trace.", minimum=1) or None,
         broken_modes=modes,
     )
 
@@ -483,58 +480,6 @@ def _broken_modes(raw: Any) -> Mapping[str, float] | None:
     if sum(modes.values()) <= 0:
         raise ScenarioError("trace.brokenModes: the weights add up to 0")
     return modes
-
-
-# ---------------------------------------------------------------------- fields
-
-
-def _keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
-    unknown: list[str] = []
-    for key in doc:
-        if key not in allowed:
-            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-            suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
-            unknown.append(
-                f"{path}{key}: unknown field{suggestion} (known: {', '.join(sorted(allowed))})"
-            )
-    if unknown:
-        raise ScenarioError(*unknown)
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ScenarioError(f"{path}: expected a mapping, got {value!r}")
-    return value
-
-
-def _int(
-    doc: Mapping[str, Any],
-    key: str,
-    path: str,
-    *,
-    minimum: int,
-    default: int = 0,
-    required: bool = False,
-) -> int:
-    if key not in doc or doc[key] is None:
-        if required:
-            raise ScenarioError(f"{path}{key}: missing (a whole number)")
-        return default
-    value = doc[key]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ScenarioError(f"{path}{key}: expected a whole number, got {value!r}")
-    if value < minimum:
-        raise ScenarioError(f"{path}{key}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _duration(doc: Mapping[str, Any], key: str, path: str, default: float) -> float:
-    if key not in doc or doc[key] is None:
-        return default
-    try:
-        return parse_duration(doc[key])
-    except DurationError as exc:
-        raise ScenarioError(f"{path}{key}: {exc}") from None
 
 
 def seeded(seed: int, purpose: str) -> random.Random:

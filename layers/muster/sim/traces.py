@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from muster.core import DurationError, parse_duration
+from muster.core import fields
+from muster.core.fields import check_keys, collecting, problem, whole_number
 from muster.sim.history import TRACE_COLUMNS, is_muster_trace, parse_time
 from muster.sim.scenario import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
 
@@ -242,27 +243,16 @@ def synthetic_jobs(params: Mapping[str, Any], *, seed: int, total_gpus: int) -> 
     span of their arrivals); arrivals are spread to hit it. `maxRunSeconds` truncates
     the very long tail (clusters enforce run limits; default one day).
     """
-    for key in params:
-        if key not in _SYNTHETIC_KEYS:
-            raise ScenarioError(
-                f"trace.synthetic.{key}: unknown field (known: {', '.join(sorted(_SYNTHETIC_KEYS))})"
-            )
-    jobs = params.get("jobs")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ScenarioError(
-            f"trace.synthetic.jobs: expected a whole number of jobs >= 1, got {jobs!r}"
-        )
-    load = _positive(params, "load", 0.8)
-    try:
-        cap = parse_duration(params.get("maxRunSeconds", 86400.0))
-    except DurationError as exc:
-        raise ScenarioError(f"trace.synthetic.maxRunSeconds: {exc}") from None
-    if cap <= 0:
-        raise ScenarioError("trace.synthetic.maxRunSeconds: must be greater than 0s")
-    burst = _positive(params, "burstMeanJobs", BURST_MEAN_JOBS)
-    queues = params.get("queues", 1)
-    if isinstance(queues, bool) or not isinstance(queues, int) or queues < 1:
-        raise ScenarioError(f"trace.synthetic.queues: expected a whole number >= 1, got {queues!r}")
+    with collecting(ScenarioError):
+        path = "trace.synthetic."
+        check_keys(params, _SYNTHETIC_KEYS, path, "field")
+        jobs = whole_number(params, "jobs", 1, path, minimum=1, required=True)
+        load = _positive(params, "load", 0.8)
+        cap = fields.duration(params, "maxRunSeconds", 86400.0, path)
+        if cap <= 0:
+            problem(f"{path}maxRunSeconds: must be greater than 0s")
+        burst = _positive(params, "burstMeanJobs", BURST_MEAN_JOBS)
+        queues = whole_number(params, "queues", 1, path, minimum=1)
 
     rng = seeded(seed, "synthetic")
     sizes, weights = zip(*MULTI_GPU_SIZES, strict=True)
@@ -305,7 +295,8 @@ def _duration(rng: random.Random, kind: str) -> float:
 def _positive(params: Mapping[str, Any], key: str, default: float) -> float:
     value = params.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ScenarioError(f"trace.synthetic.{key}: expected a positive number, got {value!r}")
+        problem(f"trace.synthetic.{key}: expected a positive number, got {value!r}")
+        return default
     return float(value)
 
 

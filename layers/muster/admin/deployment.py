@@ -1,0 +1,162 @@
+"""Finding the deployment, and its settings through one path.
+
+The stack's outputs name the ingest function; that function's environment names
+the table, the queues and the deployment's settings. `Deployment.settings()` is
+the one way every command reads settings: a bad deployment document or a bad
+runtime record is an `AdminError` that names what is wrong, the same for every
+command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from muster import contract
+from muster.admin.command import AdminError, listed
+from muster.aws.clients import BOTOCORE_RETRIES
+from muster.core import Settings, SettingsError, merge_settings
+
+LOCAL_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class SettingsSources:
+    """The deployment's settings, the runtime record over them, and what they make together."""
+
+    base: Settings
+    deployment: dict[str, Any]
+    record: dict[str, Any]
+    record_version: int | None
+    problem: str | None  # why the record cannot be used, or None
+
+    def effective(self) -> Settings:
+        """The settings the functions use now; a bad record is an error naming its fields."""
+        if self.problem is not None:
+            raise AdminError(self.problem)
+        return merge_settings(self.base, self.record) if self.record else self.base
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A deployed control plane as the functions see it."""
+
+    stack: str
+    session: Any  # boto3.session.Session
+    config: Any  # muster.aws.config.RuntimeConfig
+    function_name: str
+
+    def store(self) -> Any:
+        from muster.aws.wiring import dynamo_store
+
+        return dynamo_store(self.config, self.session)
+
+    def messages(self) -> Any:
+        from muster.aws.wiring import sqs_messages
+
+        return sqs_messages(self.config, self.session)
+
+    def settings(self, store: Any = None) -> SettingsSources:
+        """The deployment's settings and the runtime record, each checked by the core's parser.
+
+        The functions log a bad record and go on with the deployment's settings; a
+        command says so instead, naming every wrong field.
+        """
+        from muster.runtime.settings import settings_from_json
+
+        source = f"{contract.ENV_SETTINGS} of {self.function_name}"
+        try:
+            base = settings_from_json(self.config.settings_json, source)
+        except SettingsError as exc:
+            raise AdminError(
+                f"the deployment's settings are invalid: {listed(exc.errors)}"
+            ) from None
+        deployment = json.loads(self.config.settings_json or "{}")
+        found = (store or self.store()).settings_record()
+        record, version = (dict(found[0]), found[1]) if found else ({}, None)
+        problem = None
+        try:
+            merge_settings(base, record)
+        except SettingsError as exc:
+            problem = (
+                f"the runtime settings record (version {version}) is invalid, so the functions "
+                f"use the deployment's settings until it is fixed: "
+                f"{listed(exc.prefixed('record').errors)}\n"
+                "  fix it with `muster settings set KEY=VALUE` (KEY=null returns a key to the "
+                "deployment's value)"
+            )
+        return SettingsSources(base, deployment, record, version, problem)
+
+
+def use_endpoint(endpoint: str, region: str | None) -> None:
+    """Point boto3 in this process at a local endpoint, with the emulator's dummy credentials."""
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+    os.environ.setdefault("AWS_DEFAULT_REGION", region or LOCAL_REGION)
+
+
+def connect(stack: str | None, region: str | None, endpoint: str | None) -> Deployment:
+    """Find the runtime configuration from the stack's outputs and its ingest function."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    from muster.aws.config import ConfigError, RuntimeConfig
+
+    if endpoint:
+        use_endpoint(endpoint, region)
+    name = stack or (contract.LOCAL_STACK_NAME if endpoint else contract.DEFAULT_STACK_NAME)
+    session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
+    where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
+    try:
+        stacks = session.client("cloudformation", config=BOTOCORE_RETRIES).describe_stacks(
+            StackName=name
+        )["Stacks"]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+        function = outputs.get(contract.OUT_INGEST_FUNCTION_NAME)
+        if not function:
+            raise AdminError(
+                f"stack {name} {where} has no output {contract.OUT_INGEST_FUNCTION_NAME}; "
+                f"is it a Muster stack? (outputs: {', '.join(sorted(outputs)) or 'none'})"
+            )
+        reply = session.client("lambda", config=BOTOCORE_RETRIES).get_function_configuration(
+            FunctionName=function
+        )
+    except NoCredentialsError:
+        raise AdminError(
+            "no AWS credentials: configure a profile (AWS_PROFILE) or give --endpoint "
+            "for a local deployment"
+        ) from None
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        if "does not exist" in str(error.get("Message", "")):
+            raise AdminError(
+                f"no stack named {name} {where}; choose it with --stack"
+                + ("" if endpoint else " (and --region)")
+            ) from None
+        raise AdminError(f"reading stack {name} {where}: {error.get('Message', exc)}") from None
+    except BotoCoreError as exc:
+        raise AdminError(f"reading stack {name} {where}: {exc}") from None
+    env = reply.get("Environment", {}).get("Variables", {})
+    try:
+        config = RuntimeConfig.from_env(env)
+    except ConfigError as exc:
+        raise AdminError(f"the environment of function {function}: {exc}") from None
+    return Deployment(name, session, config, function)
+
+
+def connect_to(args: argparse.Namespace) -> Deployment:
+    """The deployment that `--stack`, `--region` and `--endpoint` name."""
+    return connect(args.stack, args.region, args.endpoint)
+
+
+def workload_key(store: Any, name: str) -> str:
+    """`name` as given, or `default/name` when only that exists (kubectl's default namespace)."""
+    if "/" in name or store.load(name) is not None:
+        return name
+    qualified = f"default/{name}"
+    return qualified if store.load(qualified) is not None else name

@@ -1,0 +1,64 @@
+"""`muster status`: every workload by queue and phase, and who may be admitted next."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any, TextIO
+
+from muster.admin import deployment as found
+from muster.admin.command import EXIT_OK
+from muster.admin.render import format_status
+from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
+from muster.core.admission import Usage
+
+
+def command(args: argparse.Namespace, out: TextIO) -> int:
+    from muster.runtime.views import status
+
+    deployment = found.connect_to(args)
+    store = deployment.store()
+    doc = status(store)
+    _fill_ready_counts(store, doc)
+    doc["cluster"] = deployment.config.cluster_name
+    settings = deployment.settings(store).effective()
+    doc["blockAdmission"] = settings.block_admission
+    doc["capacityCheck"] = settings.capacity_check
+    doc["admission"] = admission_outlook(store, settings)
+    if args.json:
+        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    else:
+        out.write(format_status(doc, include_finished=args.all))
+    return EXIT_OK
+
+
+def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
+    """What the core's admission planner would do now: who is admissible, who waits and why."""
+    active = [w for p in ACTIVE_PHASES for w in store.by_phase(p.value)]
+    nodes = None
+    if settings.capacity_check:
+        # Where the active gangs' pods are bound, for the capacity check.
+        nodes = store.nodes()
+        loaded = [store.load(w.key) for w in active]
+        active = [snap.workload if snap else w for w, snap in zip(active, loaded, strict=True)]
+    plan = plan_admission(store.pending(), active, settings, time.time(), nodes=nodes)
+    return {
+        "admissible": list(plan.admit),
+        "blockedBy": plan.blocked_by,
+        "waiting": plan.skipped,
+        # Workloads the capacity check cannot judge (admitted on quota alone), and why.
+        "unchecked": dict(plan.unchecked),
+        # The admitted workload not yet PodsReady that blockAdmission waits for, whether
+        # or not anyone is queued behind it (the planner names it only when someone is).
+        "notReady": Usage.of(active).blocker,
+    }
+
+
+def _fill_ready_counts(store: Any, doc: dict[str, Any]) -> None:
+    """The phase index holds workload items without their pods: read each active gang's count."""
+    for phase in (Phase.ADMITTED, Phase.RUNNING, Phase.RECOVERING):
+        for w in doc["phases"].get(phase.value, []):
+            light = store.load_pod(w["workload"], None)
+            if light is not None:
+                w["readyPods"] = light.ready_count

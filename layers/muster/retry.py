@@ -1,0 +1,66 @@
+"""Trying a call again: one helper for every place that retries.
+
+`Backoff` gives capped exponential delays (optionally scaled by a random draw, so
+that concurrent writers spread out), and `retry` calls an action until it
+returns, fails with an error that retrying cannot mend, or runs out of tries.
+The EKS adapter, the agent's sender and watches, the control plane's conflict
+loop and the settings command all retry through these. AWS clients are built
+with botocore's retry mode set explicitly (`muster.aws.clients`): its retries
+where they are wanted, none under a loop of ours.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Delays of base, 2*base, 4*base, ... capped at `maximum`; `reset` starts again."""
+
+    def __init__(
+        self, base: float, maximum: float, *, jitter: Callable[[], float] | None = None
+    ) -> None:
+        self.base = base
+        self.maximum = maximum
+        self.jitter = jitter  # a factor drawn for every delay, e.g. random.random
+        self.current = base
+
+    def next(self) -> float:
+        delay = self.current
+        self.current = min(delay * 2, self.maximum)
+        return delay * self.jitter() if self.jitter is not None else delay
+
+    def reset(self) -> None:
+        self.current = self.base
+
+
+def retry(
+    action: Callable[[], T],
+    *,
+    attempts: int,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...],
+    backoff: Backoff | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """`action()`, tried up to `attempts` times while it raises `retry_on`.
+
+    Between tries `on_retry(try, error)` is told and the backoff's delay is slept
+    (none without a backoff). The last try's error is raised as it is; any other
+    error at once.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except retry_on as exc:
+            if attempt >= attempts:
+                raise
+            if on_retry is not None:
+                on_retry(attempt, exc)
+            if backoff is not None:
+                sleep(backoff.next())
+    raise ValueError(f"attempts must be at least 1, got {attempts}")
