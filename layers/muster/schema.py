@@ -137,6 +137,8 @@ def workload_detail(
     uid: str = "",
     priority_class: str | None = None,
     class_priority: int | None = None,
+    shape: tuple[tuple[int, int], ...] = (),
+    placement: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -159,6 +161,10 @@ def workload_detail(
         detail["priorityClass"] = priority_class
         if class_priority is not None:
             detail["priorityClassValue"] = class_priority
+    if shape:
+        detail["podGpus"] = [{"pods": n, "gpus": g} for n, g in shape]
+    if placement:
+        detail["placement"] = placement
     return detail
 
 
@@ -176,8 +182,13 @@ def pod_detail(
     reason: str | None = None,
     message: str | None = None,
     observed_at: datetime | None = None,
+    scheduled: bool | None = None,
+    waiting: str | None = None,
+    restarts: int = 0,
+    terminated: str | None = None,
+    exit_code: int | None = None,
 ) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
         "observedAt": _iso(observed_at),
@@ -192,6 +203,18 @@ def pod_detail(
         "reason": reason,
         "message": clip_utf8(message, MESSAGE_BYTES) if message else message,
     }
+    # What tells a broken job from a busy cluster; left out when the agent saw nothing.
+    if scheduled is not None:
+        detail["scheduled"] = scheduled
+    if waiting is not None:
+        detail["waiting"] = clip_utf8(waiting, REASON_BYTES)
+    if restarts:
+        detail["restarts"] = restarts
+    if terminated is not None:
+        detail["terminated"] = clip_utf8(terminated, REASON_BYTES)
+    if exit_code is not None:
+        detail["exitCode"] = exit_code
+    return detail
 
 
 def node_detail(
@@ -201,9 +224,12 @@ def node_detail(
     seq: int,
     ready: bool = True,
     health: str | None = None,
+    gpus: int | None = None,
+    unschedulable: str | None = None,
+    foreign_gpus: int = 0,
     observed_at: datetime | None = None,
 ) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
         "observedAt": _iso(observed_at),
@@ -212,6 +238,12 @@ def node_detail(
         "ready": ready,
         "health": health,
     }
+    if gpus is not None:
+        detail["gpus"] = gpus
+        detail["schedulable"] = unschedulable is None
+        detail["unschedulable"] = clip_utf8(unschedulable, REASON_BYTES) if unschedulable else None
+        detail["foreignGpus"] = foreign_gpus
+    return detail
 
 
 def snapshot_details(
@@ -323,6 +355,20 @@ def parse_agent_detail(
         node = _str(detail, "node", required=False)
         reason = _str(detail, "reason", required=False)
         message = _str(detail, "message", required=False)
+        # Optional (older agents do not send them): what Kubernetes says about the pod.
+        scheduled = detail.get("scheduled")
+        if scheduled is not None and not isinstance(scheduled, bool):
+            raise InvalidEvent(f"scheduled: expected true, false or null, got {scheduled!r}")
+        waiting = _str(detail, "waiting", required=False)
+        terminated = _str(detail, "terminated", required=False)
+        restarts = _int(detail, "restarts", minimum=0, default=0)
+        if restarts > INT32[1]:
+            raise InvalidEvent(f"restarts: must be at most {INT32[1]}, got {restarts}")
+        exit_code = None
+        if detail.get("exitCode") is not None:
+            exit_code = _int(detail, "exitCode", minimum=INT32[0])
+            if exit_code > INT32[1]:
+                raise InvalidEvent(f"exitCode: must be at most {INT32[1]}, got {exit_code}")
         return cluster, PodObserved(
             workload=_workload_key(detail),
             pod=check_name(_str(detail, "pod"), "pod"),
@@ -334,14 +380,29 @@ def parse_agent_detail(
             deleted=_bool(detail, "deleted", default=False),
             reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
             message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
+            scheduled=scheduled,
+            waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
+            restarts=restarts,
+            terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
+            exit_code=exit_code,
         )
     if detail_type == NODE_OBSERVED:
         health = _str(detail, "health", required=False)
+        capacity: dict[str, Any] = {}
+        if detail.get("gpus") is not None:
+            why = _str(detail, "unschedulable", required=False)
+            capacity = {
+                "gpus": _int(detail, "gpus", minimum=0),
+                "schedulable": _bool(detail, "schedulable"),
+                "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
+                "foreign_gpus": _int(detail, "foreignGpus", minimum=0, default=0),
+            }
         return cluster, NodeObserved(
             node=check_name(_str(detail, "node"), "node"),
             ready=_bool(detail, "ready"),
             health=_label_value(health, "health") if health is not None else None,
             seq=seq,
+            **capacity,
         )
     if detail_type == CLUSTER_SNAPSHOT:
         return cluster, _snapshot_part(detail, seq)
@@ -428,7 +489,33 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         uid=uid,
         priority_class=priority_class,
         class_priority=class_priority,
+        shape=_pod_gpus(detail.get("podGpus")),
+        placement=clip_utf8(_str(detail, "placement", required=False) or "", REASON_BYTES),
     )
+
+
+MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
+
+
+def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
+    """`podGpus`: a list of {pods, gpus} groups (absent: unknown)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_POD_GROUPS:
+        raise InvalidEvent(
+            f"podGpus: expected a list of at most {MAX_POD_GROUPS} {{pods, gpus}} objects"
+        )
+    groups = []
+    for i, group in enumerate(value):
+        if not isinstance(group, Mapping):
+            raise InvalidEvent(f"podGpus[{i}]: expected an object with pods and gpus")
+        groups.append(
+            (
+                _int(group, "pods", minimum=1, field=f"podGpus[{i}].pods"),
+                _int(group, "gpus", minimum=0, field=f"podGpus[{i}].gpus"),
+            )
+        )
+    return tuple(groups)
 
 
 def parse_time(text: str, field: str = "time") -> float:
@@ -458,15 +545,21 @@ def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
 
 
 def _int(
-    detail: Mapping[str, Any], key: str, *, minimum: int | None, default: int | None = None
+    detail: Mapping[str, Any],
+    key: str,
+    *,
+    minimum: int | None,
+    default: int | None = None,
+    field: str | None = None,
 ) -> int:
     value = detail.get(key, default)
+    name = field or key
     if value is None:
-        raise InvalidEvent(f"{key}: required")
+        raise InvalidEvent(f"{name}: required")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidEvent(f"{key}: expected a whole number, got {value!r}")
+        raise InvalidEvent(f"{name}: expected a whole number, got {value!r}")
     if minimum is not None and value < minimum:
-        raise InvalidEvent(f"{key}: must be at least {minimum}, got {value}")
+        raise InvalidEvent(f"{name}: must be at least {minimum}, got {value}")
     return value
 
 

@@ -56,6 +56,10 @@ class Reason(StrEnum):
     REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
     DEACTIVATED = "Deactivated"  # the eviction that deactivates (Kueue's Evicted reason)
     REACTIVATED = "Reactivated"
+    # Failure-aware retry (`workloadFaults`): an early eviction of a gang whose
+    # not-ready pods all fail on their own, and the deactivation after too many.
+    WORKLOAD_FAULT = "WorkloadFault"
+    WORKLOAD_FAULTS = "WorkloadFaults"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DELETED = "Deleted"
@@ -64,6 +68,7 @@ class Reason(StrEnum):
 class TimerKind(StrEnum):
     STARTUP = "startup"  # from admission until all pods Ready
     RECOVERY = "recovery"  # from losing a Ready pod until whole again
+    FAULT = "fault"  # from every not-ready pod failing on its own until `evictAfter`
 
 
 class LogEvent(StrEnum):
@@ -102,6 +107,13 @@ class Pod:
     # Its node reported NotReady (at `node_seq`) after the pod's last report.
     node_down: bool = False
     node_seq: int = 0
+    # What Kubernetes says about it, for telling a broken job from a busy cluster
+    # (None / 0 when the agent did not say: events of older agents).
+    scheduled: bool | None = None  # the PodScheduled condition
+    waiting: str | None = None  # a container's waiting reason (ImagePullBackOff, ...)
+    restarts: int = 0  # the most restarts of any of its containers
+    terminated: str | None = None  # that container's last termination reason (OOMKilled, ...)
+    exit_code: int | None = None  # and its exit code
 
     @property
     def counts_ready(self) -> bool:
@@ -169,6 +181,17 @@ class Workload:
     # is then that class's value. Missing: the class does not exist in the cluster.
     priority_class: str | None = None
     priority_class_missing: bool = False
+    # What its pods ask for, for the capacity check: (pods, GPUs each) groups; empty
+    # when unknown (then derived from `gpus` and `gang_size` where they divide).
+    shape: tuple[tuple[int, int], ...] = ()
+    # Placement rules of its pods the capacity check cannot evaluate (e.g.
+    # "nodeSelector"); non-empty: the check falls back to quota for it.
+    placement: str = ""
+    # Failure-aware retry: consecutive evictions in which every not-ready pod was a
+    # workload fault, and the armed `evictAfter` timer (a second deadline slot).
+    fault_evictions: int = 0
+    fault_timer: Timer | None = None
+    fault_episodes: int = 0  # fault timers armed within the current attempt
 
     @property
     def ready_pods(self) -> int:
@@ -234,6 +257,8 @@ class WorkloadObserved:
     # pods run at) and the class's value, None when no such class exists.
     priority_class: str | None = None
     class_priority: int | None = None
+    shape: tuple[tuple[int, int], ...] = ()  # (pods, GPUs each) groups of its pod templates
+    placement: str = ""  # placement rules the capacity check cannot evaluate
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +283,11 @@ class PodObserved:
     deleted: bool = False
     reason: str | None = None
     message: str | None = None
+    scheduled: bool | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +308,13 @@ class NodeObserved:
     health: str | None = None  # HyperPod `sagemaker.amazonaws.com/node-health-status`
     workload: str = ""  # filled in by the shell when routing to a workload
     seq: int = 0  # the node's resourceVersion; 0: unordered (overrides every pod report)
+    # Its capacity (None: the event does not report it, as from an older agent):
+    # allocatable GPUs, whether new pods may land on it and if not why, and the GPUs
+    # held on it by pods Muster does not manage.
+    gpus: int | None = None
+    schedulable: bool = True
+    unschedulable: str | None = None
+    foreign_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True)

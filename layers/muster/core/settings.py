@@ -109,6 +109,9 @@ class QueueSettings:
     gpu_quota: int | None = None
     dry_run: bool = False
     node_replacement_eviction: bool = True
+    # `workloadFaults`: stop retrying gangs whose pods fail on their own (off when unset).
+    fault_limit_count: int | None = None
+    fault_evict_after: float | None = None
 
     @property
     def effective_recovery_timeout(self) -> float:
@@ -246,6 +249,8 @@ class Settings:
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)
     raw_queues: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     access: QueueAccess = field(default_factory=QueueAccess)
+    # Admit a gang only where its pods fit the nodes' free GPUs (`core.capacity`).
+    capacity_check: bool = False
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
@@ -253,6 +258,8 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         """The settings document (only what differs from the defaults is omitted nowhere)."""
         doc: dict[str, Any] = {"blockAdmission": self.block_admission}
+        if self.capacity_check:
+            doc["capacityCheck"] = True
         if self.gpu_quota is not None:
             doc["gpuQuota"] = self.gpu_quota
         doc.update(queue_document(self.defaults))
@@ -276,7 +283,9 @@ _STRATEGY_KEYS = {
     "backoffMaxSeconds",
     "backoffJitter",
 }
+_FAULT_KEYS = {"limitCount", "evictAfter"}
 _QUEUE_KEYS = {
+    "workloadFaults",
     "timeout",
     "recoveryTimeout",
     "requeuingStrategy",
@@ -285,7 +294,8 @@ _QUEUE_KEYS = {
     "dryRun",
     "nodeReplacementEviction",
 }
-_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "queues", "queueAccess"}
+_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "capacityCheck", "queues", "queueAccess"}
+_CLUSTER_WIDE = ("blockAdmission", "capacityCheck")
 
 
 def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
@@ -319,12 +329,10 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
                 raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
             if not isinstance(overrides, Mapping):
                 raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
-            if "blockAdmission" in overrides:
-                _problem(
-                    f"{path}blockAdmission: blockAdmission is cluster-wide and cannot be set "
-                    "per queue"
-                )
-            _check_keys(overrides, _QUEUE_KEYS | {"blockAdmission"}, path)
+            for key in _CLUSTER_WIDE:
+                if key in overrides:
+                    _problem(f"{path}{key}: {key} is cluster-wide and cannot be set per queue")
+            _check_keys(overrides, _QUEUE_KEYS | set(_CLUSTER_WIDE), path)
             queues[name] = _parse_queue(overrides, defaults, path)
             raw_queues[name] = dict(overrides)
     access = QueueAccess()
@@ -337,6 +345,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         queues=queues,
         raw_queues=raw_queues,
         access=access,
+        capacity_check=_bool(doc, "capacityCheck", False, ""),
     )
 
 
@@ -425,6 +434,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     gpu_quota = base.gpu_quota
     if "gpuQuota" in doc and path:
         gpu_quota = _optional_int(doc, "gpuQuota", path, minimum=0)
+    fault_limit, evict_after = _parse_faults(doc, base, path)
     return QueueSettings(
         timeout=timeout,
         recovery_timeout=recovery,
@@ -440,7 +450,37 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         node_replacement_eviction=_bool(
             doc, "nodeReplacementEviction", base.node_replacement_eviction, path
         ),
+        fault_limit_count=fault_limit,
+        fault_evict_after=evict_after,
     )
+
+
+def _parse_faults(
+    doc: Mapping[str, Any], base: QueueSettings, path: str
+) -> tuple[int | None, float | None]:
+    """`workloadFaults.limitCount` and `.evictAfter`; a queue inherits each one unset."""
+    limit, after = base.fault_limit_count, base.fault_evict_after
+    if "workloadFaults" not in doc:
+        return limit, after
+    faults = doc["workloadFaults"]
+    fpath = f"{path}workloadFaults."
+    if faults is None:
+        return None, None
+    if not isinstance(faults, Mapping):
+        _problem(f"{path}workloadFaults: must be a mapping (limitCount, evictAfter)")
+        return limit, after
+    _check_keys(faults, _FAULT_KEYS, fpath)
+    if "limitCount" in faults:
+        limit = _optional_int(faults, "limitCount", fpath, minimum=0)
+    if "evictAfter" in faults:
+        if faults["evictAfter"] is None:
+            after = None
+        else:
+            after = _duration(faults, "evictAfter", 0.0, fpath)
+            if after <= 0:
+                _problem(f"{fpath}evictAfter: must be greater than 0s")
+                after = base.fault_evict_after
+    return limit, after
 
 
 def _check_keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
@@ -537,4 +577,11 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
         doc["maxTimeout"] = format_duration(q.max_timeout)
     if q.gpu_quota is not None:
         doc["gpuQuota"] = q.gpu_quota
+    faults: dict[str, Any] = {}
+    if q.fault_limit_count is not None:
+        faults["limitCount"] = q.fault_limit_count
+    if q.fault_evict_after is not None:
+        faults["evictAfter"] = format_duration(q.fault_evict_after)
+    if faults:
+        doc["workloadFaults"] = faults
     return doc

@@ -16,6 +16,7 @@ from typing import Any
 
 from muster.core.copying import replace
 from muster.core.decide import NODE_HEALTH_LABEL
+from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
 from muster.kube.conventions import (
@@ -60,6 +61,10 @@ class WorkloadView:
     class_names: tuple[str, ...] = ()
     priority_class: str | None = None
     class_priority: int | None = None
+    # For the capacity check: (pods, GPUs each) groups, and the placement rules of
+    # its pod templates the check does not evaluate ("" when none).
+    shape: tuple[tuple[int, int], ...] = ()
+    placement: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,11 @@ class PodView:
     node: str | None
     reason: str | None
     message: str | None
+    scheduled: bool | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -116,9 +126,11 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
     spec = obj.get("spec") or {}
     problems: list[str] = []
     templates: list[Mapping[str, Any]] = []
+    groups: list[tuple[int, int]] = []
     if kind is Kind.JOB:
         pods, gpus = _job_pods(spec)
         templates.append(spec.get("template") or {})
+        groups.append((pods, pod_gpus(spec.get("template") or {})))
     elif kind is Kind.JOBSET:
         pods, gpus = 0, 0
         for rj in spec.get("replicatedJobs") or []:
@@ -127,6 +139,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
             replicas = _count(rj.get("replicas"), 1)
             pods, gpus = pods + replicas * n, gpus + replicas * g
             templates.append(job_spec.get("template") or {})
+            groups.append((replicas * n, pod_gpus(job_spec.get("template") or {})))
     elif kind is Kind.PYTORCHJOB:
         pods, gpus = 0, 0
         for rs in (spec.get("pytorchReplicaSpecs") or {}).values():
@@ -134,6 +147,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
             pods += replicas
             gpus += replicas * pod_gpus((rs or {}).get("template") or {})
             templates.append((rs or {}).get("template") or {})
+            groups.append((replicas, pod_gpus((rs or {}).get("template") or {})))
     else:
         raise ValueError(f"kind: {kind} has no workload object")
     gang = _min_available(notes_of(obj), pods, problems)
@@ -150,6 +164,8 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         problems=tuple(problems),
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
+        shape=pod_shape_of(groups),
+        placement=placement_rules(templates),
     )
 
 
@@ -209,6 +225,8 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         class_names=(name,),
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
+        shape=pod_shape_of([(size, pod_gpus(first))]),
+        placement=placement_rules([first]),
     )
 
 
@@ -258,6 +276,41 @@ def with_priority_class(view: WorkloadView, classes: PriorityClasses | None) -> 
         found.append((value, name))
     value, name = max(found) if found else (None, None)
     return replace(view, priority_class=name, class_priority=value)
+
+
+def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(pods, GPUs each) groups merged by size, largest pods first; empty groups dropped."""
+    merged: dict[int, int] = {}
+    for count, gpus in groups:
+        if count > 0:
+            merged[gpus] = merged.get(gpus, 0) + count
+    return tuple((count, gpus) for gpus, count in sorted(merged.items(), reverse=True))
+
+
+# Taints a GPU pod tolerates as a matter of course: the capacity check treats nodes
+# with only these as open to Muster's workloads, and tolerations of only these keys
+# as nothing to evaluate.
+TOLERATED_TAINTS = frozenset({"nvidia.com/gpu"})
+
+
+def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
+    """The placement rules of pod templates the capacity check does not evaluate.
+
+    The check knows each node's free GPUs and whether Muster's pods may land on it;
+    a template that narrows or widens where its pods go (a node selector, an
+    affinity, spread constraints, tolerations of other taints) makes
+    the check fall back to quota for the workload. Returns "" when there are none.
+    """
+    found: set[str] = set()
+    for template in templates:
+        spec = template.get("spec") or {}
+        for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
+            if spec.get(key):
+                found.add(key)
+        for toleration in spec.get("tolerations") or []:
+            if (toleration or {}).get("key") not in TOLERATED_TAINTS:
+                found.add("tolerations")
+    return ", ".join(sorted(found))
 
 
 def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
@@ -353,6 +406,11 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             "initContainers": [
                 {"resources": c.get("resources") or {}} for c in spec.get("initContainers") or []
             ],
+        }
+        | {
+            key: spec[key]
+            for key in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+            if spec.get(key)
         },
         "status": {
             key: status[key]
@@ -395,16 +453,67 @@ def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = (conditions.get("Ready") or {}).get("status") == "True"
     reason, message = (None, None) if ready else _not_ready_reason(status, conditions)
+    node = (pod.get("spec") or {}).get("nodeName")
+    scheduled_status = (conditions.get("PodScheduled") or {}).get("status")
+    scheduled = {"True": True, "False": False}.get(str(scheduled_status))
+    if node:
+        scheduled = True
+    waiting, restarts, terminated, exit_code = _container_health(status)
     return PodView(
         workload=workload,
         pod=str(meta(pod).get("name")),
         uid=str(meta(pod).get("uid") or ""),
         phase=phase,
         ready=ready,
-        node=(pod.get("spec") or {}).get("nodeName"),
+        node=node,
         reason=reason,
         message=message,
+        scheduled=scheduled,
+        waiting=waiting,
+        restarts=restarts,
+        terminated=terminated,
+        exit_code=exit_code,
     )
+
+
+def _container_health(status: Mapping[str, Any]) -> tuple[str | None, int, str | None, int | None]:
+    """(waiting reason, restarts, last termination reason, its exit code) of the pod's
+    most troubled container: one whose waiting reason says the workload is at fault
+    first, then the one that restarted most. Bounded whatever the container count."""
+    statuses = [
+        cs
+        for cs in list(status.get("initContainerStatuses") or [])
+        + list(status.get("containerStatuses") or [])
+        if isinstance(cs, Mapping)
+    ]
+    waiting: str | None = None
+    for cs in statuses:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if isinstance(reason, str) and reason:
+            if reason in WORKLOAD_FAULT_REASONS:
+                waiting = reason
+                break
+            waiting = waiting or reason
+    worst: Mapping[str, Any] | None = None
+    for cs in statuses:
+        if worst is None or _count(cs.get("restartCount"), 0) > _count(
+            worst.get("restartCount"), 0
+        ):
+            worst = cs
+    restarts, terminated, exit_code = 0, None, None
+    if worst is not None:
+        restarts = _count(worst.get("restartCount"), 0)
+        ended = (worst.get("state") or {}).get("terminated") or (
+            (worst.get("lastState") or {}).get("terminated")
+        )
+        if isinstance(ended, Mapping):
+            reason = ended.get("reason")
+            terminated = reason if isinstance(reason, str) and reason else None
+            code = ended.get("exitCode")
+            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            if terminated == "Completed" and exit_code == 0:
+                terminated, exit_code = None, None
+    return waiting, restarts, terminated, exit_code
 
 
 def _not_ready_reason(
@@ -430,10 +539,47 @@ def _not_ready_reason(
 # --------------------------------------------------------------------------- nodes
 
 
-def node_view(node: Mapping[str, Any]) -> tuple[bool, str | None]:
-    """(Ready, HyperPod health label) of a node."""
+# HyperPod's health label values on which new pods may still land.
+SCHEDULABLE_HEALTH = frozenset({"Schedulable", "SchedulablePreferred"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What a `Node Observed` event says of a node (the foreign GPUs are the agent's sum)."""
+
+    ready: bool
+    health: str | None
+    gpus: int = 0  # allocatable nvidia.com/gpu
+    unschedulable: str | None = None  # why new pods may not land on it; None: they may
+
+
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    """Ready, the HyperPod health label, allocatable GPUs, and whether new pods may land.
+
+    New pods may not land on a cordoned node, a NotReady one, one whose HyperPod
+    health label says it is unschedulable, or one with a NoSchedule or NoExecute
+    taint that Muster's workloads do not tolerate (see `TOLERATED_TAINTS`).
+    """
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or []
     )
-    return ready, labels(node).get(NODE_HEALTH_LABEL)
+    health = labels(node).get(NODE_HEALTH_LABEL)
+    spec = node.get("spec") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    why: str | None = None
+    if spec.get("unschedulable") is True:
+        why = "cordoned"
+    elif not ready:
+        why = "NotReady"
+    elif health is not None and health not in SCHEDULABLE_HEALTH:
+        why = f"health {health}"
+    else:
+        for taint in spec.get("taints") or []:
+            effect = (taint or {}).get("effect")
+            key = (taint or {}).get("key")
+            if effect in ("NoSchedule", "NoExecute") and key not in TOLERATED_TAINTS:
+                value = taint.get("value")
+                why = f"taint {key}{'=' + str(value) if value else ''}:{effect}"
+                break
+    return NodeView(ready, health, _count(allocatable.get(GPU_RESOURCE), 0), why)

@@ -54,6 +54,8 @@ from muster.core import (
     pod_update,
     reassess,
 )
+from muster.core.capacity import NodeCapacity, more_room, observe_node
+from muster.core.diagnosis import classify
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
@@ -176,11 +178,29 @@ class ControlPlane:
         if isinstance(event, SnapshotPart):
             return self.reconcile(event)
         if isinstance(event, NodeObserved) and not event.workload:
+            self._node_capacity(event)
             keys = self.store.workloads_on_node(event.node)
             if not keys:
                 self._count_outcome(Outcome.IGNORED)
             return [self._handle_one(replace(event, workload=key)) for key in keys]
         return [self._handle_one(event)]
+
+    def _node_capacity(self, event: NodeObserved) -> None:
+        """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
+        a node with more room than before may let a queued gang in, so ask for a pass
+        (less room lets nobody in: a busy cluster's churn asks for no passes)."""
+        entry = observe_node(None, event)
+        if entry is None:
+            return
+        kept, before = self.store.put_node(entry)
+        if not kept:
+            self._count_outcome(Outcome.STALE, "", "NodeObserved", f"capacity of {event.node}")
+            return
+        if self.settings().capacity_check and more_room(before, entry):
+            if self.inline_admission:
+                self._admission_requested = True
+            else:
+                self.messages.request_admission("node capacity changed", None)
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
@@ -273,11 +293,17 @@ class ControlPlane:
         if light.workload.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
+        settings = self.settings()
         if delta:
-            self._check_readiness(key, self.settings(), self.clock())
+            self._check_readiness(key, settings, self.clock())
+        elif _fault_watch_moved(w, settings, light.pod, pod):
+            # `workloadFaults.evictAfter` follows each pod's class, not only the count.
+            self._check_readiness(key, settings, self.clock(), faults=True)
         return Outcome.APPLIED
 
-    def _check_readiness(self, key: str, settings: Settings, now: float) -> None:
+    def _check_readiness(
+        self, key: str, settings: Settings, now: float, *, faults: bool = False
+    ) -> None:
         """After a write, read the count back; load the gang only if it may have changed state.
 
         Every writer reads after its own write, so of two concurrent "last" pods
@@ -289,7 +315,7 @@ class ControlPlane:
         w, count = light.workload, light.ready_count
         maybe_whole = w.phase in NOT_READY_PHASES and count >= w.gang_size
         maybe_broken = w.phase is Phase.RUNNING and count < w.gang_size
-        if maybe_whole or maybe_broken:
+        if maybe_whole or maybe_broken or (faults and w.phase in NOT_READY_PHASES):
             snap = self._settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
@@ -399,6 +425,8 @@ class ControlPlane:
         # So is the queue: a workload queued during the pass asks for a pass of its own.
         indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
         queued_keys = {w.key for w in self.store.pending()} | hinted
+        capacity: list[NodeCapacity] | None = None
+        placed: dict[str, Workload] = {}  # active gangs with their pods, read once per pass
         while conflicts <= self.max_conflicts:
             settings = self.settings()
             now = self.clock()
@@ -430,7 +458,19 @@ class ControlPlane:
                 if k in queued_keys and w.phase is Phase.PENDING and k not in held_back
             ]
             queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
-            plan = plan_admission(queued, active, settings, now)
+            nodes = None
+            if settings.capacity_check:
+                # The check needs where the active gangs' pods are: one read per gang and
+                # one of the nodes, once per pass (a pod bound since then is still counted,
+                # as reserved for its gang).
+                if capacity is None:
+                    capacity = self.store.nodes()
+                nodes = capacity
+                active = [_placed(w, placed, self._with_pods) for w in active]
+            plan = plan_admission(queued, active, settings, now, nodes=nodes)
+            for key, why in plan.unchecked:
+                if key in plan.admit[:1]:
+                    log.info("admitted on quota alone", extra={"workload": key, "why": why})
             if not plan.admit:
                 if plan.blocked_by or plan.skipped:
                     log.info(
@@ -646,6 +686,17 @@ class ControlPlane:
             )
 
 
+def _placed(
+    w: Workload, placed: dict[str, Workload], load: Callable[[Workload], Workload]
+) -> Workload:
+    """`w` with its pods, read once per pass and attempt."""
+    known = placed.get(w.key)
+    if known is None or known.attempt != w.attempt:
+        known = load(w)
+        placed[w.key] = known
+    return replace(w, pods=known.pods)
+
+
 def _indexed_recent(
     ledger: Ledger, indexed: Mapping[str, Workload], read: Mapping[str, Workload]
 ) -> dict[str, int]:
@@ -683,6 +734,19 @@ def _is_eviction(before: Workload, after: Workload) -> bool:
     return any(not p.retired for p in before.pods.values()) and all(
         p.retired for p in after.pods.values()
     )
+
+
+def _fault_watch_moved(
+    w: Workload, settings: Settings, before: Pod | None, after: Pod | None
+) -> bool:
+    """Whether one pod's new record may start or stop the gang's `evictAfter` timer."""
+    if w.phase not in NOT_READY_PHASES:
+        return False
+    if settings.for_queue(w.queue).fault_evict_after is None and w.fault_timer is None:
+        return False
+    if before is None or after is None or before.retired or before.deleted or after.deleted:
+        return True
+    return classify(before).cls is not classify(after).cls
 
 
 def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[PodWrite]:

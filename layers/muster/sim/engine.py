@@ -66,7 +66,7 @@ from muster.sim.kube import (
 )
 from muster.sim.scenario import Scenario, seeded
 
-POLICIES = ("gang", "gang+block", "none")
+POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
 # What happens first at one instant (the order the scenario format promises).
 _FAULT, _READY, _COMPLETE, _DEADLINE, _REQUEUE, _SUBMIT = range(6)
@@ -99,6 +99,8 @@ def policy_settings(scenario: Scenario, policy: str) -> Settings:
         return scenario.settings
     if policy == "gang+block":
         return replace(scenario.settings, block_admission=True)
+    if policy == "gang+fit":
+        return replace(scenario.settings, capacity_check=True)
     if policy == "none":
         # Plain Kubernetes: admitted at once, never timed out, no quota.
         return Settings(defaults=QueueSettings(timeout=math.inf, recovery_timeout=0.0))
@@ -125,6 +127,7 @@ class Tracking:
     first_ready: float | None = None
     finished: float | None = None
     deactivated: bool = False
+    deactivated_reason: str | None = None
 
 
 # --------------------------------------------------------------------------- the agenda
@@ -145,6 +148,13 @@ class PodStarted(NamedTuple):
     uid: str
 
 
+class PodFails(NamedTuple):
+    """A failing pod's next state: its image pull fails, its container exits or restarts."""
+
+    job: str
+    uid: str
+
+
 class RunDone(NamedTuple):
     """A job's run is done, if it progressed without a break since `token`."""
 
@@ -160,7 +170,16 @@ class NodeRepaired(NamedTuple):
     node: str
 
 
-Item = Submit | PodStarted | RunDone | NodeFails | NodeRepaired | DeadlineReached | RequeueDue
+Item = (
+    Submit
+    | PodStarted
+    | PodFails
+    | RunDone
+    | NodeFails
+    | NodeRepaired
+    | DeadlineReached
+    | RequeueDue
+)
 
 
 class Agenda:
@@ -204,8 +223,12 @@ class Agenda:
 class RunLog:
     """The run's event log, and the counts its summary is made of."""
 
-    def __init__(self, workloads: int) -> None:
+    def __init__(self, workloads: int, failures: bool = False) -> None:
         self.events: list[dict[str, Any]] = []
+        # Only when the scenario models failure modes: each eviction's class in the
+        # log, and evictions by class for the summary (otherwise the log is unchanged).
+        self.failures = failures
+        self.by_class: dict[str, int] = {}
         self.tracking: dict[str, Tracking] = {}
         self.outcomes: dict[Outcome, int] = {}
         self.delivered = 0  # events the core decided on
@@ -237,8 +260,12 @@ class RunLog:
             value = get(key)
             if value is not None:
                 entry[key] = _num(value) if type(value) is float else value
-        self.events.append(entry)
         name = effect.event
+        if self.failures and name is LogEvent.EVICTED:
+            label = entry["class"] = _eviction_class(effect.detail)
+            if not effect.detail.get("dryRun"):
+                self.by_class[label] = self.by_class.get(label, 0) + 1
+        self.events.append(entry)
         if name is LogEvent.EVICTED:
             self.evictions += 1
         elif name is LogEvent.REQUEUED:
@@ -248,7 +275,9 @@ class RunLog:
             if track.first_ready is None:
                 track.first_ready = now
         elif name is LogEvent.DEACTIVATED:
-            self.tracking[effect.workload].deactivated = True
+            track = self.tracking[effect.workload]
+            track.deactivated = True
+            track.deactivated_reason = effect.detail.get("reason")
             self.open_workloads -= 1
         elif name is LogEvent.FINISHED:
             self.tracking[effect.workload].finished = now
@@ -276,15 +305,20 @@ class Simulation:
         )
         self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
         self.agenda = Agenda()
-        self.log = RunLog(len(scenario.workloads))
+        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
         self._until = scenario.until
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}
         self._cancelled: set[tuple[str, int, str, int]] = set()  # stopped timers
+        # With the capacity check the core learns each node's GPUs, as an agent reports
+        # them when it starts and at every change after (its own counter orders them).
+        self._capacity = self.core.settings.capacity_check
+        self._node_seq = 0
         self._handlers: dict[type[Any], Callable[[Any], bool]] = {
             Submit: self._submit,
             PodStarted: self._pod_started,
+            PodFails: self._pod_fails,
             RunDone: self._run_done,
             NodeFails: self._node_fails,
             NodeRepaired: self._node_repaired,
@@ -319,6 +353,8 @@ class Simulation:
             {outcome.value: n for outcome, n in log.outcomes.items()},
             time.perf_counter() - started,
         )
+        if log.failures:
+            summary.update(failure_summary(self.scenario, self.kube, log.tracking, log.by_class))
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
@@ -326,7 +362,11 @@ class Simulation:
         )
 
     def _plan(self) -> None:
-        """The scenario's submissions and node faults onto the agenda."""
+        """The scenario's submissions and node faults onto the agenda (and, with the
+        capacity check, every node's GPUs into the core)."""
+        if self._capacity:
+            for node in self.kube.node_names:
+                self._deliver(self._node_event(node, True))
         push = self.agenda.push
         for i, w in enumerate(self.scenario.workloads):
             push(w.submit_at, _SUBMIT, i, Submit(w.name))
@@ -419,6 +459,12 @@ class Simulation:
                             item.ready,
                             item.node,
                             item.deleted,
+                            item.reason,
+                            item.message,
+                            waiting=item.waiting,
+                            restarts=item.restarts,
+                            terminated=item.terminated,
+                            exit_code=item.exit_code,
                         )
                     )
                 else:
@@ -430,6 +476,8 @@ class Simulation:
             return
         if w.what == "ready":
             self.agenda.push(w.at, _READY, self._order[w.job], PodStarted(w.job, str(w.ref)))
+        elif w.what == "fault":
+            self.agenda.push(w.at, _READY, self._order[w.job], PodFails(w.job, str(w.ref)))
         else:
             self.agenda.push(w.at, _COMPLETE, self._order[w.job], RunDone(w.job, int(w.ref)))
 
@@ -440,17 +488,37 @@ class Simulation:
         w = self._specs[item.workload]
         now = self.agenda.now
         self.kube.add_job(
-            JobSpec(w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready)
+            JobSpec(
+                w.name,
+                w.pods,
+                w.gpus_per_pod,
+                w.startup_seconds,
+                w.run_seconds,
+                w.never_ready,
+                w.failure,
+            )
         )
         self.log.submitted(w.name, now)
         return self._deliver(
             WorkloadObserved(
-                w.name, w.queue, w.pods, w.gpus, w.priority, Kind.JOB, created_at=now, seq=1
+                w.name,
+                w.queue,
+                w.pods,
+                w.gpus,
+                w.priority,
+                Kind.JOB,
+                created_at=now,
+                seq=1,
+                shape=((w.pods, w.gpus_per_pod),),
             )
         )
 
     def _pod_started(self, item: PodStarted) -> bool:
         self.kube.pod_ready(item.job, item.uid, self.agenda.now)
+        return self._drain()
+
+    def _pod_fails(self, item: PodFails) -> bool:
+        self.kube.pod_fault(item.job, item.uid, self.agenda.now)
         return self._drain()
 
     def _run_done(self, item: RunDone) -> bool:
@@ -459,9 +527,15 @@ class Simulation:
         wanted = self._drain()
         return self._deliver(WorkloadFinished(item.job)) or wanted
 
+    def _node_event(self, node: str, ready: bool) -> NodeObserved:
+        if not self._capacity:
+            return NodeObserved(node, ready=ready)
+        self._node_seq += 1
+        return NodeObserved(node, ready=ready, seq=self._node_seq, gpus=self.scenario.gpus_per_node)
+
     def _node_fails(self, item: NodeFails) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=True)
-        wanted = self._deliver(NodeObserved(item.node, ready=False))
+        wanted = self._deliver(self._node_event(item.node, False))
         self.kube.fail_node(item.node, self.agenda.now)
         self.kube.reconcile()  # controllers recreate the lost pods at once
         return self._drain() or wanted
@@ -469,7 +543,7 @@ class Simulation:
     def _node_repaired(self, item: NodeRepaired) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=False)
         self.kube.repair_node(item.node, self.agenda.now)
-        return self._deliver(NodeObserved(item.node, ready=True))
+        return self._deliver(self._node_event(item.node, True))
 
     def _deadline(self, item: DeadlineReached) -> bool:
         ident = (item.workload, item.attempt, item.kind, item.episode)
@@ -521,6 +595,42 @@ def summarize(
         "simulatedEvents": delivered,
         "outcomes": dict(sorted(outcomes.items())),
         "wallSeconds": round(wall, 3),
+    }
+
+
+def _eviction_class(detail: Mapping[str, Any]) -> str:
+    """The diagnosis of an eviction's not-ready pods, in one word (`NodeFault` for a
+    node being replaced, which is decided before any pod is looked at)."""
+    found = detail.get("diagnosis")
+    if isinstance(found, Mapping):
+        return str(found.get("class"))
+    return "NodeFault" if detail.get("reason") == "NodeFailures" else "None"
+
+
+def failure_summary(
+    sc: Scenario,
+    kube: SimulatedCluster,
+    tracking: Mapping[str, Tracking],
+    by_class: Mapping[str, int],
+) -> dict[str, Any]:
+    """Evictions by class and wasted GPU-hours by failure mode, for scenarios that model them."""
+    healthy = {w.name for w in sc.workloads if not w.never_ready}
+    wasted = {
+        (category or "healthy"): round((held - kube.useful_by.get(category, 0.0)) / 3600.0, 3)
+        for category, held in sorted(kube.held_by.items())
+    }
+    reasons: dict[str, int] = {}
+    for t in tracking.values():
+        if t.deactivated:
+            key = t.deactivated_reason or "unknown"
+            reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "evictionsByClass": dict(sorted(by_class.items())),
+        "wastedGpuHoursByFailure": wasted,
+        "deactivatedHealthy": sum(
+            1 for name, t in tracking.items() if t.deactivated and name in healthy
+        ),
+        "deactivatedByReason": dict(sorted(reasons.items())),
     }
 
 
