@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
-	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission"
+	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission vs gang+capacityCheck"
 	@echo "make test       lint, type-check and run the whole test suite"
 	@echo "make unit       only the fast unit tests"
 	@echo "make lint       ruff"
@@ -50,7 +50,7 @@ demo: venv
 	$(BIN)/muster local --out out/demo
 
 simulate: $(STAMP)
-	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/simulate
+	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block,gang+fit --out out/simulate
 
 test: lint typecheck node_modules/.installed
 	$(BIN)/python -m pytest
