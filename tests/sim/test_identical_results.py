@@ -7,6 +7,10 @@ A speed-up of the core or the simulator must not move a single event. When a cha
 of behaviour is intended, regenerate the digests with
 `MUSTER_UPDATE_DIGESTS=1 pytest tests/sim/test_identical_results.py` and say why in
 the commit.
+
+The lifecycle alone (the log without its node-fault lines, which only report what
+the simulated cluster did) is pinned separately, to the digests the logs had before
+node faults were written into them: those are never regenerated with the others.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from muster.sim.scenario import Scenario, builtin_names, load_builtin, parse_sce
 from tests.sim.conftest import REPO, TRACES
 
 DIGESTS = Path(__file__).with_name("event_log_digests.json")
+LIFECYCLE_DIGESTS = Path(__file__).with_name("lifecycle_digests.json")
 PHILLY_DAY = TRACES / "philly-2017-10-02-day.csv"
 # (name, example file whose cluster and settings the day runs on)
 PHILLY_CASES = (
@@ -37,6 +42,17 @@ def events_digest(result: RunResult, tmp_path: Path) -> str:
     """sha256 of the events.jsonl that `muster simulate --out` writes for this run."""
     (events, *_) = write_outputs([result], tmp_path, picture=False)
     return hashlib.sha256(events.read_bytes()).hexdigest()
+
+
+def lifecycle_digest(result: RunResult, tmp_path: Path) -> str:
+    """sha256 of that events.jsonl without its node-fault lines."""
+    (events, *_) = write_outputs([result], tmp_path, picture=False)
+    kept = [
+        line
+        for line in events.read_bytes().splitlines(keepends=True)
+        if "workload" in json.loads(line)
+    ]
+    return hashlib.sha256(b"".join(kept)).hexdigest()
 
 
 def philly_day(example: str) -> Scenario:
@@ -60,6 +76,8 @@ def check(key: str, result: RunResult, tmp_path: Path) -> None:
     expected = stored().get(key)
     assert expected is not None, f"no stored digest for {key}"
     assert digest == expected, f"{key}: the event log changed ({len(result.events)} events)"
+    lifecycle = json.loads(LIFECYCLE_DIGESTS.read_text())[key]
+    assert lifecycle_digest(result, tmp_path) == lifecycle, f"{key}: the lifecycle changed"
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -81,3 +99,4 @@ def test_every_case_has_a_stored_digest():
     expected = {f"{n}/{p}" for n in builtin_names() for p in POLICIES}
     expected |= {f"{n}/{p}" for n, _ in PHILLY_CASES for p in POLICIES}
     assert set(stored()) == expected
+    assert set(json.loads(LIFECYCLE_DIGESTS.read_text())) == expected
