@@ -352,12 +352,19 @@ def format_describe(doc: Mapping[str, Any]) -> str:
     not_ready = doc.get("notReadyPods") or []
     if not_ready:
         lines += ["", "Pods not ready now:"]
+        now = doc.get("diagnosis") or {}
+        if now.get("summary"):
+            lines.append(f"  {now['summary']}")
         lines += [f"  {line}" for line in _pod_table(not_ready)]
     lines += ["", "History:"]
     if doc["history"]:
         for entry in doc["history"]:
             lines.append(f"  {_history_line(entry)}")
-            for pod in (entry.get("detail") or {}).get("notReady") or []:
+            detail = entry.get("detail") or {}
+            summary = (detail.get("diagnosis") or {}).get("summary")
+            if summary and entry["event"] == "Evicted":
+                lines.append(f"      diagnosis: {summary}")
+            for pod in detail.get("notReady") or []:
                 lines.append(f"      not ready: {_pod_line(pod)}")
     else:
         lines.append("  (none kept; history entries expire after the deployment's TTL)")
@@ -381,11 +388,20 @@ def _last_eviction(history: Sequence[Mapping[str, Any]]) -> list[str]:
         lines = [
             f"{_time(entry['at'])}, attempt {d.get('attempt', '?')}: "
             f"{d.get('reason', '?')}{cause}"
-            + (f" (after a readiness timeout, {d['timedOut']})" if d.get("timedOut") else "")
+            + (
+                f" (evicted early by workloadFaults.evictAfter, {d['timedOut']})"
+                if d.get("evictedEarly")
+                else f" (after a readiness timeout, {d['timedOut']})"
+                if d.get("timedOut")
+                else ""
+            )
             + (" (dry run: nothing evicted)" if d.get("dryRun") else "")
         ]
         if "readyPods" in d:
             lines.append(f"{d['readyPods']} of {d.get('gangSize', '?')} pods were Ready")
+        summary = (d.get("diagnosis") or {}).get("summary")
+        if summary:
+            lines.append(f"diagnosis: {summary}")
         if d.get("node"):
             lines.append(f"node {d['node']} was lost or marked for replacement")
         pods = d.get("notReady") or []
@@ -424,18 +440,30 @@ def _pod_line(pod: Any) -> str:
         text += f", {pod['reason']}"
     if pod.get("message"):
         text += f": {pod['message']}"
+    health = [str(pod["class"])] if pod.get("class") else []
+    if pod.get("terminated"):
+        health.append(str(pod["terminated"]))
+    if pod.get("exitCode") is not None:
+        health.append(f"exit code {pod['exitCode']}")
+    if pod.get("restarts"):
+        health.append(f"{pod['restarts']} restarts")
+    if health:
+        text += f" [{', '.join(health)}]"
     return text
 
 
 def _pod_table(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return _table(
-        ["POD", "NODE", "PHASE", "REASON", "MESSAGE"],
+        ["POD", "NODE", "PHASE", "CLASS", "REASON", "EXIT", "RESTARTS", "MESSAGE"],
         [
             [
                 str(p.get("pod")),
                 p.get("node") or "-",
                 p.get("phase") or "-",
+                p.get("class") or "-",
                 p.get("reason") or "-",
+                str(p["exitCode"]) if p.get("exitCode") is not None else "-",
+                str(p.get("restarts") or 0),
                 p.get("message") or "",
             ]
             for p in pods

@@ -182,8 +182,13 @@ def pod_detail(
     reason: str | None = None,
     message: str | None = None,
     observed_at: datetime | None = None,
+    scheduled: bool | None = None,
+    waiting: str | None = None,
+    restarts: int = 0,
+    terminated: str | None = None,
+    exit_code: int | None = None,
 ) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
         "observedAt": _iso(observed_at),
@@ -198,6 +203,18 @@ def pod_detail(
         "reason": reason,
         "message": clip_utf8(message, MESSAGE_BYTES) if message else message,
     }
+    # What tells a broken job from a busy cluster; left out when the agent saw nothing.
+    if scheduled is not None:
+        detail["scheduled"] = scheduled
+    if waiting is not None:
+        detail["waiting"] = clip_utf8(waiting, REASON_BYTES)
+    if restarts:
+        detail["restarts"] = restarts
+    if terminated is not None:
+        detail["terminated"] = clip_utf8(terminated, REASON_BYTES)
+    if exit_code is not None:
+        detail["exitCode"] = exit_code
+    return detail
 
 
 def node_detail(
@@ -338,6 +355,20 @@ def parse_agent_detail(
         node = _str(detail, "node", required=False)
         reason = _str(detail, "reason", required=False)
         message = _str(detail, "message", required=False)
+        # Optional (older agents do not send them): what Kubernetes says about the pod.
+        scheduled = detail.get("scheduled")
+        if scheduled is not None and not isinstance(scheduled, bool):
+            raise InvalidEvent(f"scheduled: expected true, false or null, got {scheduled!r}")
+        waiting = _str(detail, "waiting", required=False)
+        terminated = _str(detail, "terminated", required=False)
+        restarts = _int(detail, "restarts", minimum=0, default=0)
+        if restarts > INT32[1]:
+            raise InvalidEvent(f"restarts: must be at most {INT32[1]}, got {restarts}")
+        exit_code = None
+        if detail.get("exitCode") is not None:
+            exit_code = _int(detail, "exitCode", minimum=INT32[0])
+            if exit_code > INT32[1]:
+                raise InvalidEvent(f"exitCode: must be at most {INT32[1]}, got {exit_code}")
         return cluster, PodObserved(
             workload=_workload_key(detail),
             pod=check_name(_str(detail, "pod"), "pod"),
@@ -349,6 +380,11 @@ def parse_agent_detail(
             deleted=_bool(detail, "deleted", default=False),
             reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
             message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
+            scheduled=scheduled,
+            waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
+            restarts=restarts,
+            terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
+            exit_code=exit_code,
         )
     if detail_type == NODE_OBSERVED:
         health = _str(detail, "health", required=False)

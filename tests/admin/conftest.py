@@ -95,6 +95,16 @@ class Deployed:
         self.clock.now = timer.deadline + 1
         self.plane().handle(DeadlineReached(key, timer.attempt, timer.kind, timer.episode))
 
+    def fault_deadline_passes(self, key: str) -> None:
+        """The workload's `workloadFaults.evictAfter` timer fires."""
+        snap = self.store.load(key)
+        timer = snap.workload.fault_timer
+        assert timer is not None, f"{key} has no workloadFaults timer armed"
+        self.clock.now = timer.deadline + 1
+        self.plane().handle(
+            DeadlineReached(key, timer.attempt, timer.kind, timer.episode, timer.incarnation)
+        )
+
     def backoff_ends(self, key: str) -> None:
         w = self.store.load(key).workload
         self.clock.now = (w.requeue_at or self.clock.now) + 1

@@ -55,6 +55,65 @@ def deactivate(aws: Deployed, key: str) -> None:
     assert aws.phase(key) == "Deactivated"
 
 
+def test_describe_says_plainly_when_the_job_fails_on_its_own(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN failure-aware retry on, and a gang of 2 whose image cannot be pulled
+    assert (
+        run(
+            capsys,
+            "settings",
+            "set",
+            "workloadFaults.limitCount=1",
+            "workloadFaults.evictAfter=30s",
+        )[0]
+        == 0
+    )
+    key = "team-b/bad-image"
+    aws.submit(key, gang=2, queue="spot")
+    for attempt in (1, 2):
+        assert key in aws.admit()
+        for i in range(2):
+            aws.pod(
+                key,
+                f"w-{i}",
+                10 * attempt + i,
+                ready=False,
+                node=f"gpu-node-{i}",
+                reason="ImagePullBackOff",
+                message='Back-off pulling image "repo/llama:typo"',
+                scheduled=True,
+                waiting="ImagePullBackOff",
+            )
+        # WHEN every pod has failed on its own for 30 s
+        aws.fault_deadline_passes(key)
+        if attempt == 1:
+            assert aws.phase(key) == "Requeued"
+            aws.backoff_ends(key)
+    # THEN the second such eviction deactivates it, and describe says why
+    assert aws.phase(key) == "Deactivated"
+    code, out, err = run(capsys, "describe", key)
+    assert code == 0, err
+    assert "phase      Deactivated (WorkloadFaults)" in out
+    why = out.split("Why it was last evicted:")[1].split("Evictions:")[0]
+    assert "Deactivated / WorkloadFaults (evicted early by workloadFaults.evictAfter" in why
+    assert (
+        "diagnosis: 2 of 2 pods cannot pull image repo/llama:typo (ImagePullBackOff): the job "
+        "fails on its own; retries stopped: 2 evictions in a row failed this way "
+        "(workloadFaults.limitCount 1)"
+    ) in why
+    assert "w-0 on gpu-node-0: Pending, ImagePullBackOff" in why
+    assert "[WorkloadFault]" in why
+    evictions = out.split("Evictions:")[1].split("History:")[0]
+    assert "WorkloadFault/WaitForStart" in evictions
+    assert "Deactivated/WorkloadFaults" in evictions
+    history = out.split("History:")[1]
+    assert "reason=WorkloadFault cause=WaitForStart" in history
+    assert "diagnosis: 2 of 2 pods cannot pull image repo/llama:typo" in history
+    assert "Deactivated      reason=WorkloadFaults" in history
+    assert run(capsys, "settings", "set", "workloadFaults=null")[0] == 0
+
+
 def test_output_keys_agree_with_the_stack() -> None:
     assert c.OUT_FUNCTION_NAMES[c.INGEST] == admin.OUT_INGEST_FUNCTION_NAME
     assert c.DEFAULT_STACK_NAME == admin.DEFAULT_STACK

@@ -91,8 +91,12 @@ def test_deadline_evicts_requeues_with_backoff_and_records_why(rig: Rig):
             "node": None,
             "reason": "Unschedulable",
             "message": "0/8 nodes",
+            "class": "Capacity",
         }
     ]
+    # AND the diagnosis says the cluster was busy, not the job at fault
+    diagnosis = evicted["detail"]["diagnosis"]
+    assert (diagnosis["class"], diagnosis["workloadFault"]) == ("Capacity", False)
 
 
 def test_requeue_after_backoff_makes_it_admissible_again(rig: Rig):
@@ -412,3 +416,38 @@ def test_one_pass_admits_every_admissible_workload(rig: Rig):
         rig.submit(f"ns/w{i:03d}", 1, created_at=float(i))
     admitted = rig.admit()
     assert len(admitted) == 130 and admitted[:2] == ["ns/w000", "ns/w001"]
+
+
+def test_describe_diagnoses_the_pods_not_ready_now(rig: Rig) -> None:
+    # GIVEN an admitted gang of 3: one pod crash looping, one waiting for room, one Ready
+    rig.submit(KEY, 3)
+    rig.admit()
+    rig.pod(
+        KEY,
+        "p0",
+        1,
+        ready=False,
+        node="n1",
+        phase="Running",
+        waiting="CrashLoopBackOff",
+        restarts=4,
+        terminated="Error",
+        exit_code=2,
+    )
+    rig.pod(KEY, "p1", 2, ready=False, node=None, reason="Unschedulable", scheduled=False)
+    rig.pod(KEY, "p2", 3, ready=True)
+    # WHEN someone asks
+    info = describe(rig.store, KEY)
+    assert info is not None
+    # THEN each pod not ready now has its class, exit code and restarts
+    pods = {p["pod"]: p for p in info["notReadyPods"]}
+    assert pods["p0"]["class"] == "WorkloadFault"
+    assert (pods["p0"]["exitCode"], pods["p0"]["restarts"]) == (2, 4)
+    assert pods["p1"]["class"] == "Capacity"
+    # AND the gang's diagnosis says it plainly: not the job's fault alone
+    assert info["diagnosis"]["class"] == "Mixed"
+    assert info["diagnosis"]["summary"] == (
+        "1 of 3 pods crash at start (CrashLoopBackOff, exit code 2, 4 restarts); 1 of 3 pods "
+        "are waiting for room on the cluster (Unschedulable): some pods fail on their own, "
+        "others wait"
+    )

@@ -64,6 +64,33 @@ def test_a_deadline_with_no_timer_acting_is_signalled_by_the_sweeper(rig: Rig):
     assert rig.phase(KEY) == "Requeued"
 
 
+def test_a_lost_workload_faults_signal_is_sent_again_by_the_sweeper(rig: Rig):
+    # GIVEN evictAfter 30s and a gang whose pods cannot pull their image, whose
+    # fault timer's execution never started
+    rig.doc = {**rig.doc, "workloadFaults": {"evictAfter": "30s"}}
+    rig.submit(KEY, 2)
+    rig.admit()
+    for i in range(2):
+        rig.pod(KEY, f"p{i}", 10 + i, ready=False, waiting="ImagePullBackOff", scheduled=True)
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.workload.fault_timer is not None
+    fault = snap.workload.fault_timer
+    rig.timers.running.clear()
+    # WHEN the sweeper runs after its deadline (the readiness deadline still ahead)
+    rig.clock.now = fault.deadline + GRACE_SECONDS
+    report = _sweeper(rig).run(rig.clock.now)
+    # THEN the fault timer's signal is sent, and it evicts the gang early
+    assert report.deadlines == [KEY]
+    [(workload, timer, _)] = rig.messages.deadlines
+    assert (workload, timer) == (KEY, fault)
+    rig.plane().handle(
+        DeadlineReached(KEY, timer.attempt, timer.kind, timer.episode, timer.incarnation)
+    )
+    assert rig.phase(KEY) == "Requeued"
+    w = rig.store.load(KEY).workload
+    assert w.evictions == {"WorkloadFault/WaitForStart": 1}
+
+
 def test_an_admissible_workload_with_no_pass_coming_gets_one(rig: Rig):
     # GIVEN a submitted workload whose admission request was lost
     rig.submit(KEY, 1)

@@ -110,6 +110,12 @@ def _agent_detail(event: Event | SnapshotPart) -> tuple[str, dict[str, Any]]:
                 ready=event.ready,
                 node=event.node,
                 deleted=event.deleted,
+                reason=event.reason,
+                scheduled=event.scheduled,
+                waiting=event.waiting,
+                restarts=event.restarts,
+                terminated=event.terminated,
+                exit_code=event.exit_code,
             )
         case NodeObserved():
             return NODE_OBSERVED, node_detail(
@@ -247,6 +253,8 @@ class Truth:
     node_down: dict[str, int] = field(default_factory=dict)  # flapped node -> its NotReady rev
     incarnations: int = 0
     relists: int = 0
+    # Broken (never-ready) Jobs' placed pods crash loop, as the kubelet reports it.
+    crash_loops: bool = False
 
     def __post_init__(self) -> None:
         self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
@@ -346,6 +354,8 @@ class Truth:
         obj = self.by_sim[change.workload]
         name = f"{obj.key.split('/')[1]}-{change.pod.rsplit('-', 1)[1]}"
         self.rev += 1
+        broken = self.crash_loops and self.sim._jobs[change.workload].spec.never_ready
+        crashing = broken and change.node is not None and not change.deleted
         event = PodObserved(
             obj.key,
             name,
@@ -355,6 +365,11 @@ class Truth:
             ready=change.ready,
             node=change.node,
             deleted=change.deleted,
+            reason="CrashLoopBackOff" if crashing else None,
+            scheduled=True if change.node is not None else None,
+            waiting="CrashLoopBackOff" if crashing else None,
+            restarts=3 if crashing else 0,
+            exit_code=1 if crashing else None,
         )
         if change.deleted:
             current = self.pods.get((obj.key, name))
@@ -452,6 +467,7 @@ def run_history(
     wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     wire: bool = False,
     capacity: bool = False,
+    workload_faults: dict[str, Any] | None = None,
 ) -> Outcome:
     """Play one random history through the control plane; compare its view with the truth.
 
@@ -475,7 +491,7 @@ def run_history(
         for when in times:
             loop.at(when, "deliver", over_the_wire(event) if wire else event)
 
-    truth = Truth(history, loop, send, capacity)
+    truth = Truth(history, loop, send, capacity, crash_loops=workload_faults is not None)
     store = store or MemoryStore()
     timers = LoopTimers(loop)
     messages = LoopMessages(loop)
@@ -489,6 +505,7 @@ def run_history(
             "gpuQuota": history.nodes * history.gpus_per_node,
             "capacityCheck": capacity,
         }
+        | ({"workloadFaults": workload_faults} if workload_faults is not None else {})
     )
     ports: dict[str, Any] = {
         "store": store,

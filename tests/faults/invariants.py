@@ -83,6 +83,15 @@ def check_final(
                 problems.append(f"{key}: {w.phase.value} with no timer running")
         if w.phase is Phase.ADMITTED and w.timer is None:
             problems.append(f"{key}: Admitted with no timer")
+        if w.fault_timer is not None:
+            t = w.fault_timer
+            if w.phase not in NOT_READY_PHASES:
+                problems.append(f"{key}: {w.phase.value} with a workloadFaults timer armed")
+            elif (key, t.attempt, t.kind.value, t.episode, t.incarnation) not in timers:
+                problems.append(f"{key}: workloadFaults timer armed but not running")
+        broken = truth.sim._jobs[obj.sim].spec.never_ready
+        if w.reason == "WorkloadFaults" and not broken:
+            problems.append(f"{key}: a healthy Job deactivated as failing on its own")
         if w.phase is Phase.REQUEUED and (key, w.requeue_count) not in requeues:
             problems.append(f"{key}: Requeued with no requeue message")
     for w in store.active():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from muster.core import Outcome as EventOutcome
+from muster.runtime.memory import MemoryStore
 from muster.runtime.service import ControlPlane
 
 from tests.faults import Perturbation, generate, run_history
@@ -45,6 +46,36 @@ def test_histories_converge_with_the_capacity_check_on() -> None:
     outcomes = [run_history(seed, capacity=True, wire=seed % 2 == 0) for seed in range(2000, 2040)]
     assert [o.divergences for o in outcomes if o.diverged] == []
     assert sum(o.events for o in outcomes) > 100 * len(outcomes)
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_histories_converge_with_workload_faults_on(chunk: int) -> None:
+    # GIVEN the same perturbed histories with failure-aware retry on, broken Jobs' pods
+    # crash looping, some over the wire
+    faults = {"limitCount": 1, "evictAfter": "20s"}
+    seeds = [s for s in range(120) if s % 2 == chunk]
+    stores = {seed: MemoryStore() for seed in seeds}
+    outcomes = [
+        run_history(seed, workload_faults=faults, wire=seed % 3 == 0, store=stores[seed])
+        for seed in seeds
+    ]
+    workloads = [
+        snap.workload
+        for store in stores.values()
+        for key in store.items
+        if (snap := store.load(key)) is not None
+    ]
+    early = sum(
+        n for w in workloads for k, n in w.evictions.items() if k.startswith("WorkloadFault")
+    )
+    stopped = sum(1 for w in workloads if w.reason == "WorkloadFaults")
+    assert early >= 3 and stopped >= 10, (early, stopped)
+    # THEN the view still converges, every fault timer is running or stopped as it
+    # should be, and no healthy Job is ever deactivated as failing on its own
+    assert [(o.seed, o.divergences) for o in outcomes if o.diverged] == []
+    heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
+    more = [run_history(s, perturbation=heavy, workload_faults=faults) for s in range(30)]
+    assert [(o.seed, o.divergences) for o in more if o.diverged] == []
 
 
 def test_an_unperturbed_history_converges_too() -> None:

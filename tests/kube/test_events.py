@@ -198,3 +198,27 @@ def test_the_recording_cluster_sees_announcements() -> None:
     rig.admit()
     assert isinstance(rig.cluster, RecordingCluster)
     assert rig.cluster.announced == [(KEY, "Submitted"), (KEY, "Admitted")]
+
+
+def test_a_workload_fault_eviction_and_deactivation_say_why() -> None:
+    diagnosis = {"class": "WorkloadFault", "summary": "2 of 2 pods cannot pull image x: ..."}
+    early = describe(
+        LogEvent.EVICTED,
+        {
+            "attempt": 1,
+            "reason": "WorkloadFault",
+            "cause": "WaitForStart",
+            "readyPods": 0,
+            "gangSize": 2,
+            "diagnosis": diagnosis,
+        },
+    )
+    assert early is not None and early.reason == "EvictedDueToWorkloadFault"
+    assert "failed on its own for workloadFaults.evictAfter" in early.message
+    assert "2 of 2 pods cannot pull image x" in early.message
+    gone = describe(
+        LogEvent.DEACTIVATED,
+        {"reason": "WorkloadFaults", "count": 1, "summary": "2 of 2 pods cannot pull image x"},
+    )
+    assert gone is not None and gone.reason == "DeactivatedDueToWorkloadFaults"
+    assert gone.message.startswith("Deactivated: 2 of 2 pods cannot pull image x;")

@@ -86,3 +86,50 @@ def test_local_mode_and_simulator_agree(tmp_path: Path, capsys: pytest.CaptureFi
                 t_local,
                 t_sim,
             )
+
+
+FAULTS_SCENARIO = """
+description: an image that cannot be pulled, stopped early and deactivated
+cluster: {nodes: 1, gpusPerNode: 8}
+settings:
+  timeout: 2m
+  requeuingStrategy: {backoffBaseSeconds: 10}
+  workloadFaults: {limitCount: 1, evictAfter: 15s}
+until: 5m
+workloads:
+  - {name: bad-image, queue: q, pods: 2, gpusPerPod: 4, startupSeconds: 10, failure: ImagePullBackOff}
+"""
+
+
+def test_a_job_whose_image_cannot_be_pulled_is_stopped_early_in_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN failure-aware retry on and a job whose image cannot be pulled
+    path = tmp_path / "faults.yaml"
+    path.write_text(FAULTS_SCENARIO)
+    out = tmp_path / "out"
+    # WHEN it runs through the real handlers (the evictAfter timer a Step Functions
+    # execution on moto)
+    code = main(["local", str(path), "--scale", str(SCALE), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    local = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    # THEN it is evicted early twice and deactivated, and the live view says why
+    assert story(local)["bad-image"] == [
+        ("Submitted", None, None, None, None),
+        ("Admitted", 1, None, None, None),
+        ("Evicted", 1, "WorkloadFault", "WaitForStart", None),
+        ("Requeued", None, None, None, 1),
+        ("BackoffFinished", None, None, None, 1),
+        ("Admitted", 2, None, None, None),
+        ("Evicted", 2, "Deactivated", "WorkloadFaults", None),
+        ("Deactivated", None, "WorkloadFaults", None, 1),
+    ]
+    assert "why: 2 of 2 pods cannot pull image" in printed
+    assert "retries stopped: 2 evictions in a row failed this way" in printed
+    assert [e.get("class") for e in local if e["event"] == "Evicted"] == ["WorkloadFault"] * 2
+    # AND the simulator tells the same story, well before the 2-minute deadline
+    simulated = simulate(load_scenario(path), "gang").events
+    assert story(local) == story(simulated)
+    first = next(e for e in simulated if e["event"] == "Evicted")
+    assert first["t"] == 25  # the pull fails at 10 s, evictAfter 15 s

@@ -100,3 +100,26 @@ def test_every_case_has_a_stored_digest():
     expected |= {f"{n}/{p}" for n, _ in PHILLY_CASES for p in POLICIES}
     assert set(stored()) == expected
     assert set(json.loads(LIFECYCLE_DIGESTS.read_text())) == expected
+
+
+# The story's lifecycle (its log without node-fault lines) before it gained `bad-image`
+# (a job whose image cannot be pulled, with workloadFaults on): the other workloads'
+# events must be exactly these.
+STORY_BEFORE_FAILURE_MODES = {
+    "gang": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",
+    "gang+block": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",
+    "gang+fit": "060b24a382bc9852aee0b9d88e9e7ae05aac12a52dc179e2b19950eda2482e5c",
+    "none": "0b91d0dff84a7d235f8bff518760a791fe7b030d4743b0b303373cc057087024",
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_local_story_is_unchanged_but_for_its_new_job(policy: str, tmp_path: Path) -> None:
+    result = simulate(load_builtin("local-story"), policy)
+    assert any(e.get("workload") == "bad-image" for e in result.events)
+    result.events[:] = [
+        {k: v for k, v in e.items() if k != "class"}
+        for e in result.events
+        if e.get("workload") != "bad-image"
+    ]
+    assert lifecycle_digest(result, tmp_path) == STORY_BEFORE_FAILURE_MODES[policy]

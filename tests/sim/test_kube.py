@@ -160,3 +160,73 @@ def test_simulated_actions_carry_out_the_cores_admit_and_evict():
     actions.evict(Evict("a", 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, Reason.WAIT_FOR_START))
     assert c.free_gpus == (8,)
     assert all(x.deleted for x in changes(c))
+
+
+# --------------------------------------------------------------------------- failure modes
+
+
+def _bound(failure: str, startup: float = 30) -> tuple[SimulatedCluster, str]:
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("bad", 1, 8, startup, 100, never_ready=True, failure=failure))
+    c.unsuspend("bad")
+    c.reconcile()
+    c.bind_pending(0)
+    uid = changes(c)[-1].uid
+    return c, uid
+
+
+def test_an_image_that_cannot_be_pulled_shows_only_after_the_startup_time():
+    # GIVEN a bound pod whose image cannot be pulled, startup 30 s
+    c, uid = _bound("ImagePullBackOff")
+    # THEN until then it is merely creating its container
+    (wake,) = wakeups(c)
+    assert (wake.at, wake.what) == (30, "fault")
+    # WHEN the pull fails
+    assert c.pod_fault("bad", uid, 30)
+    (change,) = changes(c)
+    # THEN the kubelet's reason shows, and nothing more is scheduled
+    assert (change.phase, change.waiting, change.reason) == (
+        "Pending",
+        "ImagePullBackOff",
+        "ImagePullBackOff",
+    )
+    assert "Back-off pulling image" in (change.message or "")
+    assert wakeups(c) == []
+
+
+def test_a_crash_loop_restarts_with_the_kubelets_back_off():
+    c, uid = _bound("CrashLoopBackOff", startup=30)
+    seen: list[tuple[float, str | None, int]] = []
+    now = 0.0
+    for _ in range(10):
+        pending = wakeups(c)
+        if not pending:
+            break
+        (wake,) = pending
+        now = wake.at
+        assert c.pod_fault("bad", uid, now)
+        (change,) = changes(c)
+        seen.append((now, change.waiting, change.restarts))
+    # exits 30 s after binding, restarted 10 s later, exits 5 s after that, restarted
+    # after 20 s; from the second restart on its state no longer changes its class
+    assert seen == [
+        (30, "CrashLoopBackOff", 0),
+        (40, None, 1),
+        (45, "CrashLoopBackOff", 1),
+        (65, None, 2),
+    ]
+
+
+def test_wasted_gpu_time_is_kept_per_failure_mode():
+    c = SimulatedCluster(2, 8)
+    c.add_job(JobSpec("ok", 1, 8, 10, 100))
+    c.add_job(JobSpec("bad", 1, 8, 10, 100, never_ready=True, failure="CrashLoopBackOff"))
+    for name in ("ok", "bad"):
+        c.unsuspend(name)
+    c.reconcile()
+    c.bind_pending(0)
+    ok_uid = next(p.uid for p in changes(c) if p.workload == "ok")
+    c.pod_ready("ok", ok_uid, 10)
+    c.finish_accounting(100)
+    assert c.held_by == {"": 800.0, "CrashLoopBackOff": 800.0}
+    assert c.useful_by == {"": 720.0}

@@ -176,3 +176,67 @@ def test_bad_rows_of_a_muster_trace_name_the_field(tmp_path: Path) -> None:
         "3: gpus: expected a whole number, got 'many'",
         "3: gangSize: must be at least 1, got 0",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "cluster: {nodes: 2}\nworkloads: [{name: a, pods: 1, failure: Segfault}]",
+            "workloads[0].failure: expected one of CrashLoopBackOff, ImagePullBackOff, NotReady",
+        ),
+        (
+            "cluster: {nodes: 2}\n"
+            "workloads: [{name: a, pods: 1, failure: CrashLoopBackOff, neverReady: false}]",
+            "workloads[0].failure: a workload that fails is never ready",
+        ),
+        (
+            BASE + "trace: {synthetic: {jobs: 5}, brokenModes: {Hang: 1}}",
+            "trace.brokenModes.Hang: not a failure mode",
+        ),
+        (
+            BASE + "trace: {synthetic: {jobs: 5}, brokenModes: {NotReady: -1}}",
+            "trace.brokenModes.NotReady: expected a weight of 0 or more",
+        ),
+        (
+            BASE + "trace: {synthetic: {jobs: 5}, brokenModes: {NotReady: 0}}",
+            "trace.brokenModes: the weights add up to 0",
+        ),
+        (BASE + "trace: {synthetic: {jobs: 5}, brokenModes: most}", "trace.brokenModes: expected"),
+        (
+            BASE + "settings: {workloadFaults: {evictAfter: 0s}}",
+            "settings.workloadFaults.evictAfter: must be greater than 0s",
+        ),
+    ],
+)
+def test_failure_modes_are_checked(text: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario_text(text)
+    assert message in str(info.value)
+
+
+def test_a_failure_makes_a_workload_never_ready_and_broken_modes_draw_from_their_own_stream() -> (
+    None
+):
+    sc = parse_scenario_text(
+        "cluster: {nodes: 2}\nworkloads: [{name: a, pods: 1, failure: ImagePullBackOff}]"
+    )
+    (w,) = sc.workloads
+    assert (w.never_ready, w.failure, w.failure_mode) == (
+        True,
+        "ImagePullBackOff",
+        "ImagePullBackOff",
+    )
+    assert sc.models_failures
+    trace = "trace: {synthetic: {jobs: 400}, brokenFraction: 0.25"
+    plain = parse_scenario_text(BASE + trace + "}")
+    mixed = parse_scenario_text(BASE + trace + ", brokenModes: default}")
+    assert not plain.models_failures and mixed.models_failures
+    # the same jobs are broken, with the same startup times: only their mode is new
+    assert [(w.never_ready, w.startup_seconds) for w in plain.workloads] == [
+        (w.never_ready, w.startup_seconds) for w in mixed.workloads
+    ]
+    modes = [w.failure for w in mixed.workloads if w.never_ready]
+    assert {m for m in modes} == {"CrashLoopBackOff", "ImagePullBackOff", "NotReady"}
+    assert all(w.failure is None for w in mixed.workloads if not w.never_ready)
+    assert modes.count("CrashLoopBackOff") > modes.count("NotReady")

@@ -169,6 +169,95 @@ def good_pod() -> dict:
     return pod_detail(cluster="c", workload="a/b", pod="b-0", seq=4)
 
 
+def failing_pod(**kw: object) -> dict:
+    """A pod whose container crash loops, with everything the agent reports about it."""
+    fields: dict = {
+        "cluster": "c",
+        "workload": "a/b",
+        "pod": "b-0",
+        "seq": 4,
+        "phase": "Running",
+        "node": "n1",
+        "reason": "CrashLoopBackOff",
+        "message": "back-off 40s restarting failed container",
+        "scheduled": True,
+        "waiting": "CrashLoopBackOff",
+        "restarts": 3,
+        "terminated": "OOMKilled",
+        "exit_code": 137,
+    }
+    return pod_detail(**(fields | kw))
+
+
+def test_what_kubernetes_says_about_a_pod_survives_the_wire() -> None:
+    _, event = parse_agent_event(envelope(POD_OBSERVED, failing_pod()))
+    assert isinstance(event, PodObserved)
+    assert (event.scheduled, event.waiting, event.restarts, event.terminated, event.exit_code) == (
+        True,
+        "CrashLoopBackOff",
+        3,
+        "OOMKilled",
+        137,
+    )
+
+
+def test_an_older_agents_pod_event_without_those_fields_still_parses() -> None:
+    detail = good_pod()
+    for key in ("scheduled", "waiting", "restarts", "terminated", "exitCode"):
+        assert key not in detail
+    _, event = parse_agent_event(envelope(POD_OBSERVED, detail))
+    assert isinstance(event, PodObserved)
+    assert (event.scheduled, event.waiting, event.restarts, event.exit_code) == (
+        None,
+        None,
+        0,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("scheduled", "yes", "scheduled: expected true, false or null"),
+        ("restarts", -1, "restarts: must be at least 0"),
+        ("restarts", 2**31, "restarts: must be at most"),
+        ("exitCode", "1", "exitCode: expected a whole number"),
+        ("waiting", 7, "waiting: expected a non-empty string"),
+    ],
+)
+def test_malformed_pod_health_fields_name_the_field(
+    field: str, value: object, message: str
+) -> None:
+    detail = failing_pod()
+    detail[field] = value
+    with pytest.raises(InvalidEvent, match=re.escape(message)):
+        parse_agent_event(envelope(POD_OBSERVED, detail))
+
+
+def test_a_64_pod_gangs_events_stay_far_within_the_bus_limits() -> None:
+    # GIVEN the longest names and reasons the schema allows, on every pod of a 64-pod gang
+    name = "a" * 63 + "." + "b" * 189
+    details = [
+        failing_pod(
+            workload=f"{'n' * 63}/{name}",
+            pod=f"{name[:-3]}-{i:02d}",
+            node="m" * 253,
+            reason="R" * 500,
+            message="é" * 2000,
+            waiting="W" * 500,
+            terminated="T" * 500,
+        )
+        for i in range(64)
+    ]
+    # THEN each pod's event (one PutEvents entry, one SQS message) is a few KB at most,
+    # and the reasons are cut to their bound
+    sizes = [len(json.dumps(envelope(POD_OBSERVED, d)).encode()) for d in details]
+    assert max(sizes) < 4 * 1024 < 256 * 1024
+    _, event = parse_agent_event(envelope(POD_OBSERVED, details[0]))
+    assert isinstance(event, PodObserved)
+    assert len((event.waiting or "").encode()) <= 128
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
@@ -227,7 +316,7 @@ def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> N
             shape=((4, 8),),
             placement="nodeSelector",
         ),
-        POD_OBSERVED: good_pod(),
+        POD_OBSERVED: failing_pod(),
         NODE_OBSERVED: node_detail(cluster="c", node="n", seq=1, gpus=8, foreign_gpus=2),
         CLUSTER_SNAPSHOT: snapshot_details(
             cluster="c", scope="Pod", revision=1, snapshot="s", pods={"a/b": {"b-0": "u"}}

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
+from muster.core.diagnosis import Diagnosis, classify, diagnose, fails_on_its_own
 from muster.core.model import (
     ACTIVE_PHASES,
+    NOT_READY_PHASES,
     AdmissionGranted,
     Admit,
     DeadlineReached,
@@ -97,6 +99,8 @@ def decide(
         case NodeObserved():
             return _observe_node(workload, event, qs, now)
         case DeadlineReached():
+            if event.kind is TimerKind.FAULT:
+                return _fault_deadline(workload, event, qs, now, draw)
             return _deadline(workload, event, qs, now, draw)
         case RequeueDue():
             return _requeue_due(workload, event, now)
@@ -216,6 +220,8 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
     if w.phase is not Phase.FINISHED:
         if w.timer is not None:
             ended.append(StopTimer(w.key, w.timer))
+        if w.fault_timer is not None:
+            ended.append(StopTimer(w.key, w.fault_timer))
         ended.append(
             Publish(
                 LogEvent.FINISHED,
@@ -282,12 +288,15 @@ def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
+    if w.fault_timer is not None:
+        effects.append(StopTimer(w.key, w.fault_timer))
     held = w.phase in ACTIVE_PHASES
     done = replace(
         w,
         phase=Phase.FINISHED,
         reason=e.reason.value,
         timer=None,
+        fault_timer=None,
         requeue_at=None,
         uid=e.uid or w.uid,
     )
@@ -309,6 +318,7 @@ def _reactivate(w: Workload, now: float) -> Decision:
         requeue_count=0,
         requeue_at=None,
         first_evicted_at=None,
+        fault_evictions=0,
     )
     return Decision(
         revived,
@@ -342,6 +352,8 @@ def _admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> D
         reason=None,
         message=None,
         dry_run_evicted=False,
+        fault_timer=None,
+        fault_episodes=0,
     )
     effects: list[Effect] = [
         Admit(w.key, e.attempt, w.kind, w.uid),
@@ -465,6 +477,11 @@ def pod_update(
         message=e.message,
         node_down=node_down,
         node_seq=known.node_seq if node_down and known else 0,
+        scheduled=e.scheduled,
+        waiting=e.waiting,
+        restarts=e.restarts,
+        terminated=e.terminated,
+        exit_code=e.exit_code,
     )
     return Outcome.APPLIED, pod, ""
 
@@ -501,6 +518,45 @@ def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
 
 def _readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     """Transitions that follow from the gang becoming whole or losing a pod."""
+    return _watch_faults(_whole_or_not(before, w, qs, now), qs, now)
+
+
+def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
+    """Arm `workloadFaults.evictAfter` while every not-ready pod fails on its own.
+
+    The timer runs from the moment the gang is in that state; any change out of it
+    (a pod Ready, starting, or waiting for room) stops it, and the next time starts
+    a new episode. It is armed only when it would fire before the readiness deadline.
+    """
+    w = d.workload
+    if w is None or (qs.fault_evict_after is None and w.fault_timer is None):
+        return d
+    armed = w.fault_timer
+    wanted = (
+        qs.fault_evict_after is not None
+        and w.phase in NOT_READY_PHASES
+        and not w.dry_run_evicted  # reported once per attempt in dry run
+        and fails_on_its_own(w)
+    )
+    if wanted and armed is None:
+        assert qs.fault_evict_after is not None
+        deadline = now + qs.fault_evict_after
+        if w.timer is not None and deadline >= w.timer.deadline:
+            return d
+        episode = w.fault_episodes + 1
+        timer = Timer(TimerKind.FAULT, w.attempt, episode, deadline, incarnation(w))
+        watched = replace(w, fault_timer=timer, fault_episodes=episode)
+        return replace(d, workload=watched, effects=(*d.effects, StartTimer(w.key, timer)))
+    if not wanted and armed is not None:
+        return replace(
+            d,
+            workload=replace(w, fault_timer=None),
+            effects=(*d.effects, StopTimer(w.key, armed)),
+        )
+    return d
+
+
+def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     effects: list[Effect] = []
     if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
         # Replacement pods of an admitted group arrive gated: release them too.
@@ -634,6 +690,8 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     effects: list[Effect] = []
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
+    if w.fault_timer is not None:
+        effects.append(StopTimer(w.key, w.fault_timer))
     effects.append(
         Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid)
     )
@@ -667,60 +725,120 @@ def _deadline(
     if e.incarnation and e.incarnation != timer.incarnation:
         return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
     cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
+    return _evict_not_ready(w, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+
+
+def _fault_deadline(
+    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+) -> Decision:
+    """`workloadFaults.evictAfter` ran out: evict early if every not-ready pod still fails
+    on its own (the timer's stop may not have arrived; correctness never depends on it)."""
+    timer = w.fault_timer
+    if timer is None or (timer.attempt, timer.episode) != (e.attempt, e.episode):
+        return Decision(w, outcome=Outcome.STALE, note="fault timer no longer armed")
+    if e.incarnation and e.incarnation != timer.incarnation:
+        return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
+    found = diagnose(w)
+    if w.phase not in NOT_READY_PHASES or qs.fault_evict_after is None or not found.workload_fault:
+        return Decision(
+            replace(w, fault_timer=None),
+            outcome=Outcome.IGNORED,
+            note="the gang's pods no longer all fail on their own",
+        )
+    cause = Reason.WAIT_FOR_START if w.phase is Phase.ADMITTED else Reason.WAIT_FOR_RECOVERY
+    return _evict_not_ready(w, qs, now, draw, Reason.WORKLOAD_FAULT, cause, found)
+
+
+def _evict_not_ready(
+    w: Workload,
+    qs: QueueSettings,
+    now: float,
+    draw: float,
+    reason: Reason,
+    cause: Reason,
+    found: Diagnosis,
+) -> Decision:
+    """Evict a gang that is not whole: requeue it with backoff, or deactivate it.
+
+    `reason` is `PodsReadyTimeout` (a readiness deadline) or `WorkloadFault` (early,
+    `workloadFaults.evictAfter`); both count the same towards the requeuing limits.
+    Every such eviction records the diagnosis of the gang's not-ready pods; one in
+    which they all failed on their own extends a streak, any other ends it, and
+    the streak beyond `workloadFaults.limitCount` deactivates (`WorkloadFaults`).
+    """
     not_ready = w.not_ready_pods()
+    classes = {d.pod: d for d in found.pods}
     detail: dict[str, Any] = {
         "attempt": w.attempt,
-        "reason": Reason.PODS_READY_TIMEOUT.value,
+        "reason": reason.value,
         "cause": cause.value,
         "readyPods": w.ready_pods,
         "gangSize": w.gang_size,
-        "notReady": [_pod_detail(p) for p in not_ready[:20]],
+        "notReady": [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]],
+        "diagnosis": found.to_dict(),
     }
-    limited = _limit_reached(w, qs, now)
+    streak = w.fault_evictions + 1 if found.workload_fault else 0
+    fault_limited = qs.fault_limit_count is not None and streak > qs.fault_limit_count
+    limited = fault_limited or _limit_reached(w, qs, now)
+    limit_reason = Reason.WORKLOAD_FAULTS if fault_limited else Reason.REQUEUING_LIMIT_EXCEEDED
+    if fault_limited:
+        detail["diagnosis"]["summary"] = (
+            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
+            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
+        )
     count = w.requeue_count + 1
     delay = backoff_delay(count, qs, draw)
+    fired = (
+        replace(w, fault_timer=None) if reason is Reason.WORKLOAD_FAULT else replace(w, timer=None)
+    )
     if qs.dry_run:
         detail.update({"dryRun": True, "wouldDeactivate": limited})
-        if not limited:
+        if limited:
+            detail["wouldDeactivateReason"] = limit_reason.value
+        else:
             detail["wouldRequeueAfterSeconds"] = delay
         return Decision(
-            replace(w, timer=None, dry_run_evicted=True),
+            replace(fired, dry_run_evicted=True),
             (Publish(LogEvent.EVICTED, w.key, detail),),
         )
+    effects: list[Effect] = []
+    # The other deadline of this attempt is moot now.
+    if reason is Reason.WORKLOAD_FAULT and w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    if reason is not Reason.WORKLOAD_FAULT and w.fault_timer is not None:
+        effects.append(StopTimer(w.key, w.fault_timer))
     if limited:
         # Kueue does not record another PodsReadyTimeout here: it evicts the workload
         # as deactivated (`DeactivatedDueToRequeuingLimitExceeded`), and the count
         # does not grow. The timeout that led to it is kept as `timedOut`.
         detail.update(
-            reason=Reason.DEACTIVATED.value,
-            cause=Reason.REQUEUING_LIMIT_EXCEEDED.value,
-            timedOut=cause.value,
+            reason=Reason.DEACTIVATED.value, cause=limit_reason.value, timedOut=cause.value
         )
-        evict_reason, evict_cause = Reason.DEACTIVATED, Reason.REQUEUING_LIMIT_EXCEEDED
+        if reason is Reason.WORKLOAD_FAULT:
+            detail["evictedEarly"] = reason.value
+        evict_reason, evict_cause = Reason.DEACTIVATED, limit_reason
     else:
-        evict_reason, evict_cause = Reason.PODS_READY_TIMEOUT, cause
-    effects: list[Effect] = [
-        Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid)
-    ]
-    evicted = _withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause)
+        evict_reason, evict_cause = reason, cause
+    effects.append(Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid))
+    evicted = replace(
+        _withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause), fault_evictions=streak
+    )
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     if limited:
         deactivated = replace(
             evicted,
             phase=Phase.DEACTIVATED,
-            reason=Reason.REQUEUING_LIMIT_EXCEEDED.value,
+            reason=limit_reason.value,
             message=cause.value,
             requeue_count=0,
             requeue_at=None,
             first_evicted_at=None,
         )
-        effects.append(
-            Publish(
-                LogEvent.DEACTIVATED,
-                w.key,
-                {"reason": Reason.REQUEUING_LIMIT_EXCEEDED.value, "count": w.requeue_count},
-            )
-        )
+        gone: dict[str, Any] = {"reason": limit_reason.value, "count": w.requeue_count}
+        if fault_limited:
+            gone["faultEvictions"] = streak
+            gone["summary"] = detail["diagnosis"]["summary"]
+        effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
         effects.append(RunAdmission("evicted"))
         return Decision(deactivated, tuple(effects))
     requeued = replace(
@@ -767,6 +885,7 @@ def _withdrawn(
     return replace(
         w,
         timer=None,
+        fault_timer=None,
         pods=pods,
         evictions=evictions,
         queued_at=queued_at,
@@ -793,11 +912,21 @@ def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
     )
 
 
-def _pod_detail(p: Pod) -> dict[str, Any]:
-    return {
+def _pod_detail(p: Pod, found: Any = None) -> dict[str, Any]:
+    detail: dict[str, Any] = {
         "pod": p.name,
         "phase": p.phase,
         "node": p.node,
         "reason": p.reason,
         "message": p.message,
     }
+    if found is None:
+        found = classify(p)
+    detail["class"] = found.cls.value
+    if p.restarts:
+        detail["restarts"] = p.restarts
+    if p.exit_code is not None:
+        detail["exitCode"] = p.exit_code
+    if p.terminated is not None:
+        detail["terminated"] = p.terminated
+    return detail

@@ -56,6 +56,10 @@ class Reason(StrEnum):
     REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
     DEACTIVATED = "Deactivated"  # the eviction that deactivates (Kueue's Evicted reason)
     REACTIVATED = "Reactivated"
+    # Failure-aware retry (`workloadFaults`): an early eviction of a gang whose
+    # not-ready pods all fail on their own, and the deactivation after too many.
+    WORKLOAD_FAULT = "WorkloadFault"
+    WORKLOAD_FAULTS = "WorkloadFaults"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DELETED = "Deleted"
@@ -64,6 +68,7 @@ class Reason(StrEnum):
 class TimerKind(StrEnum):
     STARTUP = "startup"  # from admission until all pods Ready
     RECOVERY = "recovery"  # from losing a Ready pod until whole again
+    FAULT = "fault"  # from every not-ready pod failing on its own until `evictAfter`
 
 
 class LogEvent(StrEnum):
@@ -102,6 +107,13 @@ class Pod:
     # Its node reported NotReady (at `node_seq`) after the pod's last report.
     node_down: bool = False
     node_seq: int = 0
+    # What Kubernetes says about it, for telling a broken job from a busy cluster
+    # (None / 0 when the agent did not say: events of older agents).
+    scheduled: bool | None = None  # the PodScheduled condition
+    waiting: str | None = None  # a container's waiting reason (ImagePullBackOff, ...)
+    restarts: int = 0  # the most restarts of any of its containers
+    terminated: str | None = None  # that container's last termination reason (OOMKilled, ...)
+    exit_code: int | None = None  # and its exit code
 
     @property
     def counts_ready(self) -> bool:
@@ -175,6 +187,11 @@ class Workload:
     # Placement rules of its pods the capacity check cannot evaluate (e.g.
     # "nodeSelector"); non-empty: the check falls back to quota for it.
     placement: str = ""
+    # Failure-aware retry: consecutive evictions in which every not-ready pod was a
+    # workload fault, and the armed `evictAfter` timer (a second deadline slot).
+    fault_evictions: int = 0
+    fault_timer: Timer | None = None
+    fault_episodes: int = 0  # fault timers armed within the current attempt
 
     @property
     def ready_pods(self) -> int:
@@ -266,6 +283,11 @@ class PodObserved:
     deleted: bool = False
     reason: str | None = None
     message: str | None = None
+    scheduled: bool | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

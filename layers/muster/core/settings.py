@@ -109,6 +109,9 @@ class QueueSettings:
     gpu_quota: int | None = None
     dry_run: bool = False
     node_replacement_eviction: bool = True
+    # `workloadFaults`: stop retrying gangs whose pods fail on their own (off when unset).
+    fault_limit_count: int | None = None
+    fault_evict_after: float | None = None
 
     @property
     def effective_recovery_timeout(self) -> float:
@@ -280,7 +283,9 @@ _STRATEGY_KEYS = {
     "backoffMaxSeconds",
     "backoffJitter",
 }
+_FAULT_KEYS = {"limitCount", "evictAfter"}
 _QUEUE_KEYS = {
+    "workloadFaults",
     "timeout",
     "recoveryTimeout",
     "requeuingStrategy",
@@ -429,6 +434,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     gpu_quota = base.gpu_quota
     if "gpuQuota" in doc and path:
         gpu_quota = _optional_int(doc, "gpuQuota", path, minimum=0)
+    fault_limit, evict_after = _parse_faults(doc, base, path)
     return QueueSettings(
         timeout=timeout,
         recovery_timeout=recovery,
@@ -444,7 +450,37 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         node_replacement_eviction=_bool(
             doc, "nodeReplacementEviction", base.node_replacement_eviction, path
         ),
+        fault_limit_count=fault_limit,
+        fault_evict_after=evict_after,
     )
+
+
+def _parse_faults(
+    doc: Mapping[str, Any], base: QueueSettings, path: str
+) -> tuple[int | None, float | None]:
+    """`workloadFaults.limitCount` and `.evictAfter`; a queue inherits each one unset."""
+    limit, after = base.fault_limit_count, base.fault_evict_after
+    if "workloadFaults" not in doc:
+        return limit, after
+    faults = doc["workloadFaults"]
+    fpath = f"{path}workloadFaults."
+    if faults is None:
+        return None, None
+    if not isinstance(faults, Mapping):
+        _problem(f"{path}workloadFaults: must be a mapping (limitCount, evictAfter)")
+        return limit, after
+    _check_keys(faults, _FAULT_KEYS, fpath)
+    if "limitCount" in faults:
+        limit = _optional_int(faults, "limitCount", fpath, minimum=0)
+    if "evictAfter" in faults:
+        if faults["evictAfter"] is None:
+            after = None
+        else:
+            after = _duration(faults, "evictAfter", 0.0, fpath)
+            if after <= 0:
+                _problem(f"{fpath}evictAfter: must be greater than 0s")
+                after = base.fault_evict_after
+    return limit, after
 
 
 def _check_keys(doc: Mapping[str, Any], allowed: set[str], path: str) -> None:
@@ -541,4 +577,11 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
         doc["maxTimeout"] = format_duration(q.max_timeout)
     if q.gpu_quota is not None:
         doc["gpuQuota"] = q.gpu_quota
+    faults: dict[str, Any] = {}
+    if q.fault_limit_count is not None:
+        faults["limitCount"] = q.fault_limit_count
+    if q.fault_evict_after is not None:
+        faults["evictAfter"] = format_duration(q.fault_evict_after)
+    if faults:
+        doc["workloadFaults"] = faults
     return doc

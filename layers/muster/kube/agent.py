@@ -442,6 +442,11 @@ class Agent:
             reason=view.reason,
             message=view.message,
             observed_at=self._now(),
+            scheduled=view.scheduled,
+            waiting=view.waiting,
+            restarts=view.restarts,
+            terminated=view.terminated,
+            exit_code=view.exit_code,
         )
         self._put(f"pod:{name}", POD_OBSERVED, detail)
 

@@ -62,11 +62,15 @@ def describe(event: LogEvent, detail: Mapping[str, Any]) -> KubeEvent | None:
                 f"{_time(detail.get('requeueAt'))} (backoff {_seconds(detail.get('delaySeconds'))})",
             )
         case LogEvent.DEACTIVATED:
+            why = (
+                f"{detail['summary']}"
+                if detail.get("summary")
+                else f"{detail.get('reason')} after {detail.get('count')} requeues"
+            )
             return KubeEvent(
                 "Warning",
                 f"DeactivatedDueTo{detail.get('reason')}",
-                f"Deactivated: {detail.get('reason')} after {detail.get('count')} requeues; "
-                "it stays held until `muster reactivate` revives it",
+                f"Deactivated: {why}; it stays held until `muster reactivate` revives it",
             )
         case LogEvent.REACTIVATED:
             return KubeEvent("Normal", "Reactivated", "Reactivated: queued again, no backoff")
@@ -79,8 +83,11 @@ def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
     # The eviction that deactivates (reason Deactivated) names the timeout as `timedOut`.
     cause = detail.get("timedOut") or detail.get("cause")
     dry = bool(detail.get("dryRun"))
+    early = reason == "WorkloadFault" or detail.get("evictedEarly")
     head = f"{'Would evict (dry run)' if dry else 'Evicted'} attempt {detail.get('attempt')}: " + (
-        f"not all pods Ready before the {cause} deadline"
+        "every not-ready pod failed on its own for workloadFaults.evictAfter"
+        if early
+        else f"not all pods Ready before the {cause} deadline"
         if cause
         else f"node {detail.get('node')} is failing ({detail.get('health') or 'NotReady'})"
     )
@@ -88,6 +95,9 @@ def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
         head += ", and the requeuing limit is reached"
     if "readyPods" in detail:
         head += f" ({detail['readyPods']}/{detail.get('gangSize')} ready)"
+    summary = (detail.get("diagnosis") or {}).get("summary")
+    if summary:
+        head += f"; {summary}"
     not_ready = list(detail.get("notReady") or [])
     if not_ready:
         named = [_pod(p) for p in not_ready[:MAX_NOT_READY_NAMED]]

@@ -16,6 +16,7 @@ from typing import Any
 
 from muster.core.copying import replace
 from muster.core.decide import NODE_HEALTH_LABEL
+from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
 from muster.kube.conventions import (
@@ -78,6 +79,11 @@ class PodView:
     node: str | None
     reason: str | None
     message: str | None
+    scheduled: bool | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -458,16 +464,67 @@ def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = (conditions.get("Ready") or {}).get("status") == "True"
     reason, message = (None, None) if ready else _not_ready_reason(status, conditions)
+    node = (pod.get("spec") or {}).get("nodeName")
+    scheduled_status = (conditions.get("PodScheduled") or {}).get("status")
+    scheduled = {"True": True, "False": False}.get(str(scheduled_status))
+    if node:
+        scheduled = True
+    waiting, restarts, terminated, exit_code = _container_health(status)
     return PodView(
         workload=workload,
         pod=str(meta(pod).get("name")),
         uid=str(meta(pod).get("uid") or ""),
         phase=phase,
         ready=ready,
-        node=(pod.get("spec") or {}).get("nodeName"),
+        node=node,
         reason=reason,
         message=message,
+        scheduled=scheduled,
+        waiting=waiting,
+        restarts=restarts,
+        terminated=terminated,
+        exit_code=exit_code,
     )
+
+
+def _container_health(status: Mapping[str, Any]) -> tuple[str | None, int, str | None, int | None]:
+    """(waiting reason, restarts, last termination reason, its exit code) of the pod's
+    most troubled container: one whose waiting reason says the workload is at fault
+    first, then the one that restarted most. Bounded whatever the container count."""
+    statuses = [
+        cs
+        for cs in list(status.get("initContainerStatuses") or [])
+        + list(status.get("containerStatuses") or [])
+        if isinstance(cs, Mapping)
+    ]
+    waiting: str | None = None
+    for cs in statuses:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if isinstance(reason, str) and reason:
+            if reason in WORKLOAD_FAULT_REASONS:
+                waiting = reason
+                break
+            waiting = waiting or reason
+    worst: Mapping[str, Any] | None = None
+    for cs in statuses:
+        if worst is None or _count(cs.get("restartCount"), 0) > _count(
+            worst.get("restartCount"), 0
+        ):
+            worst = cs
+    restarts, terminated, exit_code = 0, None, None
+    if worst is not None:
+        restarts = _count(worst.get("restartCount"), 0)
+        ended = (worst.get("state") or {}).get("terminated") or (
+            (worst.get("lastState") or {}).get("terminated")
+        )
+        if isinstance(ended, Mapping):
+            reason = ended.get("reason")
+            terminated = reason if isinstance(reason, str) and reason else None
+            code = ended.get("exitCode")
+            exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            if terminated == "Completed" and exit_code == 0:
+                terminated, exit_code = None, None
+    return waiting, restarts, terminated, exit_code
 
 
 def _not_ready_reason(

@@ -73,9 +73,9 @@ class LocalCluster:
         self._epoch0 = 0.0
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
+        self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
         # Node events carry capacity when the control plane runs the capacity check.
         self._capacity = scenario.settings.capacity_check
-        self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
 
     # ------------------------------------------------------------------ time
 
@@ -161,12 +161,20 @@ class LocalCluster:
             w = self._specs[item[1]]
             self.kube.add_job(
                 JobSpec(
-                    w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready
+                    w.name,
+                    w.pods,
+                    w.gpus_per_pod,
+                    w.startup_seconds,
+                    w.run_seconds,
+                    w.never_ready,
+                    w.failure,
                 )
             )
             self._workload_event(w.name, "Active")
         elif what == "ready":
             self.kube.pod_ready(item[1], item[2], now)
+        elif what == "fault":
+            self.kube.pod_fault(item[1], item[2], now)
         elif what == "complete":
             if self.kube.complete(item[1], item[2], now):
                 self._drain(now)
@@ -216,6 +224,13 @@ class LocalCluster:
             node=change.node,
             deleted=change.deleted,
             observed_at=self._when(now),
+            reason=change.reason,
+            message=change.message,
+            scheduled=True if change.node is not None else None,
+            waiting=change.waiting,
+            restarts=change.restarts,
+            terminated=change.terminated,
+            exit_code=change.exit_code,
         )
         self._outbox.put(Entry(f"pod:{change.pod}", POD_OBSERVED, detail), now)
 

@@ -210,17 +210,20 @@ def run_local(
             retry_visibility=1,
         )
         open_workloads = {w.name for w in scaled.workloads}
+        failures = scenario.models_failures
         board = Board(endpoint, _output(result.outputs, "TableName"), on_board, scale)
 
         def advance() -> None:
             cluster.step()
             # The events first, then the phases they moved the workloads to.
-            for entry in _read_tap(sqs, tap, cluster.started_at, scale):
+            for entry in _read_tap(sqs, tap, cluster.started_at, scale, failures):
+                # The diagnosis is shown live; the files keep the simulator's fields.
+                diagnosis = entry.pop("diagnosis", None)
                 result.events.append(entry)
                 if entry["event"] in DONE_EVENTS:
                     open_workloads.discard(entry["workload"])
                 if on_event is not None:
-                    on_event(entry)
+                    on_event({**entry, "diagnosis": diagnosis} if diagnosis else entry)
             for t, node, failed in cluster.take_node_changes():
                 line = node_line(round(t * scale, 3), node, failed=failed)
                 result.events.append(line)
@@ -310,7 +313,9 @@ def _output(outputs: dict[str, str], suffix: str) -> str:
     )
 
 
-def _read_tap(sqs: Any, url: str, epoch0: float, scale: float) -> list[dict[str, Any]]:
+def _read_tap(
+    sqs: Any, url: str, epoch0: float, scale: float, failures: bool = False
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while True:
         messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
@@ -318,12 +323,19 @@ def _read_tap(sqs: Any, url: str, epoch0: float, scale: float) -> list[dict[str,
             return out
         for m in messages:
             event = json.loads(m["Body"])
-            out.append(lifecycle_entry(event["detail"], epoch0, scale))
+            out.append(lifecycle_entry(event["detail"], epoch0, scale, failures))
             sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 
 
-def lifecycle_entry(detail: dict[str, Any], epoch0: float, scale: float) -> dict[str, Any]:
-    """A bus lifecycle event as an event-log line in scenario time (the simulator's format)."""
+def lifecycle_entry(
+    detail: dict[str, Any], epoch0: float, scale: float, failures: bool = False
+) -> dict[str, Any]:
+    """A bus lifecycle event as an event-log line in scenario time (the simulator's format).
+
+    With `failures` (the scenario models failure modes) an eviction also carries the
+    class of its not-ready pods, as in the simulator's log, and, for the live view
+    only, its diagnosis in a sentence.
+    """
     from muster.schema import parse_time
 
     at = parse_time(detail["at"], "at")
@@ -339,6 +351,10 @@ def lifecycle_entry(detail: dict[str, Any], epoch0: float, scale: float) -> dict
         if key == "requeueAt" and isinstance(value, int | float):
             value = round((value - epoch0) * scale, 3)
         entry[key] = value
+    found = detail.get("diagnosis")
+    if failures and detail["event"] == "Evicted" and isinstance(found, dict):
+        entry["class"] = found.get("class")
+        entry["diagnosis"] = found.get("summary")
     return entry
 
 
@@ -351,6 +367,8 @@ def print_event(stream: TextIO) -> Callable[[dict[str, Any]], None]:
             extra = "(node)"
         who = e.get("workload") or e.get("node", "")
         stream.write(f"[{e['t']:>8.1f}s] {who:<16} {e['event']:<16} {extra}\n")
+        if e.get("diagnosis"):
+            stream.write(f"{'':12}why: {e['diagnosis']}\n")
         stream.flush()
 
     return show

@@ -27,6 +27,7 @@ def scale_queue(q: QueueSettings, factor: float) -> QueueSettings:
         backoff_base_seconds=q.backoff_base_seconds / factor,
         backoff_max_seconds=q.backoff_max_seconds / factor,
         max_timeout=s(q.max_timeout),
+        fault_evict_after=s(q.fault_evict_after),
     )
 
 

@@ -76,6 +76,7 @@ def encode_workload(w: Workload) -> dict[str, Any]:
     doc["kind"] = w.kind.value
     doc["phase"] = w.phase.value
     doc["timer"] = encode_timer(w.timer)
+    doc["fault_timer"] = encode_timer(w.fault_timer)
     doc["evictions"] = dict(w.evictions)
     return doc
 
@@ -86,6 +87,7 @@ def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> 
     values["phase"] = Phase(values["phase"])
     values["timer"] = decode_timer(values.get("timer"))
     values["shape"] = tuple((int(n), int(g)) for n, g in values.get("shape") or ())
+    values["fault_timer"] = decode_timer(values.get("fault_timer"))
     return replace(
         Workload(key=doc["key"], queue=doc["queue"], gang_size=1), **values, pods=pods or {}
     )

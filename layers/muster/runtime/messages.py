@@ -59,7 +59,9 @@ def parse_timer_message(body: str) -> tuple[DeadlineReached, float]:
     try:
         timer_kind = TimerKind(str(kind))
     except ValueError:
-        raise InvalidEvent(f"kind: expected 'startup' or 'recovery', got {kind!r}") from None
+        raise InvalidEvent(
+            f"kind: expected 'startup', 'recovery' or 'fault', got {kind!r}"
+        ) from None
     if not isinstance(doc.get("deadline"), str):
         raise InvalidEvent("deadline: required RFC 3339 timestamp")
     deadline = parse_time(doc["deadline"], "deadline")

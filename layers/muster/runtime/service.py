@@ -55,6 +55,7 @@ from muster.core import (
     reassess,
 )
 from muster.core.capacity import NodeCapacity, more_room, observe_node
+from muster.core.diagnosis import classify
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.runtime.ports import (
@@ -292,11 +293,17 @@ class ControlPlane:
         if light.workload.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
+        settings = self.settings()
         if delta:
-            self._check_readiness(key, self.settings(), self.clock())
+            self._check_readiness(key, settings, self.clock())
+        elif _fault_watch_moved(w, settings, light.pod, pod):
+            # `workloadFaults.evictAfter` follows each pod's class, not only the count.
+            self._check_readiness(key, settings, self.clock(), faults=True)
         return Outcome.APPLIED
 
-    def _check_readiness(self, key: str, settings: Settings, now: float) -> None:
+    def _check_readiness(
+        self, key: str, settings: Settings, now: float, *, faults: bool = False
+    ) -> None:
         """After a write, read the count back; load the gang only if it may have changed state.
 
         Every writer reads after its own write, so of two concurrent "last" pods
@@ -308,7 +315,7 @@ class ControlPlane:
         w, count = light.workload, light.ready_count
         maybe_whole = w.phase in NOT_READY_PHASES and count >= w.gang_size
         maybe_broken = w.phase is Phase.RUNNING and count < w.gang_size
-        if maybe_whole or maybe_broken:
+        if maybe_whole or maybe_broken or (faults and w.phase in NOT_READY_PHASES):
             snap = self._settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
@@ -727,6 +734,19 @@ def _is_eviction(before: Workload, after: Workload) -> bool:
     return any(not p.retired for p in before.pods.values()) and all(
         p.retired for p in after.pods.values()
     )
+
+
+def _fault_watch_moved(
+    w: Workload, settings: Settings, before: Pod | None, after: Pod | None
+) -> bool:
+    """Whether one pod's new record may start or stop the gang's `evictAfter` timer."""
+    if w.phase not in NOT_READY_PHASES:
+        return False
+    if settings.for_queue(w.queue).fault_evict_after is None and w.fault_timer is None:
+        return False
+    if before is None or after is None or before.retired or before.deleted or after.deleted:
+        return True
+    return classify(before).cls is not classify(after).cls
 
 
 def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[PodWrite]:

@@ -6,7 +6,8 @@ between two effects). Run on a schedule, the sweeper reads the phase index (not
 the whole table) and sends again whatever should already have arrived:
 
 - a Requeued workload whose `requeueAt` passed: its requeue message;
-- an Admitted or Recovering workload whose deadline passed: its timer's signal;
+- an Admitted or Recovering workload whose deadline (or `workloadFaults.evictAfter`)
+  passed: its timer's signal;
 - Pending workloads of which the admission planner would admit one now: a pass;
 - a workload with effects left over from an interrupted decision: a pass that
   names it, which carries them out first.
@@ -79,12 +80,13 @@ def sweep(
             report.requeues.append(w.key)
     active = [w for p in sorted(ACTIVE_PHASES) for w in store.by_phase(p.value)]
     for w in active:
-        timer = w.timer
-        if w.key in quarantined or timer is None or w.phase is Phase.RUNNING:
+        if w.key in quarantined or w.phase is Phase.RUNNING:
             continue
-        if timer.deadline + grace <= now:
-            messages.deadline_later(w.key, timer, 0.0)
-            report.deadlines.append(w.key)
+        for timer in (w.timer, w.fault_timer):
+            if timer is not None and timer.deadline + grace <= now:
+                messages.deadline_later(w.key, timer, 0.0)
+                report.deadlines.append(w.key)
+                break
     for phase in SWEPT_PHASES:
         for key in store.unsettled(phase.value):
             if key not in quarantined:

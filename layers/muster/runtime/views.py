@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from muster.core import ACTIVE_PHASES, Phase
+from muster.core import ACTIVE_PHASES, Phase, Pod
+from muster.core.diagnosis import PodDiagnosis, diagnose
 from muster.runtime.ports import WorkloadStore
+
+
+def _health(p: Pod, found: Mapping[str, PodDiagnosis]) -> dict[str, Any]:
+    """What tells a broken job from a busy cluster, for one pod."""
+    doc: dict[str, Any] = {"class": found[p.name].cls.value} if p.name in found else {}
+    if p.restarts:
+        doc["restarts"] = p.restarts
+    if p.exit_code is not None:
+        doc["exitCode"] = p.exit_code
+    if p.terminated is not None:
+        doc["terminated"] = p.terminated
+    return doc
 
 
 def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
@@ -14,6 +28,7 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
     if snap is None:
         return None
     w = snap.workload
+    found = {d.pod: d for d in diagnose(w).pods}
     quarantine = snap.quarantine
     return {
         **w.summary(),
@@ -31,6 +46,7 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
         ),
         "pendingEffects": [type(e).__name__ for e in snap.outbox],
         "evictions": dict(w.evictions),
+        "faultEvictions": w.fault_evictions,
         "notReadyPods": [
             {
                 "pod": p.name,
@@ -39,8 +55,10 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
                 "reason": p.reason,
                 "message": p.message,
             }
+            | _health(p, found)
             for p in w.not_ready_pods()
         ],
+        "diagnosis": (diagnose(w).to_dict() if w.phase in ACTIVE_PHASES and not w.whole else None),
         "history": store.history(key),
     }
 

@@ -127,6 +127,7 @@ class Tracking:
     first_ready: float | None = None
     finished: float | None = None
     deactivated: bool = False
+    deactivated_reason: str | None = None
 
 
 # --------------------------------------------------------------------------- the agenda
@@ -147,6 +148,13 @@ class PodStarted(NamedTuple):
     uid: str
 
 
+class PodFails(NamedTuple):
+    """A failing pod's next state: its image pull fails, its container exits or restarts."""
+
+    job: str
+    uid: str
+
+
 class RunDone(NamedTuple):
     """A job's run is done, if it progressed without a break since `token`."""
 
@@ -162,7 +170,16 @@ class NodeRepaired(NamedTuple):
     node: str
 
 
-Item = Submit | PodStarted | RunDone | NodeFails | NodeRepaired | DeadlineReached | RequeueDue
+Item = (
+    Submit
+    | PodStarted
+    | PodFails
+    | RunDone
+    | NodeFails
+    | NodeRepaired
+    | DeadlineReached
+    | RequeueDue
+)
 
 
 class Agenda:
@@ -206,8 +223,12 @@ class Agenda:
 class RunLog:
     """The run's event log, and the counts its summary is made of."""
 
-    def __init__(self, workloads: int) -> None:
+    def __init__(self, workloads: int, failures: bool = False) -> None:
         self.events: list[dict[str, Any]] = []
+        # Only when the scenario models failure modes: each eviction's class in the
+        # log, and evictions by class for the summary (otherwise the log is unchanged).
+        self.failures = failures
+        self.by_class: dict[str, int] = {}
         self.tracking: dict[str, Tracking] = {}
         self.outcomes: dict[Outcome, int] = {}
         self.delivered = 0  # events the core decided on
@@ -239,8 +260,12 @@ class RunLog:
             value = get(key)
             if value is not None:
                 entry[key] = _num(value) if type(value) is float else value
-        self.events.append(entry)
         name = effect.event
+        if self.failures and name is LogEvent.EVICTED:
+            label = entry["class"] = _eviction_class(effect.detail)
+            if not effect.detail.get("dryRun"):
+                self.by_class[label] = self.by_class.get(label, 0) + 1
+        self.events.append(entry)
         if name is LogEvent.EVICTED:
             self.evictions += 1
         elif name is LogEvent.REQUEUED:
@@ -250,7 +275,9 @@ class RunLog:
             if track.first_ready is None:
                 track.first_ready = now
         elif name is LogEvent.DEACTIVATED:
-            self.tracking[effect.workload].deactivated = True
+            track = self.tracking[effect.workload]
+            track.deactivated = True
+            track.deactivated_reason = effect.detail.get("reason")
             self.open_workloads -= 1
         elif name is LogEvent.FINISHED:
             self.tracking[effect.workload].finished = now
@@ -278,7 +305,7 @@ class Simulation:
         )
         self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
         self.agenda = Agenda()
-        self.log = RunLog(len(scenario.workloads))
+        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
         self._until = scenario.until
         self._specs = {w.name: w for w in scenario.workloads}
@@ -291,6 +318,7 @@ class Simulation:
         self._handlers: dict[type[Any], Callable[[Any], bool]] = {
             Submit: self._submit,
             PodStarted: self._pod_started,
+            PodFails: self._pod_fails,
             RunDone: self._run_done,
             NodeFails: self._node_fails,
             NodeRepaired: self._node_repaired,
@@ -325,6 +353,8 @@ class Simulation:
             {outcome.value: n for outcome, n in log.outcomes.items()},
             time.perf_counter() - started,
         )
+        if log.failures:
+            summary.update(failure_summary(self.scenario, self.kube, log.tracking, log.by_class))
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
@@ -429,6 +459,12 @@ class Simulation:
                             item.ready,
                             item.node,
                             item.deleted,
+                            item.reason,
+                            item.message,
+                            waiting=item.waiting,
+                            restarts=item.restarts,
+                            terminated=item.terminated,
+                            exit_code=item.exit_code,
                         )
                     )
                 else:
@@ -440,6 +476,8 @@ class Simulation:
             return
         if w.what == "ready":
             self.agenda.push(w.at, _READY, self._order[w.job], PodStarted(w.job, str(w.ref)))
+        elif w.what == "fault":
+            self.agenda.push(w.at, _READY, self._order[w.job], PodFails(w.job, str(w.ref)))
         else:
             self.agenda.push(w.at, _COMPLETE, self._order[w.job], RunDone(w.job, int(w.ref)))
 
@@ -450,7 +488,15 @@ class Simulation:
         w = self._specs[item.workload]
         now = self.agenda.now
         self.kube.add_job(
-            JobSpec(w.name, w.pods, w.gpus_per_pod, w.startup_seconds, w.run_seconds, w.never_ready)
+            JobSpec(
+                w.name,
+                w.pods,
+                w.gpus_per_pod,
+                w.startup_seconds,
+                w.run_seconds,
+                w.never_ready,
+                w.failure,
+            )
         )
         self.log.submitted(w.name, now)
         return self._deliver(
@@ -469,6 +515,10 @@ class Simulation:
 
     def _pod_started(self, item: PodStarted) -> bool:
         self.kube.pod_ready(item.job, item.uid, self.agenda.now)
+        return self._drain()
+
+    def _pod_fails(self, item: PodFails) -> bool:
+        self.kube.pod_fault(item.job, item.uid, self.agenda.now)
         return self._drain()
 
     def _run_done(self, item: RunDone) -> bool:
@@ -545,6 +595,42 @@ def summarize(
         "simulatedEvents": delivered,
         "outcomes": dict(sorted(outcomes.items())),
         "wallSeconds": round(wall, 3),
+    }
+
+
+def _eviction_class(detail: Mapping[str, Any]) -> str:
+    """The diagnosis of an eviction's not-ready pods, in one word (`NodeFault` for a
+    node being replaced, which is decided before any pod is looked at)."""
+    found = detail.get("diagnosis")
+    if isinstance(found, Mapping):
+        return str(found.get("class"))
+    return "NodeFault" if detail.get("reason") == "NodeFailures" else "None"
+
+
+def failure_summary(
+    sc: Scenario,
+    kube: SimulatedCluster,
+    tracking: Mapping[str, Tracking],
+    by_class: Mapping[str, int],
+) -> dict[str, Any]:
+    """Evictions by class and wasted GPU-hours by failure mode, for scenarios that model them."""
+    healthy = {w.name for w in sc.workloads if not w.never_ready}
+    wasted = {
+        (category or "healthy"): round((held - kube.useful_by.get(category, 0.0)) / 3600.0, 3)
+        for category, held in sorted(kube.held_by.items())
+    }
+    reasons: dict[str, int] = {}
+    for t in tracking.values():
+        if t.deactivated:
+            key = t.deactivated_reason or "unknown"
+            reasons[key] = reasons.get(key, 0) + 1
+    return {
+        "evictionsByClass": dict(sorted(by_class.items())),
+        "wastedGpuHoursByFailure": wasted,
+        "deactivatedHealthy": sum(
+            1 for name, t in tracking.items() if t.deactivated and name in healthy
+        ),
+        "deactivatedByReason": dict(sorted(reasons.items())),
     }
 
 

@@ -12,7 +12,14 @@ Physics it models (and nothing else):
   wait as Pending in creation order.
 - The scheduler binds pending pods in creation order, each to the first node by
   index with enough free GPUs; a pod that fits nowhere is skipped.
-- A bound pod turns Ready `startup_seconds` later, never if the job is broken.
+- A bound pod turns Ready `startup_seconds` later, never if the job is broken. A
+  broken job's pods fail as its `failure` says, and show it only once their
+  startup time has passed (the image pull, or the container's start): `NotReady`
+  pods run and say nothing; `ImagePullBackOff` pods wait on an image that cannot be
+  pulled; `CrashLoopBackOff` containers crash `CRASH_AFTER_SECONDS` after each
+  start and are restarted with the kubelet's back-off (10 s, doubling, at most
+  5 minutes), up to the second restart (from then on the pod's state no longer
+  changes what a watcher can tell from it).
 - A job makes progress only while all its pods are Ready, and completes after
   `run_seconds` of progress. Suspending a job deletes its pods and its progress
   (no checkpoint).
@@ -43,6 +50,24 @@ class JobSpec:
     startup_seconds: float
     run_seconds: float
     never_ready: bool = False
+    failure: str | None = None  # CrashLoopBackOff, ImagePullBackOff, NotReady (None: NotReady)
+
+    @property
+    def category(self) -> str:
+        """Its failure mode for the accounting ("" for a healthy job)."""
+        return (self.failure or "NotReady") if self.never_ready else ""
+
+
+CRASH_AFTER_SECONDS = 5.0
+"""How long a crash-looping container runs before it exits (a script that fails at start)."""
+CRASH_LOOP_RESTARTS = 2
+"""Restarts played; after the second the pod is a crash loop whatever follows."""
+_IMAGE = "registry.example.com/team/trainer:missing"
+
+
+def crash_backoff(crashes: int) -> float:
+    """The kubelet's restart back-off after the `crashes`-th exit: 10 s doubling, at most 5 min."""
+    return min(10.0 * 2.0 ** max(crashes - 1, 0), 300.0)
 
 
 @dataclass(slots=True)
@@ -57,6 +82,13 @@ class PodChange:
     ready: bool
     node: str | None
     deleted: bool = False
+    # What the kubelet says of a failing pod (only broken jobs' pods other than NotReady).
+    reason: str | None = None
+    message: str | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
 
 
 @dataclass(slots=True)
@@ -64,7 +96,7 @@ class Wakeup:
     """Call the cluster back at `at`: `pod_ready(job, uid)` or `complete(job, token)`."""
 
     at: float
-    what: str  # "ready" or "complete"
+    what: str  # "ready", "complete" or "fault" (a failing pod's next state)
     job: str
     ref: str | int  # the pod uid, or the job's run token
 
@@ -80,6 +112,8 @@ class _Pod:
     node: int | None = None
     ready: bool = False
     deleted: bool = False
+    restarts: int = 0
+    crashed: bool = False  # a crash-looping container is waiting out its back-off
 
 
 @dataclass(slots=True)
@@ -137,6 +171,11 @@ class SimulatedCluster:
         self._since = start
         self.useful_gpu_seconds = 0.0
         self.held_gpu_seconds = 0.0
+        # The same per failure mode ("" for healthy jobs), for the cost of broken jobs.
+        self._useful_by: dict[str, int] = {}
+        self._held_by: dict[str, int] = {}
+        self.useful_by: dict[str, float] = {}
+        self.held_by: dict[str, float] = {}
         self.samples: list[GpuSample] = [GpuSample(start, 0, 0, self.total_gpus)]
 
     # ------------------------------------------------------------------ jobs
@@ -235,9 +274,16 @@ class SimulatedCluster:
         self._on_node[n][pod.uid] = pod
         self._held += pod.gpus
         j = self._jobs[pod.job]
-        self._emit(pod, "Running")
+        category = j.spec.category
+        self._held_by[category] = self._held_by.get(category, 0) + pod.gpus
+        if j.spec.never_ready and j.spec.failure == "ImagePullBackOff":
+            self._emit(pod, "Pending", waiting="ContainerCreating", reason="ContainerCreating")
+        else:
+            self._emit(pod, "Running")
         if not j.spec.never_ready:
             self.outbox.append(Wakeup(now + j.spec.startup_seconds, "ready", pod.job, pod.uid))
+        elif j.spec.failure in ("ImagePullBackOff", "CrashLoopBackOff"):
+            self.outbox.append(Wakeup(now + j.spec.startup_seconds, "fault", pod.job, pod.uid))
 
     def _compact(self) -> None:
         self._pending = [p for p in self._pending if not p.deleted and p.node is None]
@@ -257,10 +303,51 @@ class SimulatedCluster:
         self._emit(pod, "Running")
         if j.whole:
             self._useful += j.spec.pods * j.spec.gpus_per_pod
+            category = j.spec.category
+            self._useful_by[category] = (
+                self._useful_by.get(category, 0) + j.spec.pods * j.spec.gpus_per_pod
+            )
             j.progressing_since = now
             j.token += 1
             self.outbox.append(Wakeup(now + j.remaining, "complete", job, j.token))
         self._sample(now)
+        return True
+
+    def pod_fault(self, job: str, uid: str, now: float) -> bool:
+        """A failing pod's next state (its image pull fails, its container exits or is
+        restarted); False if the pod is gone meanwhile."""
+        j = self._job(job)
+        pod = next((p for p in j.pods.values() if p.uid == uid), None)
+        if pod is None or pod.deleted or pod.node is None:
+            return False
+        if j.spec.failure == "ImagePullBackOff":
+            self._emit(
+                pod,
+                "Pending",
+                reason="ImagePullBackOff",
+                waiting="ImagePullBackOff",
+                message=f'Back-off pulling image "{_IMAGE}"',
+            )
+            return True
+        if not pod.crashed:  # the container exits with an error
+            pod.crashed = True
+            self._emit(
+                pod,
+                "Running",
+                reason="CrashLoopBackOff",
+                waiting="CrashLoopBackOff",
+                message=f"back-off {crash_backoff(pod.restarts + 1):g}s restarting failed container",
+                terminated="Error",
+                exit_code=1,
+            )
+            if pod.restarts < CRASH_LOOP_RESTARTS:
+                self.outbox.append(Wakeup(now + crash_backoff(pod.restarts + 1), "fault", job, uid))
+            return True
+        pod.crashed = False  # the kubelet restarts it after the back-off
+        pod.restarts += 1
+        self._emit(pod, "Running", terminated="Error", exit_code=1)
+        if pod.restarts < CRASH_LOOP_RESTARTS:
+            self.outbox.append(Wakeup(now + CRASH_AFTER_SECONDS, "fault", job, uid))
         return True
 
     def complete(self, job: str, token: int, now: float) -> bool:
@@ -363,9 +450,11 @@ class SimulatedCluster:
     def _release(self, pod: _Pod) -> None:
         """Free the pod's GPUs (if bound) and readiness; the caller drops it from its job."""
         j = self._jobs[pod.job]
+        category = j.spec.category
         if pod.ready:
             if j.whole:
                 self._useful -= j.spec.pods * j.spec.gpus_per_pod
+                self._useful_by[category] -= j.spec.pods * j.spec.gpus_per_pod
             pod.ready = False
             j.ready -= 1
         if pod.node is not None:
@@ -373,6 +462,7 @@ class SimulatedCluster:
                 self._free[pod.node] += pod.gpus
             self._on_node[pod.node].pop(pod.uid, None)
             self._held -= pod.gpus
+            self._held_by[category] -= pod.gpus
             self._room_freed = True
         elif not pod.deleted:
             self._stale += 1  # an unbound pod: it was waiting in `_pending`
@@ -389,16 +479,27 @@ class SimulatedCluster:
             j.progressing_since = None
             j.token += 1
 
-    def _emit(self, pod: _Pod, phase: str) -> None:
+    def _emit(self, pod: _Pod, phase: str, **status: str | int | None) -> None:
         self._seq += 1
         node = self.node_names[pod.node] if pod.node is not None else None
-        self.outbox.append(PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node))
+        change = PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node)
+        if status or pod.restarts:
+            change.restarts = pod.restarts
+            for key, value in status.items():
+                setattr(change, key, value)
+        self.outbox.append(change)
 
     def _account(self, now: float) -> None:
         span = now - self._since
         if span > 0:
             self.useful_gpu_seconds += span * self._useful
             self.held_gpu_seconds += span * self._held
+            for category, held in self._held_by.items():
+                if held:
+                    self.held_by[category] = self.held_by.get(category, 0.0) + span * held
+            for category, useful in self._useful_by.items():
+                if useful:
+                    self.useful_by[category] = self.useful_by.get(category, 0.0) + span * useful
             self._since = now
 
     def _sample(self, now: float) -> None:

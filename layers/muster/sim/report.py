@@ -66,11 +66,26 @@ def write_outputs(results: Sequence[RunResult], out: Path, *, picture: bool = Tr
     return written
 
 
+def _failure_rows(results: Sequence[RunResult]) -> list[tuple[str, str]]:
+    """Rows for runs that model failure modes: evictions by class, waste by failure mode."""
+    rows: list[tuple[str, str]] = []
+    for group, label in (
+        ("evictionsByClass", "evictions {}"),
+        ("wastedGpuHoursByFailure", "wasted GPU-h {}"),
+        ("deactivatedByReason", "deactivated {}"),
+    ):
+        names = sorted({name for r in results for name in r.summary.get(group) or {}})
+        rows += [(f"{group}.{name}", label.format(name)) for name in names]
+    if any("deactivatedHealthy" in r.summary for r in results):
+        rows.append(("deactivatedHealthy", "deactivated healthy"))
+    return rows
+
+
 def summary_table(results: Sequence[RunResult]) -> str:
     """One column per policy, one row per figure of the summary."""
     header = ["", *(r.policy for r in results)]
     rows = [header]
-    for key, label in _ROWS:
+    for key, label in (*_ROWS, *_failure_rows(results)):
         rows.append([label, *(_cell(_lookup(r.summary, key), key) for r in results)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []

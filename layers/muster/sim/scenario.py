@@ -33,6 +33,19 @@ from muster.sim.locate import TraceNotFound, resolve_trace
 DEFAULT_UNTIL = 7 * 86400.0
 MAPPINGS = ("pods-of-8", "pod-per-gpu")
 
+# How a never-ready workload fails, as the kubelet shows it. `NotReady` is a pod that
+# runs and never turns Ready with no reason given (a hang); it is the default and
+# what a plain `neverReady` workload does.
+FAILURES = ("CrashLoopBackOff", "ImagePullBackOff", "NotReady")
+NOT_READY = "NotReady"
+# The mix a trace's broken jobs draw from with `brokenModes: default`; where the
+# shares come from is in docs/simulator.md ("Failure modes").
+DEFAULT_BROKEN_MODES: Mapping[str, float] = {
+    "CrashLoopBackOff": 0.55,
+    "ImagePullBackOff": 0.25,
+    "NotReady": 0.20,
+}
+
 
 class ScenarioError(ValueError):
     """A scenario that cannot be run; each of its `errors` names the field."""
@@ -73,6 +86,14 @@ class WorkloadSpec:
     run_seconds: float
     priority: int = 0
     never_ready: bool = False
+    failure: str | None = None  # how a never-ready workload fails (FAILURES); None: NotReady
+
+    @property
+    def failure_mode(self) -> str | None:
+        """How it fails (`NotReady` for a plain never-ready one), None when healthy."""
+        if not self.never_ready:
+            return None
+        return self.failure or NOT_READY
 
     @property
     def gpus(self) -> int:
@@ -95,6 +116,7 @@ class TraceSpec:
     node_mtbf_hours: float | None = None
     repair_after: float = 3600.0
     limit: int | None = None  # only the first N jobs
+    broken_modes: Mapping[str, float] | None = None  # None: every broken job is NotReady
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +137,20 @@ class Scenario:
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def models_failures(self) -> bool:
+        """Whether the run reports evictions by classification: the scenario gives a
+        failure mode other than `NotReady`, or `workloadFaults` is on. Otherwise its
+        event log and summary are exactly what they were before failure modes existed."""
+        if self.trace is not None and self.trace.broken_modes is not None:
+            return True
+        if any(w.failure not in (None, NOT_READY) for w in self.workloads):
+            return True
+        queues = [self.settings.defaults, *self.settings.queues.values()]
+        return any(
+            q.fault_limit_count is not None or q.fault_evict_after is not None for q in queues
+        )
 
 
 _TOP = {
@@ -139,9 +175,19 @@ _WORKLOAD = {
     "runSeconds",
     "priority",
     "neverReady",
+    "failure",
 }
 _FAULT = {"at", "node", "repairAfter"}
-_TRACE = {"path", "synthetic", "mapping", "brokenFraction", "nodeMtbfHours", "repairAfter", "limit"}
+_TRACE = {
+    "path",
+    "synthetic",
+    "mapping",
+    "brokenFraction",
+    "brokenModes",
+    "nodeMtbfHours",
+    "repairAfter",
+    "limit",
+}
 
 
 # ---------------------------------------------------------------------- loading
@@ -312,6 +358,15 @@ def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
     never = doc.get("neverReady", False)
     if not isinstance(never, bool):
         p.add(f"{path}neverReady: expected true or false, got {never!r}")
+    failure = doc.get("failure")
+    if failure is not None:
+        if failure not in FAILURES:
+            p.add(f"{path}failure: expected one of {', '.join(FAILURES)}, got {failure!r}")
+            failure = None
+        elif doc.get("neverReady") is False:
+            p.add(f"{path}failure: a workload that fails is never ready (drop neverReady: false)")
+        else:
+            never = True
     spec = WorkloadSpec(
         name=name.strip() if isinstance(name, str) else "",
         queue=queue,
@@ -322,6 +377,7 @@ def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
         run_seconds=p.check(3600.0, _duration, doc, "runSeconds", path, 3600.0),
         priority=p.check(0, _int, doc, "priority", path, minimum=-(2**31), default=0),
         never_ready=never is True,
+        failure=failure,
     )
     if p.errors:
         raise ScenarioError(*p.errors)
@@ -384,6 +440,7 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
             f"trace.nodeMtbfHours: expected a positive number of hours, got {mtbf!r}"
         )
     limit = _int(doc, "limit", "trace.", minimum=1, default=0) or None
+    modes = _broken_modes(doc.get("brokenModes"))
     return TraceSpec(
         path=path,
         synthetic=synthetic,
@@ -392,7 +449,40 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
         node_mtbf_hours=float(mtbf) if mtbf is not None else None,
         repair_after=_duration(doc, "repairAfter", "trace.", 3600.0),
         limit=limit,
+        broken_modes=modes,
     )
+
+
+def _broken_modes(raw: Any) -> Mapping[str, float] | None:
+    """`brokenModes`: `default` (the cited mix) or a mapping of failure mode to weight."""
+    if raw is None:
+        return None
+    if raw == "default":
+        return dict(DEFAULT_BROKEN_MODES)
+    if not isinstance(raw, Mapping) or not raw:
+        raise ScenarioError(
+            "trace.brokenModes: expected 'default' or a mapping of failure mode to weight, "
+            f"e.g. {{CrashLoopBackOff: 0.55, ImagePullBackOff: 0.25, NotReady: 0.2}}, got {raw!r}"
+        )
+    modes: dict[str, float] = {}
+    for mode, weight in raw.items():
+        if mode not in FAILURES:
+            raise ScenarioError(
+                f"trace.brokenModes.{mode}: not a failure mode (one of {', '.join(FAILURES)})"
+            )
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
+            raise ScenarioError(
+                f"trace.brokenModes.{mode}: expected a weight of 0 or more, got {weight!r}"
+            )
+        modes[mode] = float(weight)
+    if sum(modes.values()) <= 0:
+        raise ScenarioError("trace.brokenModes: the weights add up to 0")
+    return modes
 
 
 # ---------------------------------------------------------------------- fields

@@ -348,6 +348,9 @@ def expand_trace(
     broken_rng = seeded(seed, "broken")
     broken = set(broken_rng.sample(range(len(jobs)), round(spec.broken_fraction * len(jobs))))
     startup_rng = seeded(seed, "startup")
+    # Its own stream, drawn only for broken jobs: without `brokenModes` nothing is drawn.
+    mode_rng = seeded(seed, "broken-modes")
+    modes = sorted((spec.broken_modes or {}).items())
     workloads: list[WorkloadSpec] = []
     for i, job in enumerate(jobs):
         if job.pods is not None:  # a Muster trace: the gang as it was
@@ -369,6 +372,11 @@ def expand_trace(
                 run_seconds=job.duration,
                 priority=job.priority,
                 never_ready=i in broken or job.never_ready,
+                failure=(
+                    mode_rng.choices([m for m, _ in modes], [w for _, w in modes])[0]
+                    if modes and (i in broken or job.never_ready)
+                    else None
+                ),
             )
         )
     faults: list[FaultSpec] = []
