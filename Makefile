@@ -13,7 +13,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
-	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission"
+	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission vs gang+capacityCheck"
 	@echo "make test       lint, type-check and run the whole test suite"
 	@echo "make unit       only the fast unit tests"
 	@echo "make lint       ruff"
@@ -61,7 +61,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/muster local --out out/demo
 
 simulate: $(DEMO_STAMP)
-	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/simulate
+	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block,gang+fit --out out/simulate
 
 test: lint typecheck node_modules/.installed
 	$(BIN)/python -m pytest

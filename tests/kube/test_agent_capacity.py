@@ -141,3 +141,13 @@ def test_pods_of_a_musters_workload_are_not_counted_as_others(
     nodes = [e for e in events if isinstance(e, NodeObserved)]
     assert nodes[-1].foreign_gpus == 0 and nodes[-1].seq >= 3
     assert any(isinstance(e, WorkloadObserved) and e.shape == ((2, 8),) for e in events)
+
+
+def test_a_clusters_own_tolerated_taints_keep_its_nodes_open() -> None:
+    dedicated = [{"key": "sagemaker.amazonaws.com/team", "value": "ml", "effect": "NoSchedule"}]
+    tolerated = frozenset({"nvidia.com/gpu", "sagemaker.amazonaws.com/team"})
+    assert node_view(gpu_node(taints=dedicated)).unschedulable is not None
+    assert node_view(gpu_node(taints=dedicated), tolerated).unschedulable is None
+    template = {"spec": {"tolerations": [{"key": "sagemaker.amazonaws.com/team"}]}}
+    assert placement_rules([template]) == "tolerations"
+    assert placement_rules([template], tolerated) == ""

@@ -57,6 +57,7 @@ from muster.kube.conventions import (
     Resource,
 )
 from muster.kube.mapping import (
+    TOLERATED_TAINTS,
     NodeView,
     PodView,
     PriorityClasses,
@@ -139,8 +140,11 @@ class Agent:
         may_send: Callable[[], bool] = lambda: True,
         waiting_ttl: float = 60.0,
         max_waiting: int = 10_000,
+        tolerated_taints: frozenset[str] = TOLERATED_TAINTS,
     ) -> None:
         self.cluster = cluster
+        # Taint keys every workload tolerates, for the capacity check's reports.
+        self.tolerated = tolerated_taints
         self.waiting_ttl = waiting_ttl
         self.max_waiting = max_waiting
         self.waiting_since: dict[str, float] = {}  # workload -> when its first pod waited
@@ -217,7 +221,7 @@ class Agent:
     ) -> None:
         key = object_key(obj)
         seq = self.seq(meta(obj).get("resourceVersion"))
-        view = workload_view(kind, obj)
+        view = workload_view(kind, obj, self.tolerated)
         if view is None:
             return
         if deleted:
@@ -455,7 +459,7 @@ class Agent:
             members.pop(name, None)
         else:
             members[name] = compact_pod(pod)
-        view = pod_group_view(group, members.values())
+        view = pod_group_view(group, members.values(), self.tolerated)
         if view is not None:
             # Newer than every member's own version, so a re-derived view is never stale.
             seq = max([seq, *(self.seq(meta(p).get("resourceVersion")) for p in members.values())])
@@ -525,7 +529,7 @@ class Agent:
 
     def _node(self, node: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
         name = str(meta(node).get("name"))
-        view = node_view(node)
+        view = node_view(node, self.tolerated)
         # Never below what was sent for the node: a foreign pod's change may be newer
         # than the node's own revision.
         seq = max(self.seq(meta(node).get("resourceVersion")), self.node_seq.get(name, 0))

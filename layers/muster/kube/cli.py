@@ -63,6 +63,15 @@ def register(subparsers: Any) -> None:
         help="relist and re-send everything this often (default 10m)",
     )
     p.add_argument(
+        "--tolerated-taints",
+        default=env("MUSTER_TOLERATED_TAINTS", ""),
+        help=(
+            "comma-separated taint keys every Muster workload tolerates, besides "
+            "nvidia.com/gpu: nodes with only these still take Muster's pods, for the "
+            "capacity check (MUSTER_TOLERATED_TAINTS)"
+        ),
+    )
+    p.add_argument(
         "--kubeconfig",
         default=env("KUBECONFIG"),
         help=(
@@ -166,6 +175,7 @@ def run_agent(args: argparse.Namespace) -> int:
 
     from muster.kube.agent import Agent
     from muster.kube.leader import LeaseElector
+    from muster.kube.mapping import TOLERATED_TAINTS
     from muster.kube.runner import AgentRunner
     from muster.kube.sender import EventBridgeSender, Outbox
     from muster.kube.watch import KubeWatchSource
@@ -177,7 +187,10 @@ def run_agent(args: argparse.Namespace) -> int:
         return 2
 
     sender: Any = PrintSender() if args.print_only else EventBridgeSender.for_bus(args.event_bus)
-    agent = Agent(args.cluster, Outbox(window=window), sender)
+    tolerated = TOLERATED_TAINTS | {
+        key.strip() for key in args.tolerated_taints.split(",") if key.strip()
+    }
+    agent = Agent(args.cluster, Outbox(window=window), sender, tolerated_taints=tolerated)
     elector = None
     if not args.no_leader_election:
         elector = LeaseElector(

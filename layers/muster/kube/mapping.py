@@ -116,8 +116,14 @@ def parse_k8s_time(text: str | None) -> datetime | None:
 # --------------------------------------------------------------------------- workloads
 
 
-def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
-    """The view of a labelled Job / JobSet / PyTorchJob; None if it is not Muster's."""
+def workload_view(
+    kind: Kind, obj: Mapping[str, Any], tolerated: frozenset[str] | None = None
+) -> WorkloadView | None:
+    """The view of a labelled Job / JobSet / PyTorchJob; None if it is not Muster's.
+
+    `tolerated`: the taint keys the capacity check treats as tolerated by every
+    workload (default `TOLERATED_TAINTS`).
+    """
     queue = labels(obj).get(QUEUE_LABEL)
     if not queue:
         return None
@@ -165,7 +171,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
         shape=pod_shape_of(groups),
-        placement=placement_rules(templates),
+        placement=placement_rules(templates, tolerated),
     )
 
 
@@ -191,7 +197,9 @@ def _finished(kind: Kind, obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView | None:
+def pod_group_view(
+    key: str, pods: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+) -> WorkloadView | None:
     """The view of a plain pod group from the pods that exist; None without pods."""
     members = sorted(pods, key=lambda p: str(meta(p).get("name")))
     if not members:
@@ -226,7 +234,7 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
         shape=pod_shape_of([(size, pod_gpus(first))]),
-        placement=placement_rules([first]),
+        placement=placement_rules([first], tolerated),
     )
 
 
@@ -289,11 +297,13 @@ def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
 
 # Taints a GPU pod tolerates as a matter of course: the capacity check treats nodes
 # with only these as open to Muster's workloads, and tolerations of only these keys
-# as nothing to evaluate.
+# as nothing to evaluate. The agent's `--tolerated-taints` adds a cluster's own.
 TOLERATED_TAINTS = frozenset({"nvidia.com/gpu"})
 
 
-def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
+def placement_rules(
+    templates: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+) -> str:
     """The placement rules of pod templates the capacity check does not evaluate.
 
     The check knows each node's free GPUs and whether Muster's pods may land on it;
@@ -301,6 +311,7 @@ def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
     affinity, spread constraints, tolerations of other taints) makes
     the check fall back to quota for the workload. Returns "" when there are none.
     """
+    known = TOLERATED_TAINTS if tolerated is None else tolerated
     found: set[str] = set()
     for template in templates:
         spec = template.get("spec") or {}
@@ -308,7 +319,7 @@ def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
             if spec.get(key):
                 found.add(key)
         for toleration in spec.get("tolerations") or []:
-            if (toleration or {}).get("key") not in TOLERATED_TAINTS:
+            if (toleration or {}).get("key") not in known:
                 found.add("tolerations")
     return ", ".join(sorted(found))
 
@@ -553,13 +564,15 @@ class NodeView:
     unschedulable: str | None = None  # why new pods may not land on it; None: they may
 
 
-def node_view(node: Mapping[str, Any]) -> NodeView:
+def node_view(node: Mapping[str, Any], tolerated: frozenset[str] | None = None) -> NodeView:
     """Ready, the HyperPod health label, allocatable GPUs, and whether new pods may land.
 
     New pods may not land on a cordoned node, a NotReady one, one whose HyperPod
     health label says it is unschedulable, or one with a NoSchedule or NoExecute
-    taint that Muster's workloads do not tolerate (see `TOLERATED_TAINTS`).
+    taint that Muster's workloads do not tolerate (`tolerated`, by default
+    `TOLERATED_TAINTS`).
     """
+    known = TOLERATED_TAINTS if tolerated is None else tolerated
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or []
@@ -578,7 +591,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         for taint in spec.get("taints") or []:
             effect = (taint or {}).get("effect")
             key = (taint or {}).get("key")
-            if effect in ("NoSchedule", "NoExecute") and key not in TOLERATED_TAINTS:
+            if effect in ("NoSchedule", "NoExecute") and key not in known:
                 value = taint.get("value")
                 why = f"taint {key}{'=' + str(value) if value else ''}:{effect}"
                 break
