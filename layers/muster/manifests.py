@@ -14,7 +14,6 @@ import argparse
 import copy
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,14 +21,9 @@ import yaml
 
 import muster
 from muster.admin.command import AdminError, reporting_handler
-from muster.admin.deployment import LOCAL_REGION, use_endpoint
+from muster.admin.deployment import Stack, read_stack
 from muster.contract import (
-    DEFAULT_STACK_NAME as DEFAULT_STACK,
-)
-from muster.contract import (
-    LOCAL_STACK_NAME as LOCAL_STACK,
-)
-from muster.contract import (
+    DEFAULT_STACK_NAME,
     OUT_AGENT_IMAGE_REPOSITORY_URI,
     OUT_AGENT_NAMESPACE,
     OUT_AGENT_SERVICE_ACCOUNT,
@@ -72,50 +66,16 @@ def agent_image_tag() -> str:
 # --------------------------------------------------------------------------- the stack
 
 
-@dataclass(frozen=True)
-class Stack:
-    """A deployed Muster stack: its name, outputs and the session that read them."""
-
-    name: str
-    outputs: dict[str, str]
-    session: Any  # boto3.session.Session
-
-
 def stack_outputs(stack: str | None, region: str | None, endpoint: str | None) -> Stack:
-    """The stack's outputs (OutputKey -> OutputValue), read with DescribeStacks."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    if endpoint:
-        use_endpoint(endpoint, region)
-    name = stack or (LOCAL_STACK if endpoint else DEFAULT_STACK)
-    session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
-    where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
-    try:
-        stacks = session.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
-    except NoCredentialsError:
-        raise AdminError(
-            "no AWS credentials: configure a profile (AWS_PROFILE) or give --endpoint "
-            "for a local deployment"
-        ) from None
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        if "does not exist" in str(error.get("Message", "")):
-            raise AdminError(
-                f"no stack named {name} {where}; choose it with --stack"
-                + ("" if endpoint else " (and --region)")
-            ) from None
-        raise AdminError(f"reading stack {name} {where}: {error.get('Message', exc)}") from None
-    except BotoCoreError as exc:
-        raise AdminError(f"reading stack {name} {where}: {exc}") from None
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-    missing = [key for key in REQUIRED_OUTPUTS if not outputs.get(key)]
+    """The stack's outputs, with the ones the cluster side needs checked."""
+    found = read_stack(stack, region, endpoint)
+    missing = [key for key in REQUIRED_OUTPUTS if not found.outputs.get(key)]
     if missing:
         raise AdminError(
-            f"stack {name} {where} has no output {', '.join(missing)}; is it a Muster stack "
-            "of this version? (deploy it again with `npx cdk deploy`)"
+            f"stack {found.name} {found.where} has no output {', '.join(missing)}; is it a "
+            "Muster stack of this version? (deploy it again with `npx cdk deploy`)"
         )
-    return Stack(name, outputs, session)
+    return found
 
 
 def region_of(arn: str) -> str:
@@ -279,7 +239,7 @@ def register(subparsers: Any) -> None:
             "with them filled in, in the order `kubectl apply -f` needs."
         ),
     )
-    p.add_argument("--stack", help=f"CloudFormation stack (default {DEFAULT_STACK})")
+    p.add_argument("--stack", help=f"CloudFormation stack (default {DEFAULT_STACK_NAME})")
     p.add_argument("--region", help="AWS region of the stack (default: your AWS configuration's)")
     p.add_argument(
         "--endpoint", metavar="URL", help="a local deployment's AWS endpoint (muster local --port)"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,32 +102,23 @@ def use_endpoint(endpoint: str, region: str | None) -> None:
     os.environ.setdefault("AWS_DEFAULT_REGION", region or LOCAL_REGION)
 
 
-def connect(stack: str | None, region: str | None, endpoint: str | None) -> Deployment:
-    """Find the runtime configuration from the stack's outputs and its ingest function."""
-    import boto3
+@dataclass(frozen=True)
+class Stack:
+    """A deployed Muster stack: its name, outputs, where it is, and the session that read it."""
+
+    name: str
+    outputs: dict[str, str]
+    session: Any  # boto3.session.Session
+    where: str  # "in eu-west-1", "at http://127.0.0.1:4566": for messages
+
+
+@contextmanager
+def _aws_errors(name: str, where: str, endpoint: str | None) -> Iterator[None]:
+    """AWS failures while reading the stack, as the one message each deserves."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    from muster.aws.config import ConfigError, RuntimeConfig
-
-    if endpoint:
-        use_endpoint(endpoint, region)
-    name = stack or (contract.LOCAL_STACK_NAME if endpoint else contract.DEFAULT_STACK_NAME)
-    session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
-    where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
     try:
-        stacks = session.client("cloudformation", config=BOTOCORE_RETRIES).describe_stacks(
-            StackName=name
-        )["Stacks"]
-        outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
-        function = outputs.get(contract.OUT_INGEST_FUNCTION_NAME)
-        if not function:
-            raise AdminError(
-                f"stack {name} {where} has no output {contract.OUT_INGEST_FUNCTION_NAME}; "
-                f"is it a Muster stack? (outputs: {', '.join(sorted(outputs)) or 'none'})"
-            )
-        reply = session.client("lambda", config=BOTOCORE_RETRIES).get_function_configuration(
-            FunctionName=function
-        )
+        yield
     except NoCredentialsError:
         raise AdminError(
             "no AWS credentials: configure a profile (AWS_PROFILE) or give --endpoint "
@@ -141,6 +134,41 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
         raise AdminError(f"reading stack {name} {where}: {error.get('Message', exc)}") from None
     except BotoCoreError as exc:
         raise AdminError(f"reading stack {name} {where}: {exc}") from None
+
+
+def read_stack(stack: str | None, region: str | None, endpoint: str | None) -> Stack:
+    """The stack's outputs (OutputKey -> OutputValue), read with DescribeStacks."""
+    import boto3
+
+    if endpoint:
+        use_endpoint(endpoint, region)
+    name = stack or (contract.LOCAL_STACK_NAME if endpoint else contract.DEFAULT_STACK_NAME)
+    session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))
+    where = f"at {endpoint}" if endpoint else f"in {session.region_name or 'the default region'}"
+    with _aws_errors(name, where, endpoint):
+        stacks = session.client("cloudformation", config=BOTOCORE_RETRIES).describe_stacks(
+            StackName=name
+        )["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    return Stack(name, outputs, session, where)
+
+
+def connect(stack: str | None, region: str | None, endpoint: str | None) -> Deployment:
+    """Find the runtime configuration from the stack's outputs and its ingest function."""
+    from muster.aws.config import ConfigError, RuntimeConfig
+
+    found = read_stack(stack, region, endpoint)
+    name, session, where = found.name, found.session, found.where
+    function = found.outputs.get(contract.OUT_INGEST_FUNCTION_NAME)
+    if not function:
+        raise AdminError(
+            f"stack {name} {where} has no output {contract.OUT_INGEST_FUNCTION_NAME}; "
+            f"is it a Muster stack? (outputs: {', '.join(sorted(found.outputs)) or 'none'})"
+        )
+    with _aws_errors(name, where, endpoint):
+        reply = session.client("lambda", config=BOTOCORE_RETRIES).get_function_configuration(
+            FunctionName=function
+        )
     env = reply.get("Environment", {}).get("Variables", {})
     try:
         config = RuntimeConfig.from_env(env)
