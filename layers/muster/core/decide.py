@@ -664,6 +664,7 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
         "node": e.node,
         "health": e.health,
         "notReady": [p.name for p in w.not_ready_pods()][:20],
+        "diagnosis": diagnose(w).to_dict(),
     }
     if qs.dry_run:
         if w.dry_run_evicted:
@@ -681,7 +682,8 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
         Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid)
     )
     evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
-    evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
+    # Not the workload's fault: it also ends a streak of workload-fault evictions.
+    evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None, fault_evictions=0)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     effects.append(
         Publish(
