@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
-from muster.core.diagnosis import Diagnosis, classify, diagnose, fails_on_its_own
+from muster.core.diagnosis import (
+    Diagnosis,
+    PodDiagnosis,
+    classify,
+    diagnose,
+    fails_on_its_own,
+)
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -899,7 +905,7 @@ def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
     )
 
 
-def _pod_detail(p: Pod, found: Any = None) -> dict[str, Any]:
+def _pod_detail(p: Pod, found: PodDiagnosis | None = None) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "pod": p.name,
         "phase": p.phase,
