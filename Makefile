@@ -5,13 +5,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim agent-image clean
 
 help:
-	@echo "make demo       the whole control plane on this machine, on its built-in story (sets everything up)"
+	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
 	@echo "make simulate   the simulator on its built-in scenarios: none vs gang vs gang+blockAdmission"
 	@echo "make test       lint, type-check and run the whole test suite"
 	@echo "make unit       only the fast unit tests"
@@ -30,13 +31,22 @@ help:
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
+	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# Only what the demo runs (the local mode: moto, the CDK libraries, the picture):
+# no test, lint or type-checking tools and no CDK CLI. A full install serves too.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[local]'
+	touch $(DEMO_STAMP)
 
 venv: $(STAMP) node_modules/.installed
 
@@ -45,10 +55,10 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --silent
 	touch $@
 
-demo: venv
+demo: $(DEMO_STAMP)
 	$(BIN)/muster local --out out/demo
 
-simulate: $(STAMP)
+simulate: $(DEMO_STAMP)
 	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block --out out/simulate
 
 test: lint typecheck node_modules/.installed
@@ -107,6 +117,11 @@ bench-hold: $(STAMP)
 
 bench-faults-sim: $(STAMP)
 	$(BIN)/python benchmarks/failure_aware.py
+
+# The agent image from deploy/agent.Dockerfile, pushed to the ECR repository the
+# stack created (its output AgentImageRepositoryUri), tagged with this version.
+agent-image: $(STAMP)
+	$(BIN)/muster agent-image $(if $(STACK),--stack $(STACK)) $(if $(REGION),--region $(REGION))
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

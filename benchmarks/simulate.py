@@ -19,13 +19,13 @@ under `gang`.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
 import yaml
 from muster.sim.engine import POLICIES, simulate
+from muster.sim.locate import traces_dir
 from muster.sim.scenario import Scenario, load_builtin, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,12 +37,7 @@ TARGET_MONTH_SECONDS = 120.0
 def find_traces(argv: list[str]) -> Path:
     if len(argv) > 1 and not argv[1].startswith("--"):
         return Path(argv[1])
-    if os.environ.get("MUSTER_TRACES"):
-        return Path(os.environ["MUSTER_TRACES"])
-    for parent in ROOT.parents:
-        if (parent / "shared" / "traces").is_dir():
-            return parent / "shared" / "traces"
-    return ROOT.parent / "shared" / "traces"
+    return traces_dir(ROOT) or ROOT.parent / "shared" / "traces"
 
 
 def philly_week(example: str, trace: Path) -> Scenario:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra import constants as c
+from infra.network import NetworkConfig, NetworkConfigError, load_network
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,7 @@ class MusterConfig:
     history_ttl_days: int = 30
     log_level: str = "INFO"
     sweep_minutes: int = c.DEFAULT_SWEEP_MINUTES
+    network: NetworkConfig | None = None
 
     @property
     def settings_json(self) -> str:
@@ -157,6 +159,7 @@ def load_config(get: Callable[[str], Any]) -> MusterConfig:
         history_ttl_days=ttl,
         log_level=level,
         sweep_minutes=sweep,
+        network=_network(get),
     )
 
 
@@ -238,3 +241,10 @@ def _thresholds(doc: Mapping[str, Any]) -> AlarmThresholds:
             raise ConfigError(f"{name}: expected a whole number of at least 1, got {value!r}")
         values[attr] = value
     return AlarmThresholds(**values)
+
+
+def _network(get: Callable[[str], Any]) -> NetworkConfig | None:
+    try:
+        return load_network(get)
+    except NetworkConfigError as exc:
+        raise ConfigError(str(exc)) from None

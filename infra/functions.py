@@ -12,6 +12,7 @@ reads the table and sends messages to the requeue and timer queues.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
@@ -28,6 +29,7 @@ from constructs import Construct
 from infra import constants as c
 from infra.config import MusterConfig
 from infra.layer import REPO_ROOT
+from infra.network import FunctionNetwork
 
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 
@@ -45,6 +47,7 @@ class FunctionWiring:
     layer: lambda_.ILayerVersion
     log_retention: logs.RetentionDays
     removal_policy: RemovalPolicy
+    network: FunctionNetwork | None = None  # the cluster's VPC, when muster:vpcId is set
 
 
 class ControlPlaneFunctions(Construct):
@@ -162,6 +165,7 @@ class ControlPlaneFunctions(Construct):
             memory_size=c.FUNCTION_MEMORY_MB[name],
             tracing=lambda_.Tracing.ACTIVE,
             environment=environment,
+            **_placement(wiring.network),
         )
         log_group.grant_write(role)
         return function, role
@@ -233,3 +237,14 @@ class ControlPlaneFunctions(Construct):
                 resources=[self.cluster_arn],
             )
         )
+
+
+def _placement(network: FunctionNetwork | None) -> dict[str, Any]:
+    """Where a function runs: Lambda's own network, or the cluster's VPC."""
+    if network is None:
+        return {}
+    return {
+        "vpc": network.vpc,
+        "vpc_subnets": network.subnets,
+        "security_groups": network.security_groups,
+    }

@@ -12,9 +12,11 @@ from infra import constants as c
 from infra.config import LOG_RETENTION_DAYS, MusterConfig
 from infra.events import EventBus
 from infra.functions import ControlPlaneFunctions, FunctionWiring
+from infra.images import AgentImageRepository
 from infra.layer import LayerBuilder, MusterLayer
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge_findings
+from infra.network import FunctionNetwork, acknowledge_vpc_findings
 from infra.queues import Queues
 from infra.security import AgentRole, EksAccess
 from infra.table import StateTable
@@ -100,6 +102,12 @@ class MusterStack(Stack):
             removal_policy=removal,
         )
         layer = MusterLayer(self, c.ID_LAYER, builder=layer_builder)
+        network = (
+            FunctionNetwork(self, c.ID_NETWORK, config=config.network) if config.network else None
+        )
+        images = AgentImageRepository(
+            self, c.ID_AGENT_IMAGES, stack_name=config.stack_name, removal_policy=removal
+        )
         functions = ControlPlaneFunctions(
             self,
             c.ID_FUNCTIONS,
@@ -114,8 +122,11 @@ class MusterStack(Stack):
                 layer=layer.layer,
                 log_retention=retention,
                 removal_policy=removal,
+                network=network,
             ),
         )
+        if network is not None:
+            acknowledge_vpc_findings(functions)
         bus.restrict_put_events(list(functions.roles.values()))
         if config.create_eks_access_entries:
             EksAccess(
@@ -162,6 +173,22 @@ class MusterStack(Stack):
         self._output(
             c.OUT_SWEEPER_FUNCTION_NAME, functions.sweeper.function_name, "The sweeper function"
         )
+        self._output(c.OUT_CLUSTER_NAME, config.cluster_name, "The EKS cluster Muster manages")
+        self._output(c.OUT_AGENT_NAMESPACE, config.agent_namespace, "The agent's namespace")
+        self._output(
+            c.OUT_AGENT_SERVICE_ACCOUNT, config.agent_service_account, "The agent's service account"
+        )
+        self._output(
+            c.OUT_AGENT_IMAGE_REPOSITORY_URI,
+            images.repository.repository_uri,
+            "ECR repository of the agent image (muster agent-image pushes there)",
+        )
+        if network is not None and network.created_security_group is not None:
+            self._output(
+                c.OUT_FUNCTIONS_SECURITY_GROUP_ID,
+                network.created_security_group.security_group_id,
+                "The functions' security group (allow it on the cluster's API endpoint)",
+            )
         self._output(c.OUT_ALARM_TOPIC_ARN, monitoring.topic.topic_arn, "Topic the alarms notify")
         self._output(
             c.OUT_DASHBOARD_NAME, monitoring.dashboard.dashboard_name, "CloudWatch dashboard"

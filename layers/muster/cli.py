@@ -18,11 +18,14 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.cli",
     "muster.sim.tune",
+    "muster.sim.trace_cut",
     "muster.local.cli",
     "muster.kube.cli",
     "muster.kube.policy_params",
     "muster.admin",
     "muster.history_export",
+    "muster.manifests",
+    "muster.agent_image",
 )
 
 EXIT_OK = 0

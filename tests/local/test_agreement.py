@@ -45,14 +45,14 @@ KEYS = ("event", "attempt", "reason", "cause", "count")
 def story(events: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
     by_workload: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for e in events:
-        by_workload[e["workload"]].append(tuple(e.get(k) for k in KEYS))
+        by_workload[e.get("workload") or e["node"]].append(tuple(e.get(k) for k in KEYS))
     return dict(by_workload)
 
 
 def times(events: list[dict[str, Any]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = defaultdict(list)
     for e in events:
-        out[e["workload"]].append(e["t"])
+        out[e.get("workload") or e["node"]].append(e["t"])
     return dict(out)
 
 

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from muster.sim.engine import RunResult, simulate
+from muster.sim.locate import traces_dir as located_traces
 from muster.sim.scenario import Scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def find_traces() -> Path:
-    """`MUSTER_TRACES`, or the first `shared/traces` beside the repository or above it."""
-    explicit = os.environ.get("MUSTER_TRACES")
-    if explicit:
-        return Path(explicit)
-    for parent in REPO.parents:
-        if (parent / "shared" / "traces").is_dir():
-            return parent / "shared" / "traces"
-    return REPO.parent / "shared" / "traces"
+    """Where the scenarios look for traces (`muster.sim.locate`), or where they would be."""
+    return located_traces(REPO) or REPO.parent / "shared" / "traces"
 
 
 TRACES = find_traces()
@@ -37,12 +31,13 @@ def timeline(result: RunResult, workload: str | None = None) -> list[tuple[Any, 
     """(t, workload, event, attempt/count) tuples, the shape the tests pin."""
     out = []
     for e in result.events:
-        if workload is not None and e["workload"] != workload:
+        who = e.get("workload") or e["node"]  # node faults name their node
+        if workload is not None and who != workload:
             continue
         extra = (
             e.get("cause") or e.get("reason") if e["event"] in ("Evicted", "PodsReady") else None
         )
-        out.append((e["t"], e["workload"], e["event"], extra))
+        out.append((e["t"], who, e["event"], extra))
     return out
 
 

@@ -62,7 +62,7 @@ BASE = "cluster: {nodes: 2, gpusPerNode: 8}\nworkloads: [{name: a, pods: 1}]\n"
         ),
         (BASE + "trace: {synthetic: {jobs: 0}}", "trace.synthetic.jobs:"),
         (BASE + "trace: {synthetic: {jobs: 5, lod: 1}}", "trace.synthetic.lod: unknown field"),
-        (BASE + "trace: {path: nowhere.csv}", "trace.path: cannot read"),
+        (BASE + "trace: {path: nowhere.csv}", "trace.path: nowhere.csv not found"),
         ("[1, 2]", "a scenario must be a mapping"),
         ("cluster: {nodes: [", "not valid YAML"),
     ],

@@ -113,6 +113,7 @@ def test_node_fault_without_spare_evicts_with_cause_wait_for_recovery():
         (0, "train", "Submitted", None),
         (0, "train", "Admitted", None),
         (30, "train", "PodsReady", "Started"),
+        (100, "node-1", "NodeFailed", None),  # the fault first, then what it causes
         (100, "train", "WaitForRecovery", None),
         (160, "train", "Evicted", "WaitForRecovery"),
         (160, "train", "Requeued", None),
@@ -124,6 +125,7 @@ def test_node_fault_without_spare_evicts_with_cause_wait_for_recovery():
         (400, "train", "Admitted", None),
         (460, "train", "Evicted", "WaitForStart"),
         (460, "train", "Requeued", None),
+        (700, "node-1", "NodeRepaired", None),
         (700, "train", "BackoffFinished", None),
         (700, "train", "Admitted", None),
         (730, "train", "PodsReady", "Started"),  # a fresh start after an eviction
@@ -139,6 +141,7 @@ def test_node_fault_with_spare_recovers_and_keeps_its_progress():
         (0, "train", "Submitted", None),
         (0, "train", "Admitted", None),
         (30, "train", "PodsReady", "Started"),
+        (100, "node-1", "NodeFailed", None),
         (100, "train", "WaitForRecovery", None),
         (130, "train", "PodsReady", "Recovered"),
         # ran 70s before the fault, paused 30s, the remaining 530s after it
@@ -152,7 +155,9 @@ def test_node_fault_under_none_only_recreates_the_lost_pod():
     assert [(e["t"], e["event"]) for e in result.events if e["event"] != "Submitted"] == [
         (0, "Admitted"),
         (30, "PodsReady"),
+        (100, "NodeFailed"),
         (100, "WaitForRecovery"),
+        (700, "NodeRepaired"),
         (730, "PodsReady"),  # the node is back at 700, the pod Ready 30s later
         (1260, "Finished"),
     ]

@@ -8,7 +8,8 @@ before its fence (invisible once rendered):
 - `<!-- commands: long -->`: runs here too, but takes minutes (`make test`, the
   demo, benchmarks); not run, its `make` targets and `muster` commands are checked;
 - `<!-- commands: aws -->`: needs an AWS account (deploy, the stack's outputs);
-- `<!-- commands: cluster -->`: needs a Kubernetes cluster (`kubectl`).
+- `<!-- commands: cluster -->`: needs a Kubernetes cluster (`kubectl`);
+- `<!-- commands: data -->`: needs a job trace Muster does not ship.
 
 The `make` targets and `muster` subcommands of every block are checked to exist.
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-KINDS = {"offline", "long", "aws", "cluster"}
+KINDS = {"offline", "long", "aws", "cluster", "data"}
 SHELL = {"bash", "sh", "shell", "console"}
 MARK = re.compile(r"^<!--\s*commands:\s*(\S+)\s*-->\s*$")
 FENCE = re.compile(r"^ {0,3}(`{3,})\s*(\S*)")

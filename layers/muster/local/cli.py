@@ -180,7 +180,7 @@ def as_run_result(scenario: Scenario, result: LocalResult) -> RunResult:
     evictions = requeues = 0
     for e in result.events:
         t = e["t"] / scale
-        track = tracking.get(e["workload"])
+        track = tracking.get(e.get("workload", ""))  # node lines name no workload
         if track is None:
             continue
         if e["event"] == "PodsReady" and track.first_ready is None:

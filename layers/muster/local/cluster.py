@@ -73,6 +73,7 @@ class LocalCluster:
         self._epoch0 = 0.0
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
+        self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
 
     # ------------------------------------------------------------------ time
 
@@ -104,6 +105,12 @@ class LocalCluster:
                 self._handle(item, now)
             self._settle(now)
         self.flush()
+
+    def take_node_changes(self) -> list[tuple[float, str, bool]]:
+        """The node failures and repairs since the last call: (time, node, failed)."""
+        with self._lock:
+            changes, self._node_changes = self._node_changes, []
+        return changes
 
     def flush(self, everything: bool = False) -> None:
         with self._lock:
@@ -170,9 +177,11 @@ class LocalCluster:
         elif what == "fail":
             self._node_event(item[1], ready=False)
             self.kube.fail_node(item[1], now)
+            self._node_changes.append((now, item[1], True))
         elif what == "repair":
             self.kube.repair_node(item[1], now)
             self._node_event(item[1], ready=True)
+            self._node_changes.append((now, item[1], False))
 
     def _settle(self, now: float) -> None:
         self.kube.reconcile()

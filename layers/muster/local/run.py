@@ -28,6 +28,7 @@ from muster.local.cluster import LocalCluster, job_name
 from muster.local.moto_server import Endpoint, moto_server
 from muster.local.runner import LambdaRunner, discover, resolver_for
 from muster.local.scaling import scale_scenario
+from muster.sim.kube import node_line
 from muster.sim.scenario import Scenario
 
 STACK = "MusterLocal"
@@ -214,7 +215,7 @@ def run_local(
 
         def advance() -> None:
             cluster.step()
-            board.poll(cluster.now())
+            # The events first, then the phases they moved the workloads to.
             for entry in _read_tap(sqs, tap, cluster.started_at, scale, failures):
                 # The diagnosis is shown live; the files keep the simulator's fields.
                 diagnosis = entry.pop("diagnosis", None)
@@ -223,6 +224,12 @@ def run_local(
                     open_workloads.discard(entry["workload"])
                 if on_event is not None:
                     on_event({**entry, "diagnosis": diagnosis} if diagnosis else entry)
+            for t, node, failed in cluster.take_node_changes():
+                line = node_line(round(t * scale, 3), node, failed=failed)
+                result.events.append(line)
+                if on_event is not None:
+                    on_event(line)
+            board.poll(cluster.now())
             time.sleep(tick)
 
         runner.start(interval=tick)
@@ -356,7 +363,10 @@ def print_event(stream: TextIO) -> Callable[[dict[str, Any]], None]:
 
     def show(e: dict[str, Any]) -> None:
         extra = " ".join(f"{k}={e[k]}" for k in ("attempt", "reason", "cause", "count") if k in e)
-        stream.write(f"[{e['t']:>8.1f}s] {e['workload']:<16} {e['event']:<16} {extra}\n")
+        if "workload" not in e:  # a node failed or came back
+            extra = "(node)"
+        who = e.get("workload") or e.get("node", "")
+        stream.write(f"[{e['t']:>8.1f}s] {who:<16} {e['event']:<16} {extra}\n")
         if e.get("diagnosis"):
             stream.write(f"{'':12}why: {e['diagnosis']}\n")
         stream.flush()

@@ -56,7 +56,14 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.ports import ClusterActions
-from muster.sim.kube import GpuSample, JobSpec, PodChange, SimulatedCluster, Wakeup
+from muster.sim.kube import (
+    GpuSample,
+    JobSpec,
+    PodChange,
+    SimulatedCluster,
+    Wakeup,
+    node_line,
+)
 from muster.sim.scenario import Scenario, seeded
 
 POLICIES = ("gang", "gang+block", "none")
@@ -234,6 +241,10 @@ class RunLog:
         outcomes = self.outcomes
         for _, outcome, _ in step.outcomes:
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    def node_changed(self, now: float, node: str, *, failed: bool) -> None:
+        """A node fault (or its repair) as a line of its own, before what it causes."""
+        self.events.append(node_line(_num(now), node, failed=failed))
 
     def published(self, effect: Publish, now: float) -> None:
         """One event-log entry, and what it means for the summary."""
@@ -499,12 +510,14 @@ class Simulation:
         return self._deliver(WorkloadFinished(item.job)) or wanted
 
     def _node_fails(self, item: NodeFails) -> bool:
+        self.log.node_changed(self.agenda.now, item.node, failed=True)
         wanted = self._deliver(NodeObserved(item.node, ready=False))
         self.kube.fail_node(item.node, self.agenda.now)
         self.kube.reconcile()  # controllers recreate the lost pods at once
         return self._drain() or wanted
 
     def _node_repaired(self, item: NodeRepaired) -> bool:
+        self.log.node_changed(self.agenda.now, item.node, failed=False)
         self.kube.repair_node(item.node, self.agenda.now)
         return self._deliver(NodeObserved(item.node, ready=True))
 
@@ -531,7 +544,11 @@ def summarize(
     deactivated = sum(1 for t in tracking.values() if t.deactivated)
     useful = kube.useful_gpu_seconds / 3600.0
     wasted = (kube.held_gpu_seconds - kube.useful_gpu_seconds) / 3600.0
-    capacity = kube.total_gpus * end / 3600.0
+    # One window for every policy (the scenario's horizon): GPU-hours used over
+    # GPU-hours available in it. Each run's own length would favour a policy that
+    # finishes later, and differ between the runs being compared.
+    window = sc.until
+    capacity = kube.total_gpus * window / 3600.0
     delays = [t.first_ready - t.submitted for t in tracking.values() if t.first_ready is not None]
     jcts = [t.finished - t.submitted for t in finished if t.finished is not None]
     return {
@@ -547,6 +564,7 @@ def summarize(
         "wastedGpuHours": round(wasted, 3),
         "idleGpuHours": round(capacity - useful - wasted, 3),
         "utilization": round(useful / capacity, 4) if capacity > 0 else 0.0,
+        "windowSeconds": _num(window),
         "queueDelaySeconds": _percentiles(delays),
         "jctSeconds": _percentiles(jcts),
         "makespanSeconds": _num(end),

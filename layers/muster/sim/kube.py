@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class ClusterError(ValueError):
@@ -512,3 +513,13 @@ class SimulatedCluster:
             sample.available,
         ):
             self.samples.append(sample)
+
+
+# Node faults in an event log (events.jsonl): lines with `node` instead of `workload`,
+# so a reader sees the failure beside the evictions and recoveries it caused.
+NODE_FAILED = "NodeFailed"
+NODE_REPAIRED = "NodeRepaired"
+
+
+def node_line(t: float | int, node: str, *, failed: bool) -> dict[str, Any]:
+    return {"t": t, "node": node, "event": NODE_FAILED if failed else NODE_REPAIRED}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from muster.sim.engine import RunResult
-from muster.sim.kube import GpuSample
+from muster.sim.kube import NODE_FAILED, NODE_REPAIRED, GpuSample
 
 _ROWS: tuple[tuple[str, str], ...] = (
     ("workloads", "workloads"),
@@ -152,6 +153,30 @@ def binned(
     return [(k * width, a / width, w / width, v / width) for k, (a, w, v) in enumerate(acc)]
 
 
+@dataclass(frozen=True)
+class Marks:
+    """What the picture marks on top of GPU use: evictions and nodes down."""
+
+    evictions: list[float]  # times of Evicted events
+    nodes_down: list[tuple[str, float, float]]  # (node, failed at, repaired at or the end)
+
+
+def marks(events: Sequence[Mapping[str, Any]], end: float) -> Marks:
+    evictions = [float(e["t"]) for e in events if e.get("event") == "Evicted"]
+    down: dict[str, float] = {}
+    spans: list[tuple[str, float, float]] = []
+    for e in events:
+        node = e.get("node")
+        if node is None or "workload" in e:
+            continue
+        if e["event"] == NODE_FAILED:
+            down.setdefault(node, float(e["t"]))
+        elif e["event"] == NODE_REPAIRED and node in down:
+            spans.append((node, down.pop(node), float(e["t"])))
+    spans += [(node, at, max(at, end)) for node, at in down.items()]
+    return Marks(evictions, sorted(spans, key=lambda s: (s[1], s[0])))
+
+
 def plot_gpu_use(results: Sequence[RunResult], path: Path) -> None:
     """Stacked GPU use over time, one panel per policy (matplotlib, Agg backend)."""
     import matplotlib
@@ -179,6 +204,27 @@ def plot_gpu_use(results: Sequence[RunResult], path: Path) -> None:
             colors=["#2a9d8f", "#e76f51", "#e9ecef"],
             step="post",
         )
+        shown = marks(r.events, r.end)
+        for n, (_, start, stop) in enumerate(shown.nodes_down):
+            ax.axvspan(
+                start / scale,
+                stop / scale,
+                color="#343a40",
+                alpha=0.18,
+                lw=0,
+                label="node down" if n == 0 else None,
+            )
+        if shown.evictions:
+            ax.plot(
+                [t / scale for t in shown.evictions],
+                [r.total_gpus * 0.97] * len(shown.evictions),
+                linestyle="none",
+                marker="|",
+                markersize=7,
+                color="#9d0208",
+                alpha=0.6,
+                label=f"eviction ({len(shown.evictions):,})",
+            )
         s = r.summary
         ax.set_title(
             f"{r.policy}: utilization {s['utilization'] * 100:.1f}%, "
@@ -189,7 +235,8 @@ def plot_gpu_use(results: Sequence[RunResult], path: Path) -> None:
         ax.set_ylabel("GPUs")
         ax.set_ylim(0, r.total_gpus)
         ax.set_xlim(0, end / scale)
-    axes[0, 0].legend(loc="upper right", fontsize=7, ncol=3)
+    for ax in axes[:, 0]:
+        ax.legend(loc="upper right", fontsize=7, ncol=5)
     axes[-1, 0].set_xlabel(f"simulated time ({unit})")
     fig.suptitle(f"GPU use: {results[0].scenario}", fontsize=10)
     fig.tight_layout()

@@ -28,6 +28,7 @@ from muster.core import (
     parse_duration,
     parse_settings,
 )
+from muster.sim.locate import TraceNotFound, resolve_trace
 
 DEFAULT_UNTIL = 7 * 86400.0
 MAPPINGS = ("pods-of-8", "pod-per-gpu")
@@ -410,9 +411,10 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
     if has_path:
         if not isinstance(doc["path"], str):
             raise ScenarioError(f"trace.path: expected a file path, got {doc['path']!r}")
-        path = Path(doc["path"]).expanduser()
-        if not path.is_absolute():
-            path = base_dir / path
+        try:
+            path = resolve_trace(Path(doc["path"]), base_dir)
+        except TraceNotFound as exc:
+            raise ScenarioError(str(exc)) from None
     synthetic = None
     if has_synth:
         synthetic = _mapping(doc["synthetic"], "trace.synthetic")
