@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim agent-image clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-faults-sim agent-image clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
@@ -32,6 +32,8 @@ help:
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
+	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
+	@echo "make bench-fit     gang vs gang+block vs gang+fit on the deadlock, synthetic and contended Philly scenarios"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -86,7 +88,7 @@ lock: $(STAMP)
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-faults-sim
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-faults-sim
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -117,6 +119,12 @@ bench-hold: $(STAMP)
 
 bench-faults-sim: $(STAMP)
 	$(BIN)/python benchmarks/failure_aware.py
+
+bench-capacity: $(STAMP)
+	$(BIN)/python benchmarks/capacity_pass.py
+
+bench-fit: $(STAMP)
+	$(BIN)/python benchmarks/fit_compare.py
 
 # The agent image from deploy/agent.Dockerfile, pushed to the ECR repository the
 # stack created (its output AgentImageRepositoryUri), tagged with this version.

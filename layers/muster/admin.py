@@ -168,6 +168,7 @@ def status_command(args: argparse.Namespace, out: TextIO) -> int:
     doc["cluster"] = deployment.config.cluster_name
     settings = _effective(deployment, store)
     doc["blockAdmission"] = settings.block_admission
+    doc["capacityCheck"] = settings.capacity_check
     doc["admission"] = admission_outlook(store, settings)
     if args.json:
         out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -179,11 +180,19 @@ def status_command(args: argparse.Namespace, out: TextIO) -> int:
 def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
     """What the core's admission planner would do now: who is admissible, who waits and why."""
     active = [w for p in ACTIVE_PHASES for w in store.by_phase(p.value)]
-    plan = plan_admission(store.pending(), active, settings, time.time())
+    nodes = None
+    if settings.capacity_check:
+        # Where the active gangs' pods are bound, for the capacity check.
+        nodes = store.nodes()
+        loaded = [store.load(w.key) for w in active]
+        active = [snap.workload if snap else w for w, snap in zip(active, loaded, strict=True)]
+    plan = plan_admission(store.pending(), active, settings, time.time(), nodes=nodes)
     return {
         "admissible": list(plan.admit),
         "blockedBy": plan.blocked_by,
         "waiting": plan.skipped,
+        # Workloads the capacity check cannot judge (admitted on quota alone), and why.
+        "unchecked": dict(plan.unchecked),
         # The admitted workload not yet PodsReady that blockAdmission waits for, whether
         # or not anyone is queued behind it (the planner names it only when someone is).
         "notReady": Usage.of(active).blocker,
@@ -270,6 +279,8 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
         )
     for key, why in sorted((outlook.get("waiting") or {}).items()):
         lines.append(f"Waiting: {key}: {why}")
+    for key, why in sorted((outlook.get("unchecked") or {}).items()):
+        lines.append(f"Unchecked: {key}: {why}")
     return "\n".join(lines) + "\n"
 
 

@@ -137,6 +137,8 @@ def workload_detail(
     uid: str = "",
     priority_class: str | None = None,
     class_priority: int | None = None,
+    shape: tuple[tuple[int, int], ...] = (),
+    placement: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -159,6 +161,10 @@ def workload_detail(
         detail["priorityClass"] = priority_class
         if class_priority is not None:
             detail["priorityClassValue"] = class_priority
+    if shape:
+        detail["podGpus"] = [{"pods": n, "gpus": g} for n, g in shape]
+    if placement:
+        detail["placement"] = placement
     return detail
 
 
@@ -218,9 +224,12 @@ def node_detail(
     seq: int,
     ready: bool = True,
     health: str | None = None,
+    gpus: int | None = None,
+    unschedulable: str | None = None,
+    foreign_gpus: int = 0,
     observed_at: datetime | None = None,
 ) -> dict[str, Any]:
-    return {
+    detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "cluster": cluster,
         "observedAt": _iso(observed_at),
@@ -229,6 +238,12 @@ def node_detail(
         "ready": ready,
         "health": health,
     }
+    if gpus is not None:
+        detail["gpus"] = gpus
+        detail["schedulable"] = unschedulable is None
+        detail["unschedulable"] = clip_utf8(unschedulable, REASON_BYTES) if unschedulable else None
+        detail["foreignGpus"] = foreign_gpus
+    return detail
 
 
 def snapshot_details(
@@ -373,11 +388,21 @@ def parse_agent_detail(
         )
     if detail_type == NODE_OBSERVED:
         health = _str(detail, "health", required=False)
+        capacity: dict[str, Any] = {}
+        if detail.get("gpus") is not None:
+            why = _str(detail, "unschedulable", required=False)
+            capacity = {
+                "gpus": _int(detail, "gpus", minimum=0),
+                "schedulable": _bool(detail, "schedulable"),
+                "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
+                "foreign_gpus": _int(detail, "foreignGpus", minimum=0, default=0),
+            }
         return cluster, NodeObserved(
             node=check_name(_str(detail, "node"), "node"),
             ready=_bool(detail, "ready"),
             health=_label_value(health, "health") if health is not None else None,
             seq=seq,
+            **capacity,
         )
     if detail_type == CLUSTER_SNAPSHOT:
         return cluster, _snapshot_part(detail, seq)
@@ -464,7 +489,33 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         uid=uid,
         priority_class=priority_class,
         class_priority=class_priority,
+        shape=_pod_gpus(detail.get("podGpus")),
+        placement=clip_utf8(_str(detail, "placement", required=False) or "", REASON_BYTES),
     )
+
+
+MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
+
+
+def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
+    """`podGpus`: a list of {pods, gpus} groups (absent: unknown)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_POD_GROUPS:
+        raise InvalidEvent(
+            f"podGpus: expected a list of at most {MAX_POD_GROUPS} {{pods, gpus}} objects"
+        )
+    groups = []
+    for i, group in enumerate(value):
+        if not isinstance(group, Mapping):
+            raise InvalidEvent(f"podGpus[{i}]: expected an object with pods and gpus")
+        groups.append(
+            (
+                _int(group, "pods", minimum=1, field=f"podGpus[{i}].pods"),
+                _int(group, "gpus", minimum=0, field=f"podGpus[{i}].gpus"),
+            )
+        )
+    return tuple(groups)
 
 
 def parse_time(text: str, field: str = "time") -> float:
@@ -494,15 +545,21 @@ def _str(detail: Mapping[str, Any], key: str, *, required: bool = True) -> Any:
 
 
 def _int(
-    detail: Mapping[str, Any], key: str, *, minimum: int | None, default: int | None = None
+    detail: Mapping[str, Any],
+    key: str,
+    *,
+    minimum: int | None,
+    default: int | None = None,
+    field: str | None = None,
 ) -> int:
     value = detail.get(key, default)
+    name = field or key
     if value is None:
-        raise InvalidEvent(f"{key}: required")
+        raise InvalidEvent(f"{name}: required")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidEvent(f"{key}: expected a whole number, got {value!r}")
+        raise InvalidEvent(f"{name}: expected a whole number, got {value!r}")
     if minimum is not None and value < minimum:
-        raise InvalidEvent(f"{key}: must be at least {minimum}, got {value}")
+        raise InvalidEvent(f"{name}: must be at least {minimum}, got {value}")
     return value
 
 

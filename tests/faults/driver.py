@@ -119,7 +119,13 @@ def _agent_detail(event: Event | SnapshotPart) -> tuple[str, dict[str, Any]]:
             )
         case NodeObserved():
             return NODE_OBSERVED, node_detail(
-                cluster=CLUSTER, node=event.node, seq=event.seq, ready=event.ready
+                cluster=CLUSTER,
+                node=event.node,
+                seq=event.seq,
+                ready=event.ready,
+                gpus=event.gpus,
+                unschedulable=None if event.schedulable else event.unschedulable,
+                foreign_gpus=event.foreign_gpus,
             )
         case SnapshotPart():
             [detail] = snapshot_details(
@@ -237,6 +243,7 @@ class Truth:
     history: History
     loop: Loop
     send: Callable[[Event | SnapshotPart], None]
+    capacity: bool = False  # node events report each node's GPUs (for `capacityCheck`)
     sim: SimulatedCluster = field(init=False)
     rev: int = 0
     objects: dict[str, JobObject] = field(default_factory=dict)
@@ -253,7 +260,11 @@ class Truth:
         self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
         for name in self.sim.node_names:
             self.rev += 1
-            self.nodes[name] = NodeObserved(name, True, seq=self.rev)
+            self.nodes[name] = self.node_event(name, True)
+
+    def node_event(self, name: str, ready: bool) -> NodeObserved:
+        gpus = self.history.gpus_per_node if self.capacity else None
+        return NodeObserved(name, ready, seq=self.rev, gpus=gpus)
 
     # ------------------------------------------------------------------ what users do
 
@@ -297,7 +308,7 @@ class Truth:
 
     def node(self, name: str, *, ready: bool) -> None:
         self.rev += 1
-        self.nodes[name] = NodeObserved(name, ready, seq=self.rev)
+        self.nodes[name] = self.node_event(name, ready)
         self.send(self.nodes[name])
 
     def flap(self, name: str, *, down: bool) -> None:
@@ -456,6 +467,7 @@ def run_history(
     wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     wire: bool = False,
     workload_faults: dict[str, Any] | None = None,
+    capacity: bool = False,
 ) -> Outcome:
     """Play one random history through the control plane; compare its view with the truth.
 
@@ -463,6 +475,8 @@ def run_history(
     `cluster`) and returns those to build the control plane with: fault-injecting
     wrappers go there. The invariants read the unwrapped store and timers. With
     `wire`, every agent event goes through the schema's builders, JSON and parser.
+    With `capacity`, the control plane runs the capacity check on node events that
+    report each node's GPUs (sent when the history starts, and with every change).
     """
     history = history or generate(seed)
     rng = random.Random(seed * 7919 + 1)
@@ -477,7 +491,7 @@ def run_history(
         for when in times:
             loop.at(when, "deliver", over_the_wire(event) if wire else event)
 
-    truth = Truth(history, loop, send, crash_loops=workload_faults is not None)
+    truth = Truth(history, loop, send, capacity, crash_loops=workload_faults is not None)
     store = store or MemoryStore()
     timers = LoopTimers(loop)
     messages = LoopMessages(loop)
@@ -489,6 +503,7 @@ def run_history(
             "recoveryTimeout": "0s" if seed % 3 == 0 else "60s",
             "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 60},
             "gpuQuota": history.nodes * history.gpus_per_node,
+            "capacityCheck": capacity,
         }
         | ({"workloadFaults": workload_faults} if workload_faults is not None else {})
     )
@@ -503,6 +518,9 @@ def run_history(
     if wrap_ports is not None:
         ports = wrap_ports(ports)
     plane = build_plane(**ports, settings=lambda: settings, clock=loop)
+    if capacity:
+        for event in truth.nodes.values():
+            send(event)  # what the agent reports of every node when it starts
     for action in history.actions:
         loop.at(action.at, "action", action)
     loop.at(history.horizon, "horizon", None)

@@ -113,6 +113,45 @@ def test_under_every_fault_nothing_waits_forever_and_quota_holds(seed: int):
     assert report.sweeper_resent > 0  # the sweeper moved what the lost messages would have
 
 
+# A quota above the nodes' 128 GPUs: the capacity check, not quota, keeps gangs apart.
+ROOMY = {
+    "timeout": "5m",
+    "gpuQuota": 160,
+    "requeuingStrategy": {
+        "backoffLimitCount": 3,
+        "backoffBaseSeconds": 60,
+        "backoffMaxSeconds": 600,
+    },
+}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_with_the_capacity_check_no_two_gangs_are_admitted_on_the_same_gpus(seed: int):
+    # GIVEN nodes with others' pods on some, and every fault injected
+    plan = FaultPlan(seed=seed, **ALL_FAULTS)
+    # WHEN 40 workloads run with capacityCheck on
+    report = run_harness(plan, workloads=40, seed=seed, capacity=True, settings=ROOMY)
+    # THEN nothing is lost or stuck, quota holds, and after every delivery the
+    # admitted gangs fit the nodes as the control plane's view knows them
+    assert report.violations == []
+    assert report.fit_checks > 100
+    assert report.unfinished == []
+    assert report.max_gpus_admitted <= report.quota
+    assert report.quarantined == 0
+
+
+def test_without_the_capacity_check_gangs_are_admitted_on_the_same_gpus():
+    # The invariant is not hollow: the same cluster with admission on quota alone breaks it.
+    from dataclasses import replace
+
+    from muster.faults.driver import Harness
+
+    harness = Harness(FaultPlan(seed=1), workloads=40, seed=1, capacity=True, settings=ROOMY)
+    harness.settings = replace(harness.settings, capacity_check=False)
+    report = harness.run()
+    assert any(v.startswith("same GPUs") for v in report.violations)
+
+
 def test_without_the_sweeper_lost_messages_leave_workloads_waiting_forever():
     # The invariant is not hollow: take the sweeper away and it fails.
     report = run_harness(FaultPlan(seed=1, lose=0.2), workloads=40, seed=1, sweeper=False)

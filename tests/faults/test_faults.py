@@ -71,6 +71,13 @@ def test_histories_converge_with_workload_faults_on(chunk: int) -> None:
     assert [(o.seed, o.divergences) for o in more if o.diverged] == []
 
 
+def test_histories_converge_with_the_capacity_check_on() -> None:
+    # node events report each node's GPUs; admission fits gangs onto them
+    outcomes = [run_history(seed, capacity=True, wire=seed % 2 == 0) for seed in range(2000, 2040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+    assert sum(o.events for o in outcomes) > 100 * len(outcomes)
+
+
 def test_an_unperturbed_history_converges_too() -> None:
     assert not run_history(1, perturbation=NONE).diverged
 

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from muster.core.model import PodObserved, WorkloadObserved
+from muster.core.model import NodeObserved, PodObserved, WorkloadObserved
 from muster.core.reconcile import SnapshotPart
 from muster.kube.agent import Agent
 from muster.kube.http import KubeApi
@@ -127,3 +127,69 @@ def test_the_leader_agent_reports_a_job_and_its_pod_created_over_the_api(
     assert any(isinstance(e, PodObserved) and e.pod == "train-0" for e in events)
     lease = h.objects["coordination.k8s.io/v1/leases", "muster-system", "muster-agent"]
     assert lease["spec"]["holderIdentity"] == "agent-0"
+
+
+@pytest.mark.slow
+def test_node_capacity_and_others_gpus_reach_the_bus_over_the_api(
+    apiserver: Any, bus: dict[str, Any]
+) -> None:
+    h = apiserver.handler
+    for res, kind, namespaced in [
+        ("batch/v1/jobs", "Job", True),
+        ("jobset.x-k8s.io/v1alpha2/jobsets", "JobSet", True),
+        ("kubeflow.org/v1/pytorchjobs", "PyTorchJob", True),
+        ("v1/pods", "Pod", True),
+        ("v1/nodes", "Node", False),
+        ("coordination.k8s.io/v1/leases", "Lease", True),
+    ]:
+        h.resources[res] = {"kind": kind, "namespaced": namespaced}
+    api = KubeApi.for_host(apiserver.url, watch_grace=0.5)
+    agent = Agent("prod", Outbox(window=0.2), EventBridgeSender(bus["events"], "muster"))
+    elector = LeaseElector(
+        api, namespace="muster-system", name="muster-agent", identity="agent-0", retry_period=0.5
+    )
+    runner = AgentRunner(agent, KubeWatchSource(api), elector, watch_timeout=1, tick=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        # WHEN a GPU node and a pod of another team's Deployment on it are created
+        time.sleep(1.0)
+        api.create(
+            "/api/v1/nodes",
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "gpu-0"},
+                "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+                "status": {
+                    "allocatable": {"nvidia.com/gpu": "8"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        )
+        time.sleep(1.0)
+        api.create(
+            "/api/v1/namespaces/web/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "inference-0", "namespace": "web", "labels": {"app": "x"}},
+                "spec": {
+                    "nodeName": "gpu-0",
+                    "containers": [{"resources": {"limits": {"nvidia.com/gpu": "3"}}}],
+                },
+                "status": {"phase": "Running"},
+            },
+        )
+        # THEN the control plane's queue hears of the node's 8 GPUs, then of 3 held by others
+        events = drain(bus, want=2)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    nodes = [e for e in events if isinstance(e, NodeObserved)]
+    assert [(n.node, n.gpus, n.schedulable, n.foreign_gpus) for n in nodes] == [
+        ("gpu-0", 8, True, 0),
+        ("gpu-0", 8, True, 3),
+    ]
+    assert nodes[1].seq > nodes[0].seq

@@ -110,6 +110,7 @@ def test_every_case_has_a_stored_digest():
 STORY_BEFORE_FAILURE_MODES = {
     "gang": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",
     "gang+block": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",
+    "gang+fit": "060b24a382bc9852aee0b9d88e9e7ae05aac12a52dc179e2b19950eda2482e5c",
     "none": "0b91d0dff84a7d235f8bff518760a791fe7b030d4743b0b303373cc057087024",
 }
 

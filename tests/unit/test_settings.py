@@ -132,12 +132,26 @@ def test_queue_overrides_inherit_the_rest_from_the_global_settings() -> None:
         ),
         ({"queues": {"a": {"timout": "1m"}}}, "queues.a.timout: unknown setting"),
         ({"gpuQuota": -4}, "gpuQuota: must be at least 0"),
+        ({"capacityCheck": "on"}, "capacityCheck: expected true or false, got 'on'"),
+        (
+            {"queues": {"a": {"capacityCheck": True}}},
+            "queues.a.capacityCheck: capacityCheck is cluster-wide",
+        ),
+        ({"capacityChek": True}, "did you mean 'capacityCheck'?"),
     ],
 )
 def test_bad_settings_name_the_field(doc: dict, message: str) -> None:
     with pytest.raises(SettingsError) as err:
         parse_settings(doc)
     assert message in str(err.value)
+
+
+def test_the_capacity_check_is_off_by_default_and_round_trips() -> None:
+    assert parse_settings({}).capacity_check is False
+    assert "capacityCheck" not in parse_settings({}).to_dict()
+    on = parse_settings({"capacityCheck": True})
+    assert on.capacity_check and parse_settings(on.to_dict()) == on
+    assert not merge_settings(on, {"capacityCheck": False}).capacity_check
 
 
 def test_text_loading_names_the_source_and_accepts_json() -> None:

@@ -13,6 +13,7 @@ Layout (partition key `pk`, sort key `sk`; index `gsi1` on `gsi1pk`/`gsi1sk`):
 | settings record | `SETTINGS` | `CLUSTER#<cluster>` | none |
 | cluster listing part | `SNAPSHOT#<scope>` | `PART#<id>#<part>` | none; TTL `expiresAt` |
 | last listing acted on | `SNAPSHOT#<scope>` | `APPLIED` | none |
+| node capacity (`capacityCheck`) | `NODES` | `NODE#<node>` | none |
 
 The workload item carries `version` (every write is conditional on it), `epoch`
 (bumped by an eviction; pods written under an older epoch are retired),
@@ -35,6 +36,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from muster.core import Effect, LogEvent, Phase, Pod, SnapshotPart, Workload
+from muster.core.capacity import NodeCapacity
 from muster.runtime.codec import (
     decode_effect,
     decode_pod,
@@ -55,6 +57,7 @@ HISTORY_PREFIX = "HIST#"
 LEDGER_KEY = {"pk": {"S": "ADMISSION"}, "sk": {"S": "LEDGER"}}
 RECENT_PREFIX = "RECENT#"
 QUARANTINE_PK = "QUARANTINE"
+NODES_PK = "NODES"
 INDEX = "gsi1"
 MAX_TRANSACTION = 100
 DAY = 86400
@@ -104,6 +107,17 @@ def _is_conflict(exc: ClientError) -> bool:
         reasons = [r.strip() for r in listed.split(",") if r.strip()]
     failing = {r for r in reasons if r != "None"}
     return bool(failing) and failing <= CONFLICT_REASONS
+
+
+def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
+    return NodeCapacity(
+        node=item["sk"]["S"].removeprefix("NODE#"),
+        seq=int(item["seq"]["N"]),
+        gpus=int(item["gpus"]["N"]),
+        schedulable=bool(item["schedulable"]["BOOL"]),
+        unschedulable=item["unschedulable"]["S"] if "unschedulable" in item else None,
+        foreign_gpus=int(item["foreignGpus"]["N"]),
+    )
 
 
 def _quarantine_doc(q: Quarantine) -> str:
@@ -565,6 +579,49 @@ class DynamoStore:
         except ClientError as exc:
             if not _is_conflict(exc):
                 raise
+
+    # ------------------------------------------------------------------ capacity
+
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+        """One item per node, written only over an older report (a reordered one loses)."""
+        values: dict[str, Any] = {
+            ":seq": _n(node.seq),
+            ":gpus": _n(node.gpus),
+            ":sched": {"BOOL": node.schedulable},
+            ":foreign": _n(node.foreign_gpus),
+        }
+        update = "SET seq = :seq, gpus = :gpus, schedulable = :sched, foreignGpus = :foreign"
+        if node.unschedulable:
+            values[":why"] = _s(node.unschedulable)
+            update += ", unschedulable = :why"
+        else:
+            update += " REMOVE unschedulable"
+        try:
+            reply = self.client.update_item(
+                TableName=self.table,
+                Key={"pk": _s(NODES_PK), "sk": _s(f"NODE#{node.node}")},
+                UpdateExpression=update,
+                ConditionExpression="attribute_not_exists(seq) OR seq < :seq",
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if _is_conflict(exc):
+                return False, None
+            raise
+        old = reply.get("Attributes")
+        return True, _node_of(old) if old and "seq" in old else None
+
+    def nodes(self) -> list[NodeCapacity]:
+        """The capacity view: one Query (paged) of the nodes' items."""
+        return [
+            _node_of(item)
+            for item in self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(NODES_PK)},
+                ConsistentRead=True,
+            )
+        ]
 
     # ------------------------------------------------------------------ indexes
 

@@ -5,7 +5,9 @@ first), then by the timestamp their queue's `requeuingStrategy.timestamp` names;
 a workload that does not fit its quotas is skipped and the next one tried.
 Under `blockAdmission` nothing is admitted while an admitted workload is not yet
 PodsReady, and the check runs before every candidate, so one pass admits at most
-one workload.
+one workload. With `capacityCheck`, a candidate that fits its quotas must also
+fit the nodes' free GPUs (`core.capacity`); one that does not is skipped like
+one over quota, and what is admitted is reserved for the rest of the pass.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.decide import admissible, inadmissible
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Kind, Phase, Workload
 from muster.core.settings import Settings, Timestamp
@@ -39,8 +42,11 @@ class AdmissionPlan:
 
     admit: tuple[str, ...] = ()
     blocked_by: str | None = None  # the admitted-not-ready workload holding the lock
-    skips: tuple[Skip, ...] = ()
+    skips: tuple[Skip | FitSkip, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()  # (workload, why): `queueAccess` says no
+    # (workload, why): admitted or considered on quota alone, the capacity check
+    # could not judge it (placement rules it does not evaluate, sizes unknown).
+    unchecked: tuple[tuple[str, str], ...] = ()
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -73,7 +79,8 @@ class Usage:
 
 
 OrderKey = tuple[int, float, str]
-Bucket = tuple[str, int]  # (queue, GPUs)
+# (queue, GPUs, what the capacity check sees of it: its pod sizes and whether it falls back)
+Bucket = tuple[str, int, object]
 
 
 def queue_order_key(w: Workload, settings: Settings) -> OrderKey:
@@ -103,6 +110,7 @@ def plan_admission(
     *,
     usage: Usage | None = None,
     ordered: bool = False,
+    nodes: Iterable[NodeCapacity] | None = None,
 ) -> AdmissionPlan:
     """Pure: the same workloads, settings and time always give the same plan.
 
@@ -110,9 +118,17 @@ def plan_admission(
     quota (Admitted, Running, Recovering); shells keep both sets indexed so a pass
     never scans finished workloads. A shell that keeps `usage` itself passes it
     (and no `active`); one that keeps the queue sorted by `queue_order_key` says
-    `ordered`, and the pass does not sort again.
+    `ordered`, and the pass does not sort again. With `capacityCheck`, `nodes` is
+    the capacity view and `active` must carry their pods (where they are bound).
     """
+    active = list(active)
     held = usage if usage is not None else Usage.of(active)
+    fitter: Fitter | None = None
+    known = False
+    if settings.capacity_check:
+        node_list = list(nodes or ())
+        known = bool(node_list)
+        fitter = Fitter.of(node_list, active)
     used_cluster = held.cluster
     used_queue = dict(held.queues)
     blocker = held.blocker
@@ -128,11 +144,14 @@ def plan_admission(
         else sorted(admissible_now, key=lambda w: queue_order_key(w, settings))
     )
     chosen: list[str] = []
-    skips: list[Skip] = []
+    skips: list[Skip | FitSkip] = []
     refused: list[tuple[str, str]] = []
+    unchecked: list[tuple[str, str]] = []
     for w in candidates:
         if settings.block_admission and blocker is not None:
-            return AdmissionPlan(tuple(chosen), blocker, tuple(skips), tuple(refused))
+            return AdmissionPlan(
+                tuple(chosen), blocker, tuple(skips), tuple(refused), tuple(unchecked)
+            )
         refusal = inadmissible(w, settings)
         if refusal is not None:
             refused.append((w.key, refusal))
@@ -141,12 +160,19 @@ def plan_admission(
         if skip is not None:
             skips.append(skip)
             continue
+        if fitter is not None:
+            no_room, fallback = fit(fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run)
+            if fallback is not None:
+                unchecked.append((w.key, fallback))
+            if no_room is not None:
+                skips.append(no_room)
+                continue
         chosen.append(w.key)
         used_cluster += w.gpus
         used_queue[w.queue] = used_queue.get(w.queue, 0) + w.gpus
         if settings.block_admission:
             blocker = w.key
-    return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused))
+    return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused), tuple(unchecked))
 
 
 class AdmissionQueue:
@@ -232,8 +258,13 @@ class AdmissionQueue:
         if not bucket:
             del self._buckets[where]
 
-    def plan(self, now: float, usage: Usage) -> AdmissionPlan:
-        """The admission plan at `now` with `usage` held (see the class)."""
+    def plan(self, now: float, usage: Usage, fitter: Fitter | None = None) -> AdmissionPlan:
+        """The admission plan at `now` with `usage` held (see the class).
+
+        With `capacityCheck`, `fitter` holds the nodes' free GPUs (an empty one: no
+        node has reported capacity). A bucket whose head does not fit is dropped for
+        the pass: its workloads have the same pod sizes, and free GPUs only shrink.
+        """
         self._release_due(now)
         settings = self._settings
         blocker = usage.blocker
@@ -244,7 +275,7 @@ class AdmissionQueue:
             settings.gpu_quota - usage.cluster if settings.gpu_quota is not None else None
         )
         free_queue: dict[str, int | None] = {}
-        for queue in {q for q, _ in self._buckets}:
+        for queue in {where[0] for where in self._buckets}:
             quota = settings.for_queue(queue).gpu_quota
             free_queue[queue] = quota - usage.queues.get(queue, 0) if quota is not None else None
         heads: list[tuple[OrderKey, int, Bucket]] = []
@@ -253,12 +284,25 @@ class AdmissionQueue:
                 heads.append((bucket[0][0], 0, where))
         heapq.heapify(heads)
         chosen: list[str] = []
+        skips: list[Skip | FitSkip] = []
+        unchecked: list[tuple[str, str]] = []
+        known = fitter is not None and bool(fitter.names)
         while heads:
             order, i, where = heapq.heappop(heads)
             if not _fits(where, free_cluster, free_queue):
                 continue  # it fitted when it was pushed; free GPUs only shrink in a pass
             bucket = self._buckets[where]
-            queue, gpus = where
+            queue, gpus, _ = where
+            if fitter is not None and settings.capacity_check:
+                w = bucket[i][1]
+                no_room, fallback = fit(
+                    fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run
+                )
+                if fallback is not None:
+                    unchecked.append((order[2], fallback))
+                if no_room is not None:
+                    skips.append(no_room)
+                    continue
             chosen.append(order[2])
             if free_cluster is not None:
                 free_cluster -= gpus
@@ -269,10 +313,15 @@ class AdmissionQueue:
                 later = any(b[-1][0] > order for b in self._buckets.values()) or any(
                     other > order for other in self._refused.values()
                 )
-                return AdmissionPlan(tuple(chosen), order[2] if later else None)
+                return AdmissionPlan(
+                    tuple(chosen),
+                    order[2] if later else None,
+                    tuple(skips),
+                    unchecked=tuple(unchecked),
+                )
             if i + 1 < len(bucket):
                 heapq.heappush(heads, (bucket[i + 1][0], i + 1, where))
-        return AdmissionPlan(tuple(chosen))
+        return AdmissionPlan(tuple(chosen), None, tuple(skips), unchecked=tuple(unchecked))
 
     def _index(self, w: Workload) -> None:
         order = queue_order_key(w, self._settings)
@@ -280,7 +329,8 @@ class AdmissionQueue:
             self._refused[w.key] = order
             self._refused_workloads[w.key] = w
             return
-        where = (w.queue, w.gpus)
+        seen: object = (pod_shape(w), bool(w.placement)) if self._settings.capacity_check else None
+        where = (w.queue, w.gpus, seen)
         self._indexed[w.key] = (where, order)
         insort(self._buckets.setdefault(where, []), (order, w))
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from muster.core.admission import AdmissionPlan, AdmissionQueue, Usage
+from muster.core.capacity import Fitter, NodeCapacity, more_room, observe_node
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -73,6 +74,8 @@ class Cluster:
         self._not_ready_order: list[str] = []  # a heap of `_not_ready`, stale keys dropped late
         self._queue = AdmissionQueue(settings)
         self._settings = settings
+        # The capacity view: the latest report of each node (by `seq`).
+        self.nodes: dict[str, NodeCapacity] = {}
 
     @property
     def settings(self) -> Settings:
@@ -91,9 +94,22 @@ class Cluster:
         return self.workloads.get(key)
 
     def apply(self, event: Event, now: float) -> StepResult:
-        """Apply one event; a node event goes to every active workload with pods on it."""
+        """Apply one event; a node event goes to every active workload with pods on it.
+
+        A node event that reports capacity also updates the capacity view; with
+        `capacityCheck`, a change there may let a queued gang in.
+        """
         result = StepResult()
         if isinstance(event, NodeObserved) and not event.workload:
+            before = self.nodes.get(event.node)
+            entry = observe_node(before, event)
+            if entry is not None:
+                self.nodes[event.node] = entry
+                if self._settings.capacity_check and more_room(before, entry):
+                    if self.defer_admission:
+                        result.admission_wanted = True
+                    else:
+                        result.extend(self.admission_pass(now))
             for key in sorted(self._active):
                 w = self.workloads[key]
                 if any(p.node == event.node and not p.retired for p in w.pods.values()):
@@ -112,7 +128,7 @@ class Cluster:
             return result  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._queue) + 1):
             self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
-            plan = self._queue.plan(now, self._usage)
+            plan = self._queue.plan(now, self._usage, self.fitter())
             result.plans.append(plan)
             if not plan.admit:
                 break
@@ -125,6 +141,12 @@ class Cluster:
             if not again:
                 break
         return result
+
+    def fitter(self) -> Fitter | None:
+        """The nodes' free GPUs for a pass (None without `capacityCheck`)."""
+        if not self._settings.capacity_check:
+            return None
+        return Fitter.of(self.nodes.values(), (self.workloads[k] for k in sorted(self._active)))
 
     def _apply_one(self, event: Event, now: float) -> StepResult:
         result, wants_admission = self._decide(self.workloads.get(event.workload), event, now)

@@ -177,6 +177,8 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
         updated.priority != w.priority
         or updated.queue != w.queue
         or updated.gpus != w.gpus
+        or updated.shape != w.shape
+        or updated.placement != w.placement
         or updated.reason != w.reason
     ):
         effects = (RunAdmission("workload changed"),)
@@ -196,6 +198,8 @@ def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settin
         uid=e.uid,
         born_seq=e.seq if e.uid else 0,
         queued_at=e.created_at,
+        shape=e.shape,
+        placement=e.placement,
         **_priority_of(e),
     )
     detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": new.priority}
@@ -235,21 +239,30 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
 
 
 def _spec(e: WorkloadObserved) -> dict[str, Any]:
-    return {
+    spec = {
         "queue": e.queue,
         "gangSize": e.gang_size,
         "gpus": e.gpus,
         "timeoutOverride": e.timeout_override,
     }
+    return spec | _placement_spec(e.shape, e.placement)
 
 
 def _spec_of(w: Workload) -> dict[str, Any]:
-    return {
+    spec = {
         "queue": w.queue,
         "gangSize": w.gang_size,
         "gpus": w.gpus,
         "timeoutOverride": w.timeout_override,
     }
+    return spec | _placement_spec(w.shape, w.placement)
+
+
+def _placement_spec(shape: tuple[tuple[int, int], ...], placement: str) -> dict[str, Any]:
+    """What the capacity check reads, only when reported (older specs compare equal)."""
+    return ({"shape": [list(g) for g in shape]} if shape else {}) | (
+        {"placement": placement} if placement else {}
+    )
 
 
 def _with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
@@ -259,6 +272,8 @@ def _with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
         gang_size=spec["gangSize"],
         gpus=spec["gpus"],
         timeout_override=spec["timeoutOverride"],
+        shape=tuple((int(n), int(g)) for n, g in spec.get("shape") or ()),
+        placement=str(spec.get("placement") or ""),
         next_spec=None,
     )
 

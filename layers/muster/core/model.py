@@ -186,6 +186,12 @@ class Workload:
     fault_evictions: int = 0
     fault_timer: Timer | None = None
     fault_episodes: int = 0  # fault timers armed within the current attempt
+    # What its pods ask for, for the capacity check: (pods, GPUs each) groups; empty
+    # when unknown (then derived from `gpus` and `gang_size` where they divide).
+    shape: tuple[tuple[int, int], ...] = ()
+    # Placement rules of its pods the capacity check cannot evaluate (e.g.
+    # "nodeSelector"); non-empty: the check falls back to quota for it.
+    placement: str = ""
 
     @property
     def ready_pods(self) -> int:
@@ -251,6 +257,8 @@ class WorkloadObserved:
     # pods run at) and the class's value, None when no such class exists.
     priority_class: str | None = None
     class_priority: int | None = None
+    shape: tuple[tuple[int, int], ...] = ()  # (pods, GPUs each) groups of its pod templates
+    placement: str = ""  # placement rules the capacity check cannot evaluate
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +308,13 @@ class NodeObserved:
     health: str | None = None  # HyperPod `sagemaker.amazonaws.com/node-health-status`
     workload: str = ""  # filled in by the shell when routing to a workload
     seq: int = 0  # the node's resourceVersion; 0: unordered (overrides every pod report)
+    # Its capacity (None: the event does not report it, as from an older agent):
+    # allocatable GPUs, whether new pods may land on it and if not why, and the GPUs
+    # held on it by pods Muster does not manage.
+    gpus: int | None = None
+    schedulable: bool = True
+    unschedulable: str | None = None
+    foreign_gpus: int = 0
 
 
 @dataclass(frozen=True, slots=True)

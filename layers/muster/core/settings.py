@@ -249,6 +249,8 @@ class Settings:
     queues: Mapping[str, QueueSettings] = field(default_factory=dict)
     raw_queues: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     access: QueueAccess = field(default_factory=QueueAccess)
+    # Admit a gang only where its pods fit the nodes' free GPUs (`core.capacity`).
+    capacity_check: bool = False
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
@@ -256,6 +258,8 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         """The settings document (only what differs from the defaults is omitted nowhere)."""
         doc: dict[str, Any] = {"blockAdmission": self.block_admission}
+        if self.capacity_check:
+            doc["capacityCheck"] = True
         if self.gpu_quota is not None:
             doc["gpuQuota"] = self.gpu_quota
         doc.update(queue_document(self.defaults))
@@ -290,7 +294,8 @@ _QUEUE_KEYS = {
     "dryRun",
     "nodeReplacementEviction",
 }
-_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "queues", "queueAccess"}
+_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "capacityCheck", "queues", "queueAccess"}
+_CLUSTER_WIDE = ("blockAdmission", "capacityCheck")
 
 
 def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
@@ -324,12 +329,10 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
                 raise SettingsError(f"queues: queue names must be non-empty strings, got {name!r}")
             if not isinstance(overrides, Mapping):
                 raise SettingsError(f"{path[:-1]}: must be a mapping of settings")
-            if "blockAdmission" in overrides:
-                _problem(
-                    f"{path}blockAdmission: blockAdmission is cluster-wide and cannot be set "
-                    "per queue"
-                )
-            _check_keys(overrides, _QUEUE_KEYS | {"blockAdmission"}, path)
+            for key in _CLUSTER_WIDE:
+                if key in overrides:
+                    _problem(f"{path}{key}: {key} is cluster-wide and cannot be set per queue")
+            _check_keys(overrides, _QUEUE_KEYS | set(_CLUSTER_WIDE), path)
             queues[name] = _parse_queue(overrides, defaults, path)
             raw_queues[name] = dict(overrides)
     access = QueueAccess()
@@ -342,6 +345,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         queues=queues,
         raw_queues=raw_queues,
         access=access,
+        capacity_check=_bool(doc, "capacityCheck", False, ""),
     )
 
 

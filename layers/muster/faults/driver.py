@@ -11,7 +11,10 @@ when broken, never become Ready). The model agent re-sends every object's state
 every 10 minutes, as the real agent's resync does, so a lost agent event heals.
 
 After every delivery it checks that quota holds (GPUs of the workloads the
-store holds Admitted, Running or Recovering never exceed `gpuQuota`); after every
+store holds Admitted, Running or Recovering never exceed `gpuQuota`) and, with
+`capacity`, that no two admitted gangs are on the same GPUs as far as the
+control plane's capacity view knows (the cluster then has nodes, others' pods
+on some of them, and binds a gang's pods first fit when they all fit); after every
 sweep it checks that nothing waits forever: every workload that is not final has
 something that will move it on (a message in flight, a sweeper rule that will
 fire, the cluster running it, or quota held by workloads that themselves move).
@@ -51,6 +54,7 @@ from muster.core import (
     parse_settings,
     plan_admission,
 )
+from muster.core.capacity import overcommitted
 from muster.faults.ports import Crash, FaultPlan, FaultyPorts, wrap_ports
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.messages import (
@@ -64,8 +68,10 @@ from muster.runtime.service import ControlPlane
 from muster.runtime.sweeper import GRACE_SECONDS, SWEPT_PHASES, Sweeper
 from muster.schema import (
     AGENT_SOURCE,
+    NODE_OBSERVED,
     POD_OBSERVED,
     WORKLOAD_OBSERVED,
+    node_detail,
     pod_detail,
     workload_detail,
 )
@@ -193,9 +199,20 @@ class ModelCluster:
     resync re-sends them).
     """
 
-    def __init__(self, queues: VirtualQueues, plan: FaultPlan) -> None:
+    def __init__(
+        self,
+        queues: VirtualQueues,
+        plan: FaultPlan,
+        nodes: dict[str, tuple[int, int]] | None = None,
+    ) -> None:
         self.queues = queues
         self.plan = plan
+        # With nodes (name -> (GPUs, GPUs held by others' pods)), a gang's pods are bound
+        # first fit when all fit, and wait unbound (never Ready) otherwise.
+        self.nodes = nodes or {}
+        self.free = {n: gpus - foreign for n, (gpus, foreign) in self.nodes.items()}
+        self.bound: dict[str, list[str]] = {}  # workload -> the node of each pod
+        self.unbound: list[tuple[str, int]] = []  # admitted gangs waiting for room
         self.specs: dict[str, GangSpec] = {}
         self.admitted: dict[str, int] = {}  # workload -> attempt running on the cluster
         self.timeline: list[
@@ -241,9 +258,51 @@ class ModelCluster:
                 self.finished.add(key)
                 del self.admitted[key]
                 self._observe_workload(spec, "Succeeded")
+                if self.nodes:
+                    self._release(key)
 
     def start_resync(self) -> None:
         self._at(self.now + RESYNC_EVERY, "resync", "", 0)
+        for name, (gpus, foreign) in self.nodes.items():
+            detail = node_detail(
+                cluster=CLUSTER,
+                node=name,
+                seq=next(self.seq),
+                gpus=gpus,
+                foreign_gpus=foreign,
+                observed_at=datetime.fromtimestamp(self.now, UTC),
+            )
+            body = self._envelope(NODE_OBSERVED, detail)
+            self.objects[f"node:{name}"] = body
+            self._send(body)
+
+    def _bind(self, key: str, attempt: int) -> bool:
+        """Bind all pods of the gang, first fit over the nodes in order, or none of them."""
+        spec = self.specs[key]
+        each = spec.gpus // spec.gang
+        free = dict(self.free)
+        where: list[str] = []
+        for _ in range(spec.gang):
+            node = next((n for n in free if free[n] >= each), None)
+            if node is None:
+                return False
+            free[node] -= each
+            where.append(node)
+        self.free = free
+        self.bound[key] = where
+        self._at(self.now + spec.startup, "ready", spec.key, attempt)
+        self._at(self.now + spec.startup + spec.run, "finish", spec.key, attempt)
+        return True
+
+    def _release(self, key: str) -> None:
+        spec = self.specs[key]
+        for node in self.bound.pop(key, []):
+            self.free[node] += spec.gpus // spec.gang
+        self.unbound = [
+            (k, a)
+            for k, a in self.unbound
+            if k != key and not (k in self.bound or self._bind(k, a))
+        ]
 
     def _send(self, body: str) -> None:
         if self.plan.roll("lose", "agent_event"):
@@ -281,7 +340,7 @@ class ModelCluster:
             uid=f"uid-{i}-a{attempt}",
             phase="Running" if ready else "Pending",
             ready=ready,
-            node=f"node-{i % 16}",
+            node=self.bound[spec.key][i] if spec.key in self.bound else f"node-{i % 16}",
             deleted=deleted,
             observed_at=datetime.fromtimestamp(self.now, UTC),
         )
@@ -296,6 +355,10 @@ class ModelCluster:
             return
         spec = self.specs[effect.workload]
         self.admitted[effect.workload] = effect.attempt
+        if self.nodes:
+            if not spec.broken and not self._bind(spec.key, effect.attempt):
+                self.unbound.append((spec.key, effect.attempt))
+            return
         if not spec.broken:
             self._at(self.now + spec.startup, "ready", spec.key, effect.attempt)
             self._at(self.now + spec.startup + spec.run, "finish", spec.key, effect.attempt)
@@ -309,6 +372,8 @@ class ModelCluster:
                 if self.objects.pop(f"{spec.key}#{i}", None) is not None:
                     self._observe_pod(spec, i, effect.attempt, ready=False, deleted=True)
                     self.objects.pop(f"{spec.key}#{i}", None)
+            if self.nodes:
+                self._release(spec.key)
 
     def record(self, workload: str, kind: Kind, view: Any) -> None:
         return None
@@ -338,6 +403,7 @@ class HarnessReport:
     violations: list[str] = field(default_factory=list)
     healthy_deactivated: list[str] = field(default_factory=list)  # gangs the faults kept from Ready
     quota: int = 0
+    fit_checks: int = 0  # "no two gangs on the same GPUs" checks (with `capacity`)
     max_gpus_admitted: int = 0  # by the store (the quota invariant)
     max_gpus_on_cluster: int = 0  # on the model cluster (may lag an eviction in flight)
     injected: dict[str, int] = field(default_factory=dict)
@@ -407,13 +473,22 @@ class Harness:
         broken_fraction: float = 0.1,
         horizon_hours: float = 12.0,
         sweeper: bool = True,
+        capacity: bool = False,
     ) -> None:
         self.sweeper_on = sweeper
         self.plan = plan
         self.clock = VirtualClock()
         self.queues = VirtualQueues(self.clock)
         self.store = MemoryStore()
-        self.cluster = ModelCluster(self.queues, plan)
+        self.rng = random.Random(seed)
+        nodes: dict[str, tuple[int, int]] = {}
+        if capacity:
+            # 16 nodes of 8 GPUs (twice the quota), others' pods on a quarter of them.
+            nodes = {
+                f"node-{i}": (8, self.rng.choice((0, 0, 0, 2, 4)) if i % 4 == 0 else 0)
+                for i in range(16)
+            }
+        self.cluster = ModelCluster(self.queues, plan, nodes)
         self.doc = settings or {
             "timeout": "5m",
             "gpuQuota": 64,
@@ -423,6 +498,8 @@ class Harness:
                 "backoffMaxSeconds": 600,
             },
         }
+        if capacity:
+            self.doc = {**self.doc, "capacityCheck": True}
         self.settings: Settings = parse_settings(self.doc)
         self.ports: FaultyPorts = wrap_ports(
             plan,
@@ -434,7 +511,6 @@ class Harness:
             during_write=self._during_write,
         )
         self.metrics = MemoryMetrics()
-        self.rng = random.Random(seed)
         self.horizon = self.clock.now + horizon_hours * 3600
         self.report = HarnessReport(workloads=workloads, quota=self.settings.gpu_quota or 0)
         self._current: tuple[str, Message] | None = None
@@ -533,6 +609,22 @@ class Harness:
         quota = self.settings.gpu_quota
         if quota is not None and held > quota:
             self.report.violations.append(f"quota: {held} GPUs held under a quota of {quota}")
+        if self.cluster.nodes:
+            self._check_fit()
+
+    def _check_fit(self) -> None:
+        """No two admitted gangs on the same GPUs, as far as the capacity view knows."""
+        nodes = self.store.nodes()
+        if len(nodes) < len(self.cluster.nodes):
+            return  # a node's report is still on its way: the view is not whole yet
+        self.report.fit_checks += 1
+        active = []
+        for key, item in self.store.items.items():
+            if item.workload.phase in ACTIVE_PHASES:
+                snap = self.store.load(key)
+                active.append(snap.workload if snap else item.workload)
+        for what in overcommitted(nodes, active):
+            self.report.violations.append(f"same GPUs: {what} at {self.clock.now:.0f}")
 
     def _mover(self, w: Workload, outbox: bool, quarantined: set[str], named: set[str]) -> str:
         """What will move `w` on, or '' when nothing will."""

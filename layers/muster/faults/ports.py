@@ -100,7 +100,9 @@ CONDITIONAL_WRITES = frozenset(
     {"write_workload", "write_pod", "admit", "clear_outbox", "record_failure", "quarantine"}
 )
 # Everything else that writes (a crash or a throttle may hit them too).
-OTHER_WRITES = frozenset({"append_history", "forget_recent", "release", "put_settings_record"})
+OTHER_WRITES = frozenset(
+    {"append_history", "forget_recent", "release", "put_settings_record", "put_node"}
+)
 
 
 class FaultyStore:

@@ -11,7 +11,9 @@ the control plane notices deletions that no watch event told it of.
 **Memory** holds only what Muster manages: its labelled workloads, their pods
 (kept until their deletion is sent, even after the workload is gone), pod
 groups, nodes, and, for at most `waiting_ttl` seconds, pods that arrived before
-their workload (a list of pods processed before the list of Jobs).
+their workload (a list of pods processed before the list of Jobs). Of other
+pods it keeps only the node and GPUs of those bound with GPUs, summed per node
+for the capacity check (`foreignGpus` on node events).
 
 **Sequence numbers.** An event's `seq` is the object's `resourceVersion`. On every
 etcd-backed API server (EKS included) it is the decimal etcd revision at which the
@@ -55,6 +57,7 @@ from muster.kube.conventions import (
     Resource,
 )
 from muster.kube.mapping import (
+    NodeView,
     PodView,
     PriorityClasses,
     WorkloadView,
@@ -62,6 +65,7 @@ from muster.kube.mapping import (
     meta,
     node_view,
     object_key,
+    pod_gpus,
     pod_group_view,
     pod_view,
     pod_workload,
@@ -152,7 +156,11 @@ class Agent:
         self.pods: dict[str, tuple[Kind, str, PodView]] = {}  # "ns/pod" -> (kind, workload, view)
         self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
         self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
-        self.nodes: dict[str, tuple[bool, str | None]] = {}
+        self.nodes: dict[str, NodeView] = {}
+        self.node_seq: dict[str, int] = {}  # the seq of the last event sent per node
+        # Pods Muster does not manage that hold GPUs: "ns/pod" -> (node, GPUs); sums per node.
+        self.foreign: dict[str, tuple[str, int]] = {}
+        self.foreign_on: dict[str, int] = {}
         self.problems: dict[str, tuple[str, ...]] = {}  # bad annotations already logged
         self.invalid: set[str] = set()  # workloads that cannot be reported as they are
         # The cluster's PriorityClasses (None until listed: workloads go without one).
@@ -256,6 +264,8 @@ class Agent:
             uid=view.uid,
             priority_class=view.priority_class,
             class_priority=view.class_priority,
+            shape=view.shape,
+            placement=view.placement,
         )
         self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
 
@@ -328,14 +338,17 @@ class Agent:
         owner = pod_workload(pod)
         name = object_key(pod)
         if owner is None:
+            self._foreign_pod(name, pod, deleted=deleted, mine=False)
             return
         kind, workload = owner
         seq = self.seq(meta(pod).get("resourceVersion"))
         if kind is Kind.POD_GROUP:
+            self._foreign_pod(name, pod, deleted=deleted, mine=True)
             self._group_member(workload, pod, seq, deleted=deleted, force=force)
             if workload not in self.workloads and not deleted:
                 return  # the group is not valid (see the log); its pods mean nothing yet
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
+            self._foreign_pod(name, pod, deleted=deleted, mine=name in self.pods)
             if name in self.pods:
                 # A pod of a workload that is gone: only its deletion still matters.
                 if deleted:
@@ -353,7 +366,45 @@ class Agent:
             else:
                 waiting[name] = compact_pod(pod)
             return
+        else:
+            self._foreign_pod(name, pod, deleted=deleted, mine=True)
         self._send_pod(kind, workload, name, pod, seq, deleted=deleted, force=force)
+
+    def _foreign_pod(
+        self, name: str, pod: Mapping[str, Any], *, deleted: bool, mine: bool, seq: int = 0
+    ) -> None:
+        """Keep the GPUs that pods Muster does not manage hold, summed per node.
+
+        A pod counts while it is bound, not finished, asks for GPUs and belongs to
+        no workload Muster knows (a pod that arrives before its workload counts
+        until the workload shows up). A change of a node's sum is a node event,
+        coalesced per node by the outbox: a busy cluster sends at most one per node
+        per window, not one per pod.
+        """
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        gpus = pod_gpus(pod)
+        held = (
+            (str(node), gpus)
+            if node and gpus and not deleted and not mine and phase not in ("Succeeded", "Failed")
+            else None
+        )
+        old = self.foreign.get(name)
+        if old == held:
+            return
+        seq = seq or self.seq(meta(pod).get("resourceVersion"))
+        if old is not None:
+            del self.foreign[name]
+            self.foreign_on[old[0]] -= old[1]
+        if held is not None:
+            self.foreign[name] = held
+            self.foreign_on[held[0]] = self.foreign_on.get(held[0], 0) + held[1]
+        for changed in {old[0] if old else "", held[0] if held else ""} - {""}:
+            if not self.foreign_on.get(changed):
+                self.foreign_on.pop(changed, None)
+            if changed in self.nodes:
+                self._send_node(changed, max(self.node_seq.get(changed, 0), seq))
 
     def _send_pod(
         self,
@@ -449,6 +500,8 @@ class Agent:
             gone = [n for n in members if f"{namespace}/{n}" not in present]
             for n in gone:
                 self._group_member(group, {"metadata": {"name": n}}, seq, deleted=True)
+        for name in [n for n in self.foreign if n not in present]:
+            self._foreign_pod(name, {}, deleted=True, mine=False, seq=seq)
         for workload, waiting in list(self.waiting.items()):
             for name in [n for n in waiting if n not in present]:
                 del waiting[name]
@@ -472,20 +525,34 @@ class Agent:
 
     def _node(self, node: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
         name = str(meta(node).get("name"))
-        ready, health = node_view(node)
+        view = node_view(node)
+        # Never below what was sent for the node: a foreign pod's change may be newer
+        # than the node's own revision.
+        seq = max(self.seq(meta(node).get("resourceVersion")), self.node_seq.get(name, 0))
         if deleted:
-            ready = False
+            view = NodeView(False, view.health, 0, "deleted")
             self.nodes.pop(name, None)
-        elif not force and self.nodes.get(name) == (ready, health):
+            self.node_seq.pop(name, None)
+        elif not force and self.nodes.get(name) == view:
             return
         else:
-            self.nodes[name] = (ready, health)
+            self.nodes[name] = view
+        self._send_node(name, seq, view)
+
+    def _send_node(self, name: str, seq: int, view: NodeView | None = None) -> None:
+        """The node's condition and capacity, with the foreign GPUs summed on it."""
+        view = view or self.nodes[name]
+        if name in self.nodes:
+            self.node_seq[name] = seq
         detail = node_detail(
             cluster=self.cluster,
             node=name,
-            seq=self.seq(meta(node).get("resourceVersion")),
-            ready=ready,
-            health=health,
+            seq=seq,
+            ready=view.ready,
+            health=view.health,
+            gpus=view.gpus,
+            unschedulable=view.unschedulable,
+            foreign_gpus=self.foreign_on.get(name, 0) if name in self.nodes else 0,
             observed_at=self._now(),
         )
         self._put(f"node:{name}", NODE_OBSERVED, detail)
@@ -527,6 +594,9 @@ class Agent:
         self.waiting_since.clear()
         self.groups.clear()
         self.nodes.clear()
+        self.node_seq.clear()
+        self.foreign.clear()
+        self.foreign_on.clear()
         self.problems.clear()
         self.invalid.clear()
         self.classes = None

@@ -61,6 +61,10 @@ class WorkloadView:
     class_names: tuple[str, ...] = ()
     priority_class: str | None = None
     class_priority: int | None = None
+    # For the capacity check: (pods, GPUs each) groups, and the placement rules of
+    # its pod templates the check does not evaluate ("" when none).
+    shape: tuple[tuple[int, int], ...] = ()
+    placement: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +126,11 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
     spec = obj.get("spec") or {}
     problems: list[str] = []
     templates: list[Mapping[str, Any]] = []
+    groups: list[tuple[int, int]] = []
     if kind is Kind.JOB:
         pods, gpus = _job_pods(spec)
         templates.append(spec.get("template") or {})
+        groups.append((pods, pod_gpus(spec.get("template") or {})))
     elif kind is Kind.JOBSET:
         pods, gpus = 0, 0
         for rj in spec.get("replicatedJobs") or []:
@@ -133,6 +139,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
             replicas = _count(rj.get("replicas"), 1)
             pods, gpus = pods + replicas * n, gpus + replicas * g
             templates.append(job_spec.get("template") or {})
+            groups.append((replicas * n, pod_gpus(job_spec.get("template") or {})))
     elif kind is Kind.PYTORCHJOB:
         pods, gpus = 0, 0
         for rs in (spec.get("pytorchReplicaSpecs") or {}).values():
@@ -140,6 +147,7 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
             pods += replicas
             gpus += replicas * pod_gpus((rs or {}).get("template") or {})
             templates.append((rs or {}).get("template") or {})
+            groups.append((replicas, pod_gpus((rs or {}).get("template") or {})))
     else:
         raise ValueError(f"kind: {kind} has no workload object")
     gang = _min_available(notes_of(obj), pods, problems)
@@ -156,6 +164,8 @@ def workload_view(kind: Kind, obj: Mapping[str, Any]) -> WorkloadView | None:
         problems=tuple(problems),
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
+        shape=pod_shape_of(groups),
+        placement=placement_rules(templates),
     )
 
 
@@ -215,6 +225,8 @@ def pod_group_view(key: str, pods: Iterable[Mapping[str, Any]]) -> WorkloadView 
         class_names=(name,),
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
+        shape=pod_shape_of([(size, pod_gpus(first))]),
+        placement=placement_rules([first]),
     )
 
 
@@ -264,6 +276,41 @@ def with_priority_class(view: WorkloadView, classes: PriorityClasses | None) -> 
         found.append((value, name))
     value, name = max(found) if found else (None, None)
     return replace(view, priority_class=name, class_priority=value)
+
+
+def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(pods, GPUs each) groups merged by size, largest pods first; empty groups dropped."""
+    merged: dict[int, int] = {}
+    for count, gpus in groups:
+        if count > 0:
+            merged[gpus] = merged.get(gpus, 0) + count
+    return tuple((count, gpus) for gpus, count in sorted(merged.items(), reverse=True))
+
+
+# Taints a GPU pod tolerates as a matter of course: the capacity check treats nodes
+# with only these as open to Muster's workloads, and tolerations of only these keys
+# as nothing to evaluate.
+TOLERATED_TAINTS = frozenset({"nvidia.com/gpu"})
+
+
+def placement_rules(templates: Iterable[Mapping[str, Any]]) -> str:
+    """The placement rules of pod templates the capacity check does not evaluate.
+
+    The check knows each node's free GPUs and whether Muster's pods may land on it;
+    a template that narrows or widens where its pods go (a node selector, an
+    affinity, spread constraints, tolerations of other taints) makes
+    the check fall back to quota for the workload. Returns "" when there are none.
+    """
+    found: set[str] = set()
+    for template in templates:
+        spec = template.get("spec") or {}
+        for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
+            if spec.get(key):
+                found.add(key)
+        for toleration in spec.get("tolerations") or []:
+            if (toleration or {}).get("key") not in TOLERATED_TAINTS:
+                found.add("tolerations")
+    return ", ".join(sorted(found))
 
 
 def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
@@ -359,6 +406,11 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             "initContainers": [
                 {"resources": c.get("resources") or {}} for c in spec.get("initContainers") or []
             ],
+        }
+        | {
+            key: spec[key]
+            for key in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+            if spec.get(key)
         },
         "status": {
             key: status[key]
@@ -487,10 +539,47 @@ def _not_ready_reason(
 # --------------------------------------------------------------------------- nodes
 
 
-def node_view(node: Mapping[str, Any]) -> tuple[bool, str | None]:
-    """(Ready, HyperPod health label) of a node."""
+# HyperPod's health label values on which new pods may still land.
+SCHEDULABLE_HEALTH = frozenset({"Schedulable", "SchedulablePreferred"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What a `Node Observed` event says of a node (the foreign GPUs are the agent's sum)."""
+
+    ready: bool
+    health: str | None
+    gpus: int = 0  # allocatable nvidia.com/gpu
+    unschedulable: str | None = None  # why new pods may not land on it; None: they may
+
+
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    """Ready, the HyperPod health label, allocatable GPUs, and whether new pods may land.
+
+    New pods may not land on a cordoned node, a NotReady one, one whose HyperPod
+    health label says it is unschedulable, or one with a NoSchedule or NoExecute
+    taint that Muster's workloads do not tolerate (see `TOLERATED_TAINTS`).
+    """
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or []
     )
-    return ready, labels(node).get(NODE_HEALTH_LABEL)
+    health = labels(node).get(NODE_HEALTH_LABEL)
+    spec = node.get("spec") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    why: str | None = None
+    if spec.get("unschedulable") is True:
+        why = "cordoned"
+    elif not ready:
+        why = "NotReady"
+    elif health is not None and health not in SCHEDULABLE_HEALTH:
+        why = f"health {health}"
+    else:
+        for taint in spec.get("taints") or []:
+            effect = (taint or {}).get("effect")
+            key = (taint or {}).get("key")
+            if effect in ("NoSchedule", "NoExecute") and key not in TOLERATED_TAINTS:
+                value = taint.get("value")
+                why = f"taint {key}{'=' + str(value) if value else ''}:{effect}"
+                break
+    return NodeView(ready, health, _count(allocatable.get(GPU_RESOURCE), 0), why)

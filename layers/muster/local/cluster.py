@@ -74,6 +74,8 @@ class LocalCluster:
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
         self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
+        # Node events carry capacity when the control plane runs the capacity check.
+        self._capacity = scenario.settings.capacity_check
 
     # ------------------------------------------------------------------ time
 
@@ -87,6 +89,10 @@ class LocalCluster:
             self._push(f.at, i, ("fail", f.node))
             if math.isfinite(f.repair_after):
                 self._push(f.at + f.repair_after, i, ("repair", f.node))
+        if self._capacity:
+            # What the agent reports of every node when it starts: its GPUs, all free.
+            for node in self.kube.node_names:
+                self._node_event(node, ready=True)
 
     @property
     def started_at(self) -> float:
@@ -236,6 +242,7 @@ class LocalCluster:
             kind=Kind.JOB,
             queue=w.queue,
             gang_size=w.pods,
+            shape=((w.pods, w.gpus_per_pod),),
             gpus=w.gpus,
             priority=w.priority,
             seq=next(self._seq),
@@ -251,6 +258,8 @@ class LocalCluster:
             node=node,
             seq=next(self._seq),
             ready=ready,
+            gpus=self.kube.gpus_per_node if self._capacity else None,
+            unschedulable=None if ready else "NotReady",
             observed_at=self._when(self.now()),
         )
         self._outbox.put(Entry(f"node:{node}", NODE_OBSERVED, detail), self.now())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
+from muster.core.capacity import NodeCapacity
 from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
 
 
@@ -56,6 +57,20 @@ class MemoryStore:
     expires: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (key, pod)
     snapshots: dict[str, dict[int, SnapshotPart]] = field(default_factory=dict)
     snapshot_revisions: dict[str, int] = field(default_factory=dict)
+    capacity: dict[str, NodeCapacity] = field(default_factory=dict)
+    node_reads: int = 0
+
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+        known = self.capacity.get(node.node)
+        if known is not None and known.seq >= node.seq:
+            return False, known
+        self.capacity[node.node] = node
+        self.writes += 1
+        return True, known
+
+    def nodes(self) -> list[NodeCapacity]:
+        self.node_reads += 1
+        return [self.capacity[name] for name in sorted(self.capacity)]
 
     def expire(self, now: float) -> int:
         """Delete what has expired, as DynamoDB's TTL does (eventually); returns how many."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
+from muster.core.capacity import NodeCapacity
 
 
 class Conflict(Exception):
@@ -158,6 +159,15 @@ class WorkloadStore(Protocol):
         ...
 
     def workloads_on_node(self, node: str) -> list[str]: ...
+
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+        """Keep a node's capacity report if it is newer (by `seq`) than the one kept:
+        (whether it was kept, the report it replaced)."""
+        ...
+
+    def nodes(self) -> list[NodeCapacity]:
+        """Every node's latest capacity report (the capacity view), read consistently."""
+        ...
 
     def pending(self) -> list[Workload]: ...
 

@@ -54,6 +54,7 @@ from muster.core import (
     pod_update,
     reassess,
 )
+from muster.core.capacity import NodeCapacity, more_room, observe_node
 from muster.core.diagnosis import classify
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
@@ -177,11 +178,29 @@ class ControlPlane:
         if isinstance(event, SnapshotPart):
             return self.reconcile(event)
         if isinstance(event, NodeObserved) and not event.workload:
+            self._node_capacity(event)
             keys = self.store.workloads_on_node(event.node)
             if not keys:
                 self._count_outcome(Outcome.IGNORED)
             return [self._handle_one(replace(event, workload=key)) for key in keys]
         return [self._handle_one(event)]
+
+    def _node_capacity(self, event: NodeObserved) -> None:
+        """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
+        a node with more room than before may let a queued gang in, so ask for a pass
+        (less room lets nobody in: a busy cluster's churn asks for no passes)."""
+        entry = observe_node(None, event)
+        if entry is None:
+            return
+        kept, before = self.store.put_node(entry)
+        if not kept:
+            self._count_outcome(Outcome.STALE, "", "NodeObserved", f"capacity of {event.node}")
+            return
+        if self.settings().capacity_check and more_room(before, entry):
+            if self.inline_admission:
+                self._admission_requested = True
+            else:
+                self.messages.request_admission("node capacity changed", None)
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
@@ -406,6 +425,8 @@ class ControlPlane:
         # So is the queue: a workload queued during the pass asks for a pass of its own.
         indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
         queued_keys = {w.key for w in self.store.pending()} | hinted
+        capacity: list[NodeCapacity] | None = None
+        placed: dict[str, Workload] = {}  # active gangs with their pods, read once per pass
         while conflicts <= self.max_conflicts:
             settings = self.settings()
             now = self.clock()
@@ -437,7 +458,19 @@ class ControlPlane:
                 if k in queued_keys and w.phase is Phase.PENDING and k not in held_back
             ]
             queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
-            plan = plan_admission(queued, active, settings, now)
+            nodes = None
+            if settings.capacity_check:
+                # The check needs where the active gangs' pods are: one read per gang and
+                # one of the nodes, once per pass (a pod bound since then is still counted,
+                # as reserved for its gang).
+                if capacity is None:
+                    capacity = self.store.nodes()
+                nodes = capacity
+                active = [_placed(w, placed, self._with_pods) for w in active]
+            plan = plan_admission(queued, active, settings, now, nodes=nodes)
+            for key, why in plan.unchecked:
+                if key in plan.admit[:1]:
+                    log.info("admitted on quota alone", extra={"workload": key, "why": why})
             if not plan.admit:
                 if plan.blocked_by or plan.skipped:
                     log.info(
@@ -651,6 +684,17 @@ class ControlPlane:
                 f"event {outcome.value}",
                 extra={"workload": workload, "eventType": event, "note": note},
             )
+
+
+def _placed(
+    w: Workload, placed: dict[str, Workload], load: Callable[[Workload], Workload]
+) -> Workload:
+    """`w` with its pods, read once per pass and attempt."""
+    known = placed.get(w.key)
+    if known is None or known.attempt != w.attempt:
+        known = load(w)
+        placed[w.key] = known
+    return replace(w, pods=known.pods)
 
 
 def _indexed_recent(

@@ -93,7 +93,14 @@ def sweep(
                 messages.request_admission("sweeper: unfinished effects", key)
                 report.repairs.append(key)
     queued = [w for w in store.pending() if w.key not in quarantined]
-    plan = plan_admission(queued, active, settings, now)
+    nodes = None
+    if settings.capacity_check:
+        # Admissible means fitting too: without it a gang waiting for room would ask
+        # for a pass at every sweep.
+        nodes = store.nodes()
+        loaded = [store.load(w.key) for w in active]
+        active = [snap.workload if snap else w for w, snap in zip(active, loaded, strict=True)]
+    plan = plan_admission(queued, active, settings, now, nodes=nodes)
     if plan.admit and not report.repairs:
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True

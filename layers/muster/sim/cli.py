@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
             "Run a scenario (YAML) through Muster's decision core against a simulated "
             "cluster and report GPU use, evictions, queue delay and job completion time. "
             "Policies: gang (the scenario's settings), gang+block (the same with "
-            "blockAdmission), none (plain Kubernetes)."
+            "blockAdmission), gang+fit (the same with capacityCheck), none (plain Kubernetes)."
         ),
     )
     p.add_argument("scenario", nargs="?", help="scenario file (YAML)")

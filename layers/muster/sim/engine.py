@@ -66,7 +66,7 @@ from muster.sim.kube import (
 )
 from muster.sim.scenario import Scenario, seeded
 
-POLICIES = ("gang", "gang+block", "none")
+POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
 # What happens first at one instant (the order the scenario format promises).
 _FAULT, _READY, _COMPLETE, _DEADLINE, _REQUEUE, _SUBMIT = range(6)
@@ -99,6 +99,8 @@ def policy_settings(scenario: Scenario, policy: str) -> Settings:
         return scenario.settings
     if policy == "gang+block":
         return replace(scenario.settings, block_admission=True)
+    if policy == "gang+fit":
+        return replace(scenario.settings, capacity_check=True)
     if policy == "none":
         # Plain Kubernetes: admitted at once, never timed out, no quota.
         return Settings(defaults=QueueSettings(timeout=math.inf, recovery_timeout=0.0))
@@ -309,6 +311,10 @@ class Simulation:
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}
         self._cancelled: set[tuple[str, int, str, int]] = set()  # stopped timers
+        # With the capacity check the core learns each node's GPUs, as an agent reports
+        # them when it starts and at every change after (its own counter orders them).
+        self._capacity = self.core.settings.capacity_check
+        self._node_seq = 0
         self._handlers: dict[type[Any], Callable[[Any], bool]] = {
             Submit: self._submit,
             PodStarted: self._pod_started,
@@ -356,7 +362,11 @@ class Simulation:
         )
 
     def _plan(self) -> None:
-        """The scenario's submissions and node faults onto the agenda."""
+        """The scenario's submissions and node faults onto the agenda (and, with the
+        capacity check, every node's GPUs into the core)."""
+        if self._capacity:
+            for node in self.kube.node_names:
+                self._deliver(self._node_event(node, True))
         push = self.agenda.push
         for i, w in enumerate(self.scenario.workloads):
             push(w.submit_at, _SUBMIT, i, Submit(w.name))
@@ -491,7 +501,15 @@ class Simulation:
         self.log.submitted(w.name, now)
         return self._deliver(
             WorkloadObserved(
-                w.name, w.queue, w.pods, w.gpus, w.priority, Kind.JOB, created_at=now, seq=1
+                w.name,
+                w.queue,
+                w.pods,
+                w.gpus,
+                w.priority,
+                Kind.JOB,
+                created_at=now,
+                seq=1,
+                shape=((w.pods, w.gpus_per_pod),),
             )
         )
 
@@ -509,9 +527,15 @@ class Simulation:
         wanted = self._drain()
         return self._deliver(WorkloadFinished(item.job)) or wanted
 
+    def _node_event(self, node: str, ready: bool) -> NodeObserved:
+        if not self._capacity:
+            return NodeObserved(node, ready=ready)
+        self._node_seq += 1
+        return NodeObserved(node, ready=ready, seq=self._node_seq, gpus=self.scenario.gpus_per_node)
+
     def _node_fails(self, item: NodeFails) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=True)
-        wanted = self._deliver(NodeObserved(item.node, ready=False))
+        wanted = self._deliver(self._node_event(item.node, False))
         self.kube.fail_node(item.node, self.agenda.now)
         self.kube.reconcile()  # controllers recreate the lost pods at once
         return self._drain() or wanted
@@ -519,7 +543,7 @@ class Simulation:
     def _node_repaired(self, item: NodeRepaired) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=False)
         self.kube.repair_node(item.node, self.agenda.now)
-        return self._deliver(NodeObserved(item.node, ready=True))
+        return self._deliver(self._node_event(item.node, True))
 
     def _deadline(self, item: DeadlineReached) -> bool:
         ident = (item.workload, item.attempt, item.kind, item.episode)

@@ -1,0 +1,302 @@
+"""The capacity check at admission (`capacityCheck`): does a gang fit the nodes' free GPUs?
+
+Quota says how many GPUs a queue may hold; it does not say whether a gang's pods
+can land. Two gangs admitted on the same free GPUs each get some of their pods
+placed and wait for the rest until their deadlines evict them (the deadlock that
+`blockAdmission` avoids by admitting one workload at a time). With the check, a
+candidate is admitted only if every pod of its gang fits on a schedulable node's
+free GPUs, after the GPUs of pods already bound (Muster's, from the pods the
+control plane tracks; others', as the agent reports them per node) and the GPUs
+reserved for gangs admitted earlier whose pods are not placed yet. The pass
+reserves what it admits, so two gangs are never admitted on the same free GPUs
+in one pass or across passes (as far as the view knows: other schedulers, races
+and pods the agent has not reported yet can still take the space, which is why
+the readiness deadline still applies).
+
+Placement is first fit over nodes in natural name order (`node-2` before
+`node-10`), largest pods first: for pods of one size the number that fit does
+not depend on the order, and first fit is what a bin-packing scheduler does.
+
+Everything here is pure: the shells build the view from node events (ordered by
+`seq`, stale ones ignored) and the pods they track.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from muster.core.model import ACTIVE_PHASES, NodeObserved, Workload
+
+Shape = tuple[tuple[int, int], ...]  # (pods, GPUs each) groups
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """One node as the capacity check sees it (the latest report by `seq`)."""
+
+    node: str
+    seq: int = 0
+    gpus: int = 0  # allocatable nvidia.com/gpu
+    schedulable: bool = True  # new pods may land on it
+    unschedulable: str | None = None  # why not: cordoned, NotReady, a taint, a health label
+    foreign_gpus: int = 0  # held by pods Muster does not manage
+
+    @property
+    def free(self) -> int:
+        """GPUs not held by others' pods (Muster's own are subtracted by the pass)."""
+        return max(0, self.gpus - self.foreign_gpus) if self.schedulable else 0
+
+
+def observe_node(known: NodeCapacity | None, event: NodeObserved) -> NodeCapacity | None:
+    """The node's new capacity entry, or None when the event changes nothing.
+
+    An event without capacity (`gpus` None) is not about capacity; one not newer
+    than what is known (by `seq`) is stale or a duplicate. A node reported NotReady
+    takes no new pods whatever else it says.
+    """
+    if event.gpus is None:
+        return None
+    if known is not None and event.seq <= known.seq:
+        return None
+    schedulable = event.schedulable and event.ready
+    why = event.unschedulable if not event.schedulable else None
+    if not event.ready and why is None:
+        why = "NotReady"
+    return NodeCapacity(
+        node=event.node,
+        seq=event.seq,
+        gpus=max(0, event.gpus),
+        schedulable=schedulable,
+        unschedulable=None if schedulable else why,
+        foreign_gpus=max(0, event.foreign_gpus),
+    )
+
+
+def more_room(before: NodeCapacity | None, after: NodeCapacity) -> bool:
+    """Whether a node's new report may let a queued gang in (less room lets nobody in)."""
+    return before is None or after.free > before.free
+
+
+def pod_shape(w: Workload) -> Shape | None:
+    """The gang's pods as (pods, GPUs each) groups; None when unknown.
+
+    Reported by the agent from the pod templates; without a report, `gpus` spread
+    evenly over `gang_size` pods when they divide evenly.
+    """
+    if w.shape:
+        return w.shape
+    if w.gang_size > 0 and w.gpus % w.gang_size == 0:
+        return ((w.gang_size, w.gpus // w.gang_size),)
+    return None
+
+
+def gang_pods(w: Workload, shape: Shape) -> list[int]:
+    """GPUs of each pod that must be placed for the gang to start, largest first.
+
+    A gang smaller than its pods (`muster.io/min-available`) needs only `gang_size`
+    of them; the check asks for the largest ones, so it never under-counts.
+    """
+    sizes = sorted((gpus for count, gpus in shape for _ in range(count)), reverse=True)
+    return [g for g in sizes[: w.gang_size] if g > 0]
+
+
+def _natural(name: str) -> tuple[tuple[int, str | int], ...]:
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FitSkip:
+    """A candidate whose gang does not fit the free GPUs now."""
+
+    workload: str
+    pods: int  # of the size that did not fit
+    gpus: int  # GPUs each
+    fitting: int  # how many of those the free blocks hold
+    largest: int  # the largest free block, on one node
+
+    def __str__(self) -> str:
+        need = f"needs {self.pods} \u00d7 {self.gpus} GPUs on one node each"
+        if self.fitting == 0:
+            return f"{need}; largest free block is {self.largest}"
+        return f"{need}; free blocks hold {self.fitting} of them (largest {self.largest})"
+
+
+@dataclass(slots=True)
+class Fitter:
+    """Free GPUs per schedulable node during one admission pass; admissions reserve them."""
+
+    names: list[str] = field(default_factory=list)
+    free: list[int] = field(default_factory=list)
+    # A pod of this many GPUs or more fits on no node any more in this pass (free GPUs
+    # only shrink), so the many candidates a busy queue holds fail without a scan.
+    no_room_from: float = float("inf")
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeCapacity], active: Iterable[Workload] = ()) -> Fitter:
+        """The free GPUs after others' pods, Muster's bound pods and earlier reservations.
+
+        `active` are the workloads that hold quota, with their pods: a live pod bound
+        to a node uses its GPUs there; the gang's other pods are reserved in the
+        order the gangs were admitted, wherever they fit.
+        """
+        ordered = sorted((n for n in nodes if n.schedulable), key=lambda n: _natural(n.node))
+        fitter = cls([n.node for n in ordered], [n.free for n in ordered])
+        index = {name: i for i, name in enumerate(fitter.names)}
+        unplaced: list[tuple[float, str, list[int]]] = []
+        for w in active:
+            if w.phase not in ACTIVE_PHASES:
+                continue
+            shape = pod_shape(w)
+            sizes = gang_pods(w, shape) if shape is not None else []
+            biggest = sizes[0] if sizes else 0
+            placed = 0
+            for pod in w.pods.values():
+                if pod.node is None or not pod.live:
+                    continue
+                placed += 1
+                at = index.get(pod.node)
+                if at is not None and biggest:
+                    fitter.free[at] = max(0, fitter.free[at] - biggest)
+            rest = sizes[placed:] if placed < len(sizes) else []
+            if rest:
+                unplaced.append((w.admitted_at or 0.0, w.key, rest))
+        for _, _, rest in sorted(unplaced):
+            fitter.reserve(rest)
+        return fitter
+
+    def reserve(self, sizes: list[int]) -> None:
+        """Take what fits of `sizes` (a gang admitted earlier: some of it may be placed)."""
+        self._first_fit(self.free, sizes, partial=True)
+
+    def place(self, sizes: list[int]) -> FitSkip | None:
+        """Reserve the gang's pods (largest first) if all fit; else say why not (nothing taken)."""
+        if sizes and sizes[0] >= self.no_room_from:
+            same = sum(1 for g in sizes if g == sizes[0])
+            return FitSkip("", same, sizes[0], 0, max(self.free, default=0))
+        free = list(self.free)
+        failed = self._first_fit(free, sizes, partial=False)
+        if failed is None:
+            self.free = free
+            return None
+        gpus = sizes[failed]
+        if failed == 0:
+            self.no_room_from = min(self.no_room_from, gpus)
+        same = sum(1 for g in sizes if g == gpus)
+        fitting = sum(1 for g in sizes[:failed] if g == gpus)
+        return FitSkip("", same, gpus, fitting, max(self.free, default=0))
+
+    @staticmethod
+    def _first_fit(free: list[int], sizes: list[int], *, partial: bool) -> int | None:
+        """Place `sizes` (largest first) into `free`; the index of the first that did not fit.
+
+        Pods of one size resume the scan where the previous one landed: the nodes
+        before it had no room for that size, and room only shrinks.
+        """
+        start, last = 0, -1
+        for k, gpus in enumerate(sizes):
+            if gpus != last:
+                start, last = 0, gpus
+            for i in range(start, len(free)):
+                if free[i] >= gpus:
+                    free[i] -= gpus
+                    start = i
+                    break
+            else:
+                if not partial:
+                    return k
+                start = len(free)
+        return None
+
+
+def overcommitted(nodes: Iterable[NodeCapacity], active: Iterable[Workload]) -> list[str]:
+    """Gangs admitted on GPUs that other gangs hold or were promised (what the check prevents).
+
+    Bound pods count where they are; each gang's other pods, in admission order,
+    must fit in what is left. Returns the gangs whose pods do not. Only what the
+    view knows is judged: pods on nodes it has no report of are not counted, and
+    bound pods beyond a node's GPUs (the view learnt of one gang's end after the
+    scheduler reused its GPUs) are the view being late, not a promise broken.
+    """
+    fitter = Fitter.of(nodes, ())
+    index = {name: i for i, name in enumerate(fitter.names)}
+    found: list[str] = []
+    unplaced: list[tuple[float, str, list[int]]] = []
+    for w in active:
+        if w.phase not in ACTIVE_PHASES:
+            continue
+        shape = pod_shape(w)
+        if shape is None or w.placement:
+            continue  # admitted on quota alone: nothing was promised
+        sizes = gang_pods(w, shape)
+        placed = 0
+        for pod in w.pods.values():
+            if pod.node is None or not pod.live or not sizes:
+                continue
+            placed += 1
+            at = index.get(pod.node)
+            if at is not None:
+                fitter.free[at] -= sizes[0]
+        if placed < len(sizes):
+            unplaced.append((w.admitted_at or 0.0, w.key, sizes[placed:]))
+    fitter.free = [max(0, room) for room in fitter.free]
+    for _, key, rest in sorted(unplaced):
+        if fitter.place(rest) is not None:
+            found.append(key)
+    return found
+
+
+def fallback_reason(w: Workload, known: bool) -> str | None:
+    """Why the check cannot judge `w` (it is admitted on quota alone), or None."""
+    if not known:
+        return "no node has reported its capacity yet"
+    if w.placement:
+        return f"its pods set {w.placement}, which the check does not evaluate"
+    if pod_shape(w) is None:
+        return f"its pod sizes are unknown ({w.gpus} GPUs over {w.gang_size} pods)"
+    return None
+
+
+def fit(
+    fitter: Fitter, w: Workload, known: bool, *, dry_run: bool = False
+) -> tuple[FitSkip | None, str | None]:
+    """(why `w` does not fit, why the check fell back to quota for it); reserves on success.
+
+    In a `dryRun` queue the check holds nothing back: a gang that does not fit is
+    admitted on quota, and the note says what the check would have done.
+    """
+    reason = fallback_reason(w, known)
+    if reason is not None:
+        shape = pod_shape(w)
+        if shape is not None and known:
+            fitter.reserve(gang_pods(w, shape))  # best effort: others see it as taken
+        return None, f"capacity check not applied: {reason}; judged on quota alone"
+    shape = pod_shape(w)
+    assert shape is not None
+    sizes = gang_pods(w, shape)
+    skip = fitter.place(sizes)
+    if skip is not None:
+        found = FitSkip(w.key, skip.pods, skip.gpus, skip.fitting, skip.largest)
+        if dry_run:
+            fitter.reserve(sizes)
+            return None, f"dry run: the capacity check would hold it back ({found})"
+        return found, None
+    return None, None
+
+
+__all__ = [
+    "FitSkip",
+    "Fitter",
+    "NodeCapacity",
+    "Shape",
+    "fallback_reason",
+    "fit",
+    "gang_pods",
+    "more_room",
+    "observe_node",
+    "overcommitted",
+    "pod_shape",
+]

@@ -1,0 +1,143 @@
+"""The agent's capacity reports: each node's GPUs, whether pods may land, others' GPUs on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.core.model import Kind, NodeObserved, WorkloadObserved
+from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
+from muster.kube.mapping import node_view, placement_rules, workload_view
+from muster.kube.watch import Change, Sync
+from muster.schema import parse_agent_event
+
+from .test_agent import Clock, aws, clock, job, landed, make_agent, sleeps  # noqa: F401
+
+
+def gpu_node(name: str = "node-a", rv: str = "1", gpus: str = "8", **spec: Any) -> dict[str, Any]:
+    labels = spec.pop("labels", {})
+    ready = spec.pop("ready", True)
+    return {
+        "metadata": {"name": name, "resourceVersion": rv, "labels": labels},
+        "spec": spec,
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus, "cpu": "96"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def other_pod(
+    name: str, rv: str, node: str | None = "node-a", gpus: int = 2, phase: str = "Running"
+) -> dict[str, Any]:
+    """A pod of a Deployment Muster does not manage."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "web",
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "labels": {"app": "inference"},
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def node_events(aws: dict[str, Any]) -> list[NodeObserved]:  # noqa: F811
+    return [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, NodeObserved)]
+
+
+def test_why_new_pods_may_not_land_on_a_node() -> None:
+    assert node_view(gpu_node()).unschedulable is None
+    assert node_view(gpu_node()).gpus == 8
+    assert node_view(gpu_node(unschedulable=True)).unschedulable == "cordoned"
+    assert node_view(gpu_node(ready=False)).unschedulable == "NotReady"
+    health = {"sagemaker.amazonaws.com/node-health-status": "UnschedulablePendingReboot"}
+    assert node_view(gpu_node(labels=health)).unschedulable == "health UnschedulablePendingReboot"
+    fine = {"sagemaker.amazonaws.com/node-health-status": "Schedulable"}
+    assert node_view(gpu_node(labels=fine)).unschedulable is None
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert node_view(gpu_node(taints=gpu_taint)).unschedulable is None
+    other = [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]
+    assert node_view(gpu_node(taints=other)).unschedulable == "taint dedicated=inference:NoSchedule"
+    prefer = [{"key": "dedicated", "effect": "PreferNoSchedule"}]
+    assert node_view(gpu_node(taints=prefer)).unschedulable is None
+
+
+def test_a_workload_reports_its_pod_sizes_and_the_rules_the_check_cannot_evaluate() -> None:
+    view = workload_view(Kind.JOB, job(parallelism=4))
+    assert view is not None and view.shape == ((4, 8),) and view.placement == ""
+    pinned = job()
+    pinned["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "a"}
+    pinned["spec"]["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu"}]
+    view = workload_view(Kind.JOB, pinned)
+    assert view is not None and view.placement == "nodeSelector"
+    assert placement_rules([{"spec": {"tolerations": [{"key": "spot"}]}}]) == "tolerations"
+
+
+def test_node_capacity_and_others_gpus_reach_the_control_plane_summed_per_node(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN an agent that sees a GPU node
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Sync(NODE_RESOURCE, [gpu_node(rv="10")], "10"))
+    agent.flush(everything=True)
+    first = node_events(aws)
+    assert [(n.node, n.gpus, n.schedulable, n.foreign_gpus, n.seq) for n in first] == [
+        ("node-a", 8, True, 0, 10)
+    ]
+    # WHEN 3 pods of another team's Deployment land on it within the coalescing window,
+    # one more is pending (unbound) and one finished
+    for i, rv in enumerate(("11", "12", "13")):
+        agent.handle(Change(POD_RESOURCE, "ADDED", other_pod(f"web-{i}", rv)))
+    agent.handle(Change(POD_RESOURCE, "ADDED", other_pod("web-p", "14", node=None)))
+    agent.handle(Change(POD_RESOURCE, "ADDED", other_pod("web-d", "15", phase="Succeeded")))
+    agent.flush(everything=True)
+    # THEN one node event says 6 GPUs are held by others, at the newest revision it sums
+    [summed] = node_events(aws)
+    assert (summed.foreign_gpus, summed.seq, summed.gpus) == (6, 13, 8)
+    # WHEN one of them is deleted and the node is cordoned
+    agent.handle(Change(POD_RESOURCE, "DELETED", other_pod("web-0", "16")))
+    agent.handle(Change(NODE_RESOURCE, "MODIFIED", gpu_node(rv="17", unschedulable=True)))
+    agent.flush(everything=True)
+    [latest] = node_events(aws)
+    assert (latest.foreign_gpus, latest.schedulable, latest.unschedulable, latest.seq) == (
+        4,
+        False,
+        "cordoned",
+        17,
+    )
+    # AND a relist that no longer holds the others' pods gives them back
+    agent.handle(Sync(POD_RESOURCE, [], "20"))
+    agent.flush(everything=True)
+    [freed] = node_events(aws)
+    assert (freed.foreign_gpus, freed.seq) == (0, 20)
+
+
+def test_pods_of_a_musters_workload_are_not_counted_as_others(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN a node, and a pod (with GPUs) of a Job that arrives before its Job
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(NODE_RESOURCE, "ADDED", gpu_node(rv="1")))
+    pod = other_pod("train-0", "3")
+    pod["metadata"]["namespace"] = "ml"
+    pod["metadata"]["labels"] = {"batch.kubernetes.io/job-name": "train"}
+    agent.handle(Change(POD_RESOURCE, "ADDED", pod))
+    assert agent.foreign_on == {"node-a": 2}
+    # WHEN its labelled Job shows up
+    agent.handle(Change(JOB_RESOURCE, "ADDED", job(rv="4")))
+    agent.flush(everything=True)
+    # THEN the pod is Muster's: the node's others' GPUs go back to 0
+    assert agent.foreign_on == {}
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    nodes = [e for e in events if isinstance(e, NodeObserved)]
+    assert nodes[-1].foreign_gpus == 0 and nodes[-1].seq >= 3
+    assert any(isinstance(e, WorkloadObserved) and e.shape == ((2, 8),) for e in events)
