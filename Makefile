@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-faults-sim agent-image clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit agent-image bench-faults-sim clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
@@ -30,10 +30,10 @@ help:
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
 	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
-	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
 	@echo "make bench-fit     gang vs gang+block vs gang+fit on the deadlock, synthetic and contended Philly scenarios"
+	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -117,9 +117,6 @@ bench-layer: $(STAMP)
 bench-hold: $(STAMP)
 	$(BIN)/python benchmarks/hold_idle_cpu.py
 
-bench-faults-sim: $(STAMP)
-	$(BIN)/python benchmarks/failure_aware.py
-
 bench-capacity: $(STAMP)
 	$(BIN)/python benchmarks/capacity_pass.py
 
@@ -130,6 +127,8 @@ bench-fit: $(STAMP)
 # stack created (its output AgentImageRepositoryUri), tagged with this version.
 agent-image: $(STAMP)
 	$(BIN)/muster agent-image $(if $(STACK),--stack $(STACK)) $(if $(REGION),--region $(REGION))
+bench-faults-sim: $(STAMP)
+	$(BIN)/python benchmarks/failure_aware.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

@@ -466,8 +466,8 @@ def run_history(
     store: MemoryStore | None = None,
     wrap_ports: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     wire: bool = False,
-    workload_faults: dict[str, Any] | None = None,
     capacity: bool = False,
+    workload_faults: dict[str, Any] | None = None,
 ) -> Outcome:
     """Play one random history through the control plane; compare its view with the truth.
 

@@ -41,6 +41,13 @@ def test_histories_converge_with_events_over_the_wire() -> None:
     assert [o.divergences for o in outcomes if o.diverged] == []
 
 
+def test_histories_converge_with_the_capacity_check_on() -> None:
+    # node events report each node's GPUs; admission fits gangs onto them
+    outcomes = [run_history(seed, capacity=True, wire=seed % 2 == 0) for seed in range(2000, 2040)]
+    assert [o.divergences for o in outcomes if o.diverged] == []
+    assert sum(o.events for o in outcomes) > 100 * len(outcomes)
+
+
 @pytest.mark.parametrize("chunk", range(2))
 def test_histories_converge_with_workload_faults_on(chunk: int) -> None:
     # GIVEN the same perturbed histories with failure-aware retry on, broken Jobs' pods
@@ -69,13 +76,6 @@ def test_histories_converge_with_workload_faults_on(chunk: int) -> None:
     heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
     more = [run_history(s, perturbation=heavy, workload_faults=faults) for s in range(30)]
     assert [(o.seed, o.divergences) for o in more if o.diverged] == []
-
-
-def test_histories_converge_with_the_capacity_check_on() -> None:
-    # node events report each node's GPUs; admission fits gangs onto them
-    outcomes = [run_history(seed, capacity=True, wire=seed % 2 == 0) for seed in range(2000, 2040)]
-    assert [o.divergences for o in outcomes if o.diverged] == []
-    assert sum(o.events for o in outcomes) > 100 * len(outcomes)
 
 
 def test_an_unperturbed_history_converges_too() -> None:

@@ -105,8 +105,9 @@ def test_every_case_has_a_stored_digest():
     assert set(json.loads(LIFECYCLE_DIGESTS.read_text())) == expected
 
 
-# The story's lifecycle before it gained `bad-image` (a job whose image cannot be
-# pulled, with workloadFaults on): its other workloads' events must be exactly these.
+# The story's lifecycle (its log without node-fault lines) before it gained `bad-image`
+# (a job whose image cannot be pulled, with workloadFaults on): the other workloads'
+# events must be exactly these.
 STORY_BEFORE_FAILURE_MODES = {
     "gang": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",
     "gang+block": "c1ba7efbce1749c4b447ab8e053a5a342b3d718c9dd3021ae5e7eae9e132bbbb",

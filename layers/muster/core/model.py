@@ -181,17 +181,17 @@ class Workload:
     # is then that class's value. Missing: the class does not exist in the cluster.
     priority_class: str | None = None
     priority_class_missing: bool = False
-    # Failure-aware retry: consecutive evictions in which every not-ready pod was a
-    # workload fault, and the armed `evictAfter` timer (a second deadline slot).
-    fault_evictions: int = 0
-    fault_timer: Timer | None = None
-    fault_episodes: int = 0  # fault timers armed within the current attempt
     # What its pods ask for, for the capacity check: (pods, GPUs each) groups; empty
     # when unknown (then derived from `gpus` and `gang_size` where they divide).
     shape: tuple[tuple[int, int], ...] = ()
     # Placement rules of its pods the capacity check cannot evaluate (e.g.
     # "nodeSelector"); non-empty: the check falls back to quota for it.
     placement: str = ""
+    # Failure-aware retry: consecutive evictions in which every not-ready pod was a
+    # workload fault, and the armed `evictAfter` timer (a second deadline slot).
+    fault_evictions: int = 0
+    fault_timer: Timer | None = None
+    fault_episodes: int = 0  # fault timers armed within the current attempt
 
     @property
     def ready_pods(self) -> int:

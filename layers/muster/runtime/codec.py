@@ -86,8 +86,8 @@ def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> 
     values["kind"] = Kind(values["kind"])
     values["phase"] = Phase(values["phase"])
     values["timer"] = decode_timer(values.get("timer"))
-    values["fault_timer"] = decode_timer(values.get("fault_timer"))
     values["shape"] = tuple((int(n), int(g)) for n, g in values.get("shape") or ())
+    values["fault_timer"] = decode_timer(values.get("fault_timer"))
     return replace(
         Workload(key=doc["key"], queue=doc["queue"], gang_size=1), **values, pods=pods or {}
     )
