@@ -230,3 +230,41 @@ def test_wasted_gpu_time_is_kept_per_failure_mode():
     c.finish_accounting(100)
     assert c.held_by == {"": 800.0, "CrashLoopBackOff": 800.0}
     assert c.useful_by == {"": 720.0}
+
+
+def test_room_freed_on_an_earlier_node_is_the_first_fit_again():
+    # GIVEN three 8-GPU nodes filled by 4-GPU pods of six one-pod jobs
+    c = SimulatedCluster(3, 8)
+    for i in range(6):
+        c.add_job(JobSpec(f"j{i}", 1, 4, 30, 100))
+        c.unsuspend(f"j{i}")
+        c.reconcile()
+    c.bind_pending(0)
+    assert {p.pod: p.node for p in changes(c) if p.node} == {
+        "j0-0": "node-0",
+        "j1-0": "node-0",
+        "j2-0": "node-1",
+        "j3-0": "node-1",
+        "j4-0": "node-2",
+        "j5-0": "node-2",
+    }
+    # WHEN a pod on node-2 and then one on node-0 go, and node-1 fails and is repaired
+    c.suspend("j5", 1)
+    c.suspend("j1", 2)
+    c.fail_node("node-1", 3)
+    c.repair_node("node-1", 4)
+    changes(c)
+    # THEN pods go, in creation order, to the lowest-numbered node with room: the
+    # recreated pods of node-1 first, an 8-GPU pod fits nowhere and is passed over
+    for name, gpus in (("k0", 8), ("k1", 4), ("k2", 4), ("k3", 4)):
+        c.add_job(JobSpec(name, 1, gpus, 30, 100))
+        c.unsuspend(name)
+        c.reconcile()
+    c.bind_pending(5)
+    assert {p.pod: p.node for p in changes(c) if p.node and not p.deleted} == {
+        "j2-0": "node-0",
+        "j3-0": "node-1",
+        "k1-0": "node-1",
+        "k2-0": "node-2",
+    }
+    assert c.free_gpus == (0, 0, 0)

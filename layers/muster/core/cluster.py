@@ -100,7 +100,7 @@ class Cluster:
         `capacityCheck`, a change there may let a queued gang in.
         """
         result = StepResult()
-        if isinstance(event, NodeObserved) and not event.workload:
+        if type(event) is NodeObserved and not event.workload:
             before = self.nodes.get(event.node)
             entry = observe_node(before, event)
             if entry is not None:
@@ -109,23 +109,26 @@ class Cluster:
                     if self.defer_admission:
                         result.admission_wanted = True
                     else:
-                        result.extend(self.admission_pass(now))
+                        self._admission_pass(now, result)
             for key in sorted(self._active):
                 w = self.workloads[key]
                 if any(p.node == event.node and not p.retired for p in w.pods.values()):
-                    result.extend(
-                        self._apply_one(
-                            NodeObserved(event.node, event.ready, event.health, key), now
-                        )
+                    self._apply_one(
+                        NodeObserved(event.node, event.ready, event.health, key), now, result
                     )
             return result
-        return self._apply_one(event, now)
+        self._apply_one(event, now, result)
+        return result
 
     def admission_pass(self, now: float) -> StepResult:
         """Admit whatever may be admitted now (also after a settings change)."""
         result = StepResult()
+        self._admission_pass(now, result)
+        return result
+
+    def _admission_pass(self, now: float, result: StepResult) -> None:
         if not self._queue:
-            return result  # nothing queued: no plan to make (most passes on a busy cluster)
+            return  # nothing queued: no plan to make (most passes on a busy cluster)
         for _ in range(len(self._queue) + 1):
             self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
             plan = self._queue.plan(now, self._usage, self.fitter())
@@ -135,12 +138,9 @@ class Cluster:
             again = False
             for key in plan.admit:
                 w = self.workloads[key]
-                step = self._decide(w, AdmissionGranted(key, w.attempt + 1), now)
-                again = again or step[1]
-                result.extend(step[0])
+                again = self._decide(w, AdmissionGranted(key, w.attempt + 1), now, result) or again
             if not again:
                 break
-        return result
 
     def fitter(self) -> Fitter | None:
         """The nodes' free GPUs for a pass (None without `capacityCheck`)."""
@@ -148,26 +148,27 @@ class Cluster:
             return None
         return Fitter.of(self.nodes.values(), (self.workloads[k] for k in sorted(self._active)))
 
-    def _apply_one(self, event: Event, now: float) -> StepResult:
-        result, wants_admission = self._decide(self.workloads.get(event.workload), event, now)
-        if wants_admission and self.defer_admission:
-            result.admission_wanted = True
-        elif wants_admission:
-            result.extend(self.admission_pass(now))
-        return result
+    def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
+        if self._decide(self.workloads.get(event.workload), event, now, result):
+            if self.defer_admission:
+                result.admission_wanted = True
+            else:
+                self._admission_pass(now, result)
 
-    def _decide(self, w: Workload | None, event: Event, now: float) -> tuple[StepResult, bool]:
+    def _decide(self, w: Workload | None, event: Event, now: float, result: StepResult) -> bool:
+        """Decide one event into `result`; True if the core asked for an admission pass."""
         decision = decide(w, event, self._settings, now, draw=self._draw())
-        result = StepResult(outcomes=[(event.workload, decision.outcome, decision.note)])
-        if decision.workload is not None and decision.outcome is Outcome.APPLIED:
+        result.outcomes.append((event.workload, decision.outcome, decision.note))
+        if decision.outcome is Outcome.APPLIED and decision.workload is not None:
             self._store(decision.workload)
         wants = False
+        effects = result.effects
         for effect in decision.effects:
             if type(effect) is RunAdmission:
                 wants = True
             else:
-                result.effects.append(effect)
-        return result, wants
+                effects.append(effect)
+        return wants
 
     def _store(self, w: Workload) -> None:
         old = self.workloads.get(w.key)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from muster.core.copying import fast_init
+
 
 class Phase(StrEnum):
     """Where a workload is in its lifecycle; every workload is in exactly one."""
@@ -138,9 +140,12 @@ class Timer:
     incarnation: str = ""  # the workload object's uid (a prefix): timers of an older object differ
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Workload:
-    """One gang: what it asks for, where it is, and what has happened to it."""
+    """One gang: what it asks for, where it is, and what has happened to it.
+
+    Without slots: `replace` copies its many fields in one step (see `copying`).
+    """
 
     key: str  # "namespace/name"; the simulator uses bare names
     queue: str
@@ -195,7 +200,11 @@ class Workload:
 
     @property
     def ready_pods(self) -> int:
-        return sum(1 for p in self.pods.values() if p.counts_ready)
+        ready = 0
+        for p in self.pods.values():
+            if p.counts_ready:
+                ready += 1
+        return ready
 
     @property
     def whole(self) -> bool:
@@ -447,3 +456,9 @@ class Decision:
     @property
     def changed(self) -> bool:
         return self.outcome is Outcome.APPLIED
+
+
+# Every record above is built per event; give each frozen one the cheap `__init__`.
+for _record in list(globals().values()):
+    if isinstance(_record, type) and _record.__module__ == __name__:
+        fast_init(_record)

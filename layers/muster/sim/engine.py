@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -182,6 +182,9 @@ Item = (
 )
 
 
+Entry = tuple[float, int, int, int, Item]
+
+
 class Agenda:
     """The simulated clock and what is due when.
 
@@ -189,14 +192,26 @@ class Agenda:
     at one instant (faults, pods turning Ready, completions, deadlines, requeues,
     submissions), `tie` orders one phase's items by the workload's place in the
     scenario (or the fault's), and arrival orders the rest.
+
+    What is known from the start (`plan`: the scenario's submissions and faults)
+    waits in one sorted list beside the heap of what comes up while running, so
+    the heap stays small however long the scenario.
     """
 
-    __slots__ = ("_heap", "_pushed", "now")
+    __slots__ = ("_heap", "_planned", "_pushed", "now")
 
     def __init__(self) -> None:
         self.now = 0.0
-        self._heap: list[tuple[float, int, int, int, Item]] = []
+        self._heap: list[Entry] = []
+        self._planned: list[Entry] = []  # latest first: the next one is at the end
         self._pushed = 0
+
+    def plan(self, items: Iterable[tuple[float, int, int, Item]]) -> None:
+        """Items known before the run starts, in the order they were made."""
+        for at, phase, tie, item in items:
+            self._pushed += 1
+            self._planned.append((at, phase, tie, self._pushed, item))
+        self._planned.sort(reverse=True, key=lambda entry: entry[:4])  # arrival is unique
 
     def push(self, at: float, phase: int, tie: int, item: Item) -> None:
         self._pushed += 1
@@ -204,17 +219,34 @@ class Agenda:
 
     def advance(self, until: float) -> bool:
         """Move the clock to the next instant with something due; False past `until`."""
-        if not self._heap or self._heap[0][0] > until:
+        heap, planned = self._heap, self._planned
+        if heap and planned:
+            at = min(heap[0][0], planned[-1][0])
+        elif heap or planned:
+            at = heap[0][0] if heap else planned[-1][0]
+        else:
             return False
-        self.now = self._heap[0][0]
+        if at > until:
+            return False
+        self.now = at
         return True
 
     def due(self) -> bool:
         """Something more is due at the current instant."""
-        return bool(self._heap) and self._heap[0][0] == self.now
+        now = self.now
+        return bool(self._heap and self._heap[0][0] == now) or bool(
+            self._planned and self._planned[-1][0] == now
+        )
 
-    def pop(self) -> Item:
-        return heapq.heappop(self._heap)[4]
+    def pop_due(self) -> Item | None:
+        """The next item due at the current instant, or None."""
+        heap, planned, now = self._heap, self._planned, self.now
+        # Arrival numbers are unique, so comparing entries never reaches the items.
+        if planned and planned[-1][0] == now and not (heap and heap[0] < planned[-1]):
+            return planned.pop()[4]
+        if heap and heap[0][0] == now:
+            return heapq.heappop(heap)[4]
+        return None
 
 
 # --------------------------------------------------------------------------- the log
@@ -235,6 +267,8 @@ class RunLog:
         self.evictions = 0
         self.requeues = 0
         self.open_workloads = workloads  # neither finished nor deactivated
+        self._instant = math.nan  # the last instant logged, and its "t" as logged
+        self._t: float | int = 0
 
     def submitted(self, workload: str, now: float) -> None:
         self.tracking[workload] = Tracking(now)
@@ -250,8 +284,10 @@ class RunLog:
 
     def published(self, effect: Publish, now: float) -> None:
         """One event-log entry, and what it means for the summary."""
+        if now != self._instant:
+            self._instant, self._t = now, _num(now)
         entry: dict[str, Any] = {
-            "t": _num(now),
+            "t": self._t,
             "workload": effect.workload,
             "event": _EVENT_NAMES[effect.event],
         }
@@ -367,13 +403,15 @@ class Simulation:
         if self._capacity:
             for node in self.kube.node_names:
                 self._deliver(self._node_event(node, True))
-        push = self.agenda.push
-        for i, w in enumerate(self.scenario.workloads):
-            push(w.submit_at, _SUBMIT, i, Submit(w.name))
-        for i, f in enumerate(self.scenario.faults):
-            push(f.at, _FAULT, i, NodeFails(f.node))
+        sc = self.scenario
+        items: list[tuple[float, int, int, Item]] = [
+            (w.submit_at, _SUBMIT, i, Submit(w.name)) for i, w in enumerate(sc.workloads)
+        ]
+        for i, f in enumerate(sc.faults):
+            items.append((f.at, _FAULT, i, NodeFails(f.node)))
             if math.isfinite(f.repair_after):
-                push(f.at + f.repair_after, _FAULT, i, NodeRepaired(f.node))
+                items.append((f.at + f.repair_after, _FAULT, i, NodeRepaired(f.node)))
+        self.agenda.plan(items)
 
     def _settle(self) -> None:
         """Play the current instant: its due items, then (if asked for) one admission
@@ -383,15 +421,16 @@ class Simulation:
         now = agenda.now
         while True:
             wanted = False
-            while agenda.due():
-                item = agenda.pop()
+            while (item := agenda.pop_due()) is not None:
                 wanted |= handlers[type(item)](item)
             if wanted:
                 self._admission_pass()
             kube.reconcile()
-            self._drain()
+            if kube.outbox:
+                self._drain()
             kube.bind_pending(now)
-            self._drain()
+            if kube.outbox:
+                self._drain()
             if not agenda.due():
                 return
 
@@ -446,7 +485,7 @@ class Simulation:
         kube = self.kube
         wanted = False
         while kube.outbox:
-            batch, kube.outbox[:] = list(kube.outbox), []
+            batch, kube.outbox = kube.outbox, []
             for item in batch:
                 if isinstance(item, PodChange):
                     wanted |= self._deliver(

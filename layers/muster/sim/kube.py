@@ -154,6 +154,9 @@ class SimulatedCluster:
         self.outbox: list[PodChange | Wakeup] = []
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
         self._free = [gpus_per_node] * nodes
+        # `_first_fit[g]`: no node before this index has `g` GPUs free (a lower bound,
+        # lowered when GPUs are freed, raised when a search passes full nodes).
+        self._first_fit = [0] * (gpus_per_node + 1)
         self._up = [True] * nodes
         self._on_node: list[dict[str, _Pod]] = [{} for _ in range(nodes)]
         self._jobs: dict[str, _Job] = {}
@@ -218,8 +221,16 @@ class SimulatedCluster:
         """
         if not self._to_reconcile:
             return
-        jobs = [self._jobs[name] for name in dict.fromkeys(self._to_reconcile)]
+        names = dict.fromkeys(self._to_reconcile)
         self._to_reconcile.clear()
+        if len(names) == 1:  # the usual case: one job's pods, in index order
+            j = self._jobs[next(iter(names))]
+            if j.running:
+                for i in range(j.spec.pods):
+                    if i not in j.pods:
+                        self._create_pod(j, i)
+            return
+        jobs = [self._jobs[name] for name in names]
         missing = [[i for i in range(j.spec.pods) if i not in j.pods] for j in jobs if j.running]
         running = [j for j in jobs if j.running]
         depth = max((len(m) for m in missing), default=0)
@@ -245,20 +256,20 @@ class SimulatedCluster:
             return 0
         self._account(now)
         bound = 0
-        free = self._free
-        biggest = max(free)
-        for k in range(start, len(self._pending)):
-            if biggest == 0:
+        pending = self._pending
+        fit = self._fit
+        full = fit(1) is None
+        for k in range(start, len(pending)):
+            if full:
                 break
-            pod = self._pending[k]
-            if pod.deleted or pod.node is not None or pod.gpus > biggest:
+            pod = pending[k]
+            if pod.deleted or pod.node is not None:
                 continue
-            for n, room in enumerate(free):
-                if room >= pod.gpus:
-                    self._bind(pod, n, now)
-                    bound += 1
-                    biggest = max(free)
-                    break
+            n = fit(pod.gpus)
+            if n is not None:
+                self._bind(pod, n, now)
+                bound += 1
+                full = fit(1) is None
         self._room_freed = False
         if self._stale * 2 > len(self._pending):
             self._compact()  # only when it pays: the order of the others is kept either way
@@ -266,6 +277,24 @@ class SimulatedCluster:
         if bound:
             self._sample(now)
         return bound
+
+    def _fit(self, gpus: int) -> int | None:
+        """The first node (by index) with `gpus` GPUs free, or None."""
+        if gpus > self.gpus_per_node:
+            return None
+        free = self._free
+        n, end = self._first_fit[gpus], len(free)
+        while n < end and free[n] < gpus:
+            n += 1
+        self._first_fit[gpus] = n
+        return n if n < end else None
+
+    def _freed(self, n: int) -> None:
+        """Node `n` has more GPUs free: it may now be the first fit for up to that many."""
+        first_fit = self._first_fit
+        for gpus in range(1, self._free[n] + 1):
+            if first_fit[gpus] > n:
+                first_fit[gpus] = n
 
     def _bind(self, pod: _Pod, n: int, now: float) -> None:
         pod.node = n
@@ -398,6 +427,7 @@ class SimulatedCluster:
         self._up[n] = True
         self._available += self.gpus_per_node
         self._free[n] = self.gpus_per_node
+        self._freed(n)
         self._room_freed = True
         self._sample(now)
 
@@ -460,6 +490,7 @@ class SimulatedCluster:
         if pod.node is not None:
             if self._up[pod.node]:
                 self._free[pod.node] += pod.gpus
+                self._freed(pod.node)
             self._on_node[pod.node].pop(pod.uid, None)
             self._held -= pod.gpus
             self._held_by[category] -= pod.gpus
@@ -504,15 +535,11 @@ class SimulatedCluster:
 
     def _sample(self, now: float) -> None:
         last = self.samples[-1]
-        sample = GpuSample(now, self._useful, self._held, self._available)
+        useful, held, available = self._useful, self._held, self._available
         if last.t == now:
-            self.samples[-1] = sample
-        elif (last.useful, last.held, last.available) != (
-            sample.useful,
-            sample.held,
-            sample.available,
-        ):
-            self.samples.append(sample)
+            self.samples[-1] = GpuSample(now, useful, held, available)
+        elif last.useful != useful or last.held != held or last.available != available:
+            self.samples.append(GpuSample(now, useful, held, available))
 
 
 # Node faults in an event log (events.jsonl): lines with `node` instead of `workload`,
