@@ -11,6 +11,9 @@ the commit.
 The lifecycle alone (the log without its node-fault lines, which only report what
 the simulated cluster did) is pinned separately, to the digests the logs had before
 node faults were written into them: those are never regenerated with the others.
+The local story's moved once, when the story gained a job whose image cannot be
+pulled (with workloadFaults on); a test below pins its other workloads' lifecycle
+to the digests it had before.
 """
 
 from __future__ import annotations

@@ -388,6 +388,9 @@ def test_node_marked_for_replacement_evicts_at_once_without_backoff_or_count() -
     assert evict.reason is Reason.NODE_FAILURES and evict.cause is None
     assert d.workload.evictions == {"NodeFailures": 1}
     assert kinds(d.effects)[-1] == "RunAdmission"
+    # AND it records its diagnosis like every eviction: the gang itself was whole
+    (evicted,) = published(d.effects, "Evicted")
+    assert evicted.detail["diagnosis"]["summary"] == "all 2 pods were Ready"
 
 
 def test_node_replacement_eviction_can_be_turned_off() -> None:

@@ -334,3 +334,27 @@ def test_dry_run_reports_the_fault_eviction_and_evicts_nothing() -> None:
     run.seq += 1
     run.step(crash("w-0", run.seq, restarts=5))
     assert run.workload.fault_timer is None
+
+
+def test_a_node_replacement_eviction_ends_the_streak() -> None:
+    from muster.core import NodeObserved
+
+    run = Run(settings(timeout="60s", workloadFaults={"limitCount": 1}))
+    run.admit()
+    run.pods(crash, crash)
+    run.timeout()
+    assert run.workload.fault_evictions == 1
+    run.admit()
+    run.pods(crash, crash)
+    # WHEN HyperPod marks the gang's node for replacement before the deadline
+    run.step(
+        NodeObserved("gpu-node-1", health="UnschedulablePendingReplacement", workload=KEY, seq=99)
+    )
+    # THEN the eviction is the node's: the streak is over, the next fault eviction requeues
+    assert (run.workload.phase, run.workload.fault_evictions) == (Phase.PENDING, 0)
+    (evicted,) = published(run.effects, "Evicted")
+    assert evicted.detail["diagnosis"]["class"] == "WorkloadFault"
+    run.admit()
+    run.pods(crash, crash)
+    run.timeout()
+    assert run.workload.phase is Phase.REQUEUED

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
-from muster.core.diagnosis import Diagnosis, classify, diagnose, fails_on_its_own
+from muster.core.diagnosis import (
+    Diagnosis,
+    PodDiagnosis,
+    classify,
+    diagnose,
+    fails_on_its_own,
+)
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -679,6 +685,7 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
         "node": e.node,
         "health": e.health,
         "notReady": [p.name for p in w.not_ready_pods()][:20],
+        "diagnosis": diagnose(w).to_dict(),
     }
     if qs.dry_run:
         if w.dry_run_evicted:
@@ -696,7 +703,8 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
         Evict(w.key, w.attempt, w.kind, Reason.NODE_FAILURES, None, w.not_ready_pods(), w.uid)
     )
     evicted = _withdrawn(w, now, qs, reason=Reason.NODE_FAILURES, cause=None)
-    evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None)
+    # Not the workload's fault: it also ends a streak of workload-fault evictions.
+    evicted = replace(evicted, phase=Phase.PENDING, requeue_at=None, fault_evictions=0)
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     effects.append(
         Publish(
@@ -912,7 +920,7 @@ def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
     )
 
 
-def _pod_detail(p: Pod, found: Any = None) -> dict[str, Any]:
+def _pod_detail(p: Pod, found: PodDiagnosis | None = None) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "pod": p.name,
         "phase": p.phase,

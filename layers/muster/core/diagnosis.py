@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -247,9 +247,3 @@ def describe_counts(gang_size: int, pods: Iterable[PodDiagnosis], missing: int =
     else:
         verdict = "no pod failed visibly: the job starts slowly or hangs"
     return f"{'; '.join(parts)}: {verdict}"
-
-
-def diagnosis_from_detail(detail: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The diagnosis stored with an eviction's history entry, if it has one."""
-    found = detail.get("diagnosis")
-    return found if isinstance(found, Mapping) else None

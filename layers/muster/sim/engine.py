@@ -640,10 +640,10 @@ def summarize(
 def _eviction_class(detail: Mapping[str, Any]) -> str:
     """The diagnosis of an eviction's not-ready pods, in one word (`NodeFault` for a
     node being replaced, which is decided before any pod is looked at)."""
+    if detail.get("reason") == "NodeFailures":
+        return "NodeFault"
     found = detail.get("diagnosis")
-    if isinstance(found, Mapping):
-        return str(found.get("class"))
-    return "NodeFault" if detail.get("reason") == "NodeFailures" else "None"
+    return str(found.get("class")) if isinstance(found, Mapping) else "None"
 
 
 def failure_summary(
