@@ -75,7 +75,8 @@ def test_without_the_check_node_reports_change_nothing_about_admission(rig: Rig)
 def test_muster_status_says_why_a_gang_waits_and_which_the_check_cannot_judge(
     fit_rig: Rig,
 ) -> None:
-    from muster.admin import admission_outlook, format_status
+    from muster.admin.render import format_status
+    from muster.admin.status import admission_outlook
     from muster.runtime import status
 
     rig = fit_rig
