@@ -162,7 +162,7 @@ def _observe_workload(w: Workload | None, e: WorkloadObserved, settings: Setting
     if w.phase in ACTIVE_PHASES:
         # What it asks for, and whose quota pays for it, only change while it holds
         # nothing on the cluster: the change waits for the next eviction.
-        updated = replace(updated, next_spec=None if spec == _spec_of(w) else spec)
+        updated = replace(updated, next_spec=None if spec == _spec(w) else spec)
     else:
         updated = _with_spec(updated, spec)
     effects: tuple[Effect, ...] = ()
@@ -238,24 +238,15 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
     return _submitted(e, tuple(ended), settings)
 
 
-def _spec(e: WorkloadObserved) -> dict[str, Any]:
+def _spec(x: WorkloadObserved | Workload) -> dict[str, Any]:
+    """What an admission is made of: as the cluster reports it, or as a workload holds it."""
     spec = {
-        "queue": e.queue,
-        "gangSize": e.gang_size,
-        "gpus": e.gpus,
-        "timeoutOverride": e.timeout_override,
+        "queue": x.queue,
+        "gangSize": x.gang_size,
+        "gpus": x.gpus,
+        "timeoutOverride": x.timeout_override,
     }
-    return spec | _placement_spec(e.shape, e.placement)
-
-
-def _spec_of(w: Workload) -> dict[str, Any]:
-    spec = {
-        "queue": w.queue,
-        "gangSize": w.gang_size,
-        "gpus": w.gpus,
-        "timeoutOverride": w.timeout_override,
-    }
-    return spec | _placement_spec(w.shape, w.placement)
+    return spec | _placement_spec(x.shape, x.placement)
 
 
 def _placement_spec(shape: tuple[tuple[int, int], ...], placement: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from muster.schema import (
     pod_detail,
     workload_detail,
 )
-from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
+from muster.sim.kube import PodChange, SimulatedCluster, Wakeup
 from muster.sim.scenario import Scenario
 
 NAMESPACE = "default"
@@ -159,17 +159,7 @@ class LocalCluster:
         what = item[0]
         if what == "submit":
             w = self._specs[item[1]]
-            self.kube.add_job(
-                JobSpec(
-                    w.name,
-                    w.pods,
-                    w.gpus_per_pod,
-                    w.startup_seconds,
-                    w.run_seconds,
-                    w.never_ready,
-                    w.failure,
-                )
-            )
+            self.kube.add_job(w.job())
             self._workload_event(w.name, "Active")
         elif what == "ready":
             self.kube.pod_ready(item[1], item[2], now)

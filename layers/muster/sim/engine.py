@@ -58,7 +58,6 @@ from muster.core import (
 from muster.ports import ClusterActions
 from muster.sim.kube import (
     GpuSample,
-    JobSpec,
     PodChange,
     SimulatedCluster,
     Wakeup,
@@ -526,17 +525,7 @@ class Simulation:
     def _submit(self, item: Submit) -> bool:
         w = self._specs[item.workload]
         now = self.agenda.now
-        self.kube.add_job(
-            JobSpec(
-                w.name,
-                w.pods,
-                w.gpus_per_pod,
-                w.startup_seconds,
-                w.run_seconds,
-                w.never_ready,
-                w.failure,
-            )
-        )
+        self.kube.add_job(w.job())
         self.log.submitted(w.name, now)
         return self._deliver(
             WorkloadObserved(

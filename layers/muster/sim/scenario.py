@@ -36,6 +36,7 @@ from muster.core.fields import (
     problem,
     whole_number,
 )
+from muster.sim.kube import JobSpec
 from muster.sim.locate import TraceNotFound, resolve_trace
 
 DEFAULT_UNTIL = 7 * 86400.0
@@ -73,6 +74,18 @@ class WorkloadSpec:
     priority: int = 0
     never_ready: bool = False
     failure: str | None = None  # how a never-ready workload fails (FAILURES); None: NotReady
+
+    def job(self) -> JobSpec:
+        """What it asks the cluster for, in the simulator and the local mode alike."""
+        return JobSpec(
+            self.name,
+            self.pods,
+            self.gpus_per_pod,
+            self.startup_seconds,
+            self.run_seconds,
+            self.never_ready,
+            self.failure,
+        )
 
     @property
     def failure_mode(self) -> str | None:
