@@ -43,11 +43,11 @@ from muster.core import (
     LogEvent,
     NodeObserved,
     Outcome,
-    PodObserved,
     Publish,
     QueueSettings,
     Requeue,
     RequeueDue,
+    RunAdmission,
     Settings,
     StartTimer,
     StepResult,
@@ -58,7 +58,6 @@ from muster.core import (
 from muster.ports import ClusterActions
 from muster.sim.kube import (
     GpuSample,
-    PodChange,
     SimulatedCluster,
     Wakeup,
     node_line,
@@ -261,13 +260,16 @@ class RunLog:
         self.failures = failures
         self.by_class: dict[str, int] = {}
         self.tracking: dict[str, Tracking] = {}
-        self.outcomes: dict[Outcome, int] = {}
+        self.outcomes: dict[Outcome, int] = dict.fromkeys(Outcome, 0)  # unseen ones stay 0
         self.delivered = 0  # events the core decided on
         self.evictions = 0
         self.requeues = 0
         self.open_workloads = workloads  # neither finished nor deactivated
         self._instant = math.nan  # the last instant logged, and its "t" as logged
         self._t: float | int = 0
+        # The log fields (in `_LOG_FIELDS` order) of each shape of detail seen: an
+        # event's details have one of a few shapes, so each is worked out once.
+        self._fields: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def submitted(self, workload: str, now: float) -> None:
         self.tracking[workload] = Tracking(now)
@@ -275,7 +277,11 @@ class RunLog:
     def decided(self, step: StepResult) -> None:
         outcomes = self.outcomes
         for _, outcome, _ in step.outcomes:
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            outcomes[outcome] += 1
+
+    def outcome_counts(self) -> dict[str, int]:
+        """Events by what became of them (only the outcomes that happened)."""
+        return {outcome.value: n for outcome, n in self.outcomes.items() if n}
 
     def node_changed(self, now: float, node: str, *, failed: bool) -> None:
         """A node fault (or its repair) as a line of its own, before what it causes."""
@@ -285,37 +291,38 @@ class RunLog:
         """One event-log entry, and what it means for the summary."""
         if now != self._instant:
             self._instant, self._t = now, _num(now)
-        entry: dict[str, Any] = {
-            "t": self._t,
-            "workload": effect.workload,
-            "event": _EVENT_NAMES[effect.event],
-        }
-        get = effect.detail.get
-        for key in _LOG_FIELDS:
-            value = get(key)
+        name, workload, detail = effect.event, effect.workload, effect.detail
+        entry: dict[str, Any] = {"t": self._t, "workload": workload, "event": _EVENT_NAMES[name]}
+        shape = tuple(detail)
+        fields = self._fields.get(shape)
+        if fields is None:
+            fields = self._fields[shape] = tuple(k for k in _LOG_FIELDS if k in detail)
+        for key in fields:
+            value = detail[key]
             if value is not None:
                 entry[key] = _num(value) if type(value) is float else value
-        name = effect.event
-        if self.failures and name is LogEvent.EVICTED:
-            label = entry["class"] = _eviction_class(effect.detail)
-            if not effect.detail.get("dryRun"):
-                self.by_class[label] = self.by_class.get(label, 0) + 1
         self.events.append(entry)
+        if name is LogEvent.ADMITTED or name is LogEvent.BACKOFF_FINISHED:
+            return
         if name is LogEvent.EVICTED:
             self.evictions += 1
+            if self.failures:
+                label = entry["class"] = _eviction_class(detail)
+                if not detail.get("dryRun"):
+                    self.by_class[label] = self.by_class.get(label, 0) + 1
         elif name is LogEvent.REQUEUED:
             self.requeues += 1
         elif name is LogEvent.PODS_READY:
-            track = self.tracking[effect.workload]
+            track = self.tracking[workload]
             if track.first_ready is None:
                 track.first_ready = now
         elif name is LogEvent.DEACTIVATED:
-            track = self.tracking[effect.workload]
+            track = self.tracking[workload]
             track.deactivated = True
-            track.deactivated_reason = effect.detail.get("reason")
+            track.deactivated_reason = detail.get("reason")
             self.open_workloads -= 1
         elif name is LogEvent.FINISHED:
-            self.tracking[effect.workload].finished = now
+            self.tracking[workload].finished = now
             self.open_workloads -= 1
 
 
@@ -360,6 +367,16 @@ class Simulation:
             DeadlineReached: self._deadline,
             RequeueDue: self._deliver,
         }
+        # What to do with each kind of effect but `Publish` (the most frequent, logged
+        # first); `RunAdmission` is the core's to answer.
+        self._effects: dict[type[Any], Callable[[Any], None]] = {
+            Admit: self.actions.admit,
+            Evict: self.actions.evict,
+            StartTimer: self._start_timer,
+            StopTimer: self._stop_timer,
+            Requeue: self._requeue,
+            RunAdmission: _ignore,
+        }
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -385,7 +402,7 @@ class Simulation:
             log.evictions,
             log.requeues,
             log.delivered,
-            {outcome.value: n for outcome, n in log.outcomes.items()},
+            log.outcome_counts(),
             time.perf_counter() - started,
         )
         if log.failures:
@@ -441,72 +458,65 @@ class Simulation:
         log = self.log
         log.delivered += 1
         step = self.core.apply(event, self.agenda.now)
-        log.decided(step)
-        for effect in step.effects:
-            self._carry_out(effect)
+        outcomes = log.outcomes
+        for _, outcome, _ in step.outcomes:
+            outcomes[outcome] += 1
+        if step.effects:
+            self._carry_out(step.effects)
         return step.admission_wanted
 
     def _admission_pass(self) -> None:
         step = self.core.admission_pass(self.agenda.now)
         self.log.decided(step)
         self.log.delivered += len(step.outcomes)
-        for effect in step.effects:
-            self._carry_out(effect)
+        if step.effects:
+            self._carry_out(step.effects)
 
     # ----------------------------------------------------------- effects out of the core
 
-    def _carry_out(self, effect: Effect) -> None:
-        match effect:
-            case Publish():
-                self.log.published(effect, self.agenda.now)
-            case Admit():
-                self.actions.admit(effect)
-            case Evict():
-                self.actions.evict(effect)
-            case StartTimer(workload=key, timer=timer):
-                if timer.deadline <= self._until:
-                    self.agenda.push(
-                        timer.deadline,
-                        _DEADLINE,
-                        self._order[key],
-                        DeadlineReached(key, timer.attempt, timer.kind, timer.episode),
-                    )
-            case StopTimer(workload=key, timer=timer):
-                self._cancelled.add((key, timer.attempt, timer.kind, timer.episode))
-            case Requeue(workload=key, count=count, requeue_at=at):
-                if at <= self._until:
-                    self.agenda.push(at, _REQUEUE, self._order[key], RequeueDue(key, count))
+    def _carry_out(self, effects: list[Effect]) -> None:
+        now, publish, handlers = self.agenda.now, self.log.published, self._effects
+        for effect in effects:
+            if type(effect) is Publish:
+                publish(effect, now)
+            else:
+                handlers[type(effect)](effect)
+
+    def _start_timer(self, effect: StartTimer) -> None:
+        timer = effect.timer
+        if timer.deadline <= self._until:
+            key = effect.workload
+            self.agenda.push(
+                timer.deadline,
+                _DEADLINE,
+                self._order[key],
+                DeadlineReached(key, timer.attempt, timer.kind, timer.episode),
+            )
+
+    def _stop_timer(self, effect: StopTimer) -> None:
+        timer = effect.timer
+        self._cancelled.add((effect.workload, timer.attempt, timer.kind, timer.episode))
+
+    def _requeue(self, effect: Requeue) -> None:
+        if effect.requeue_at <= self._until:
+            key = effect.workload
+            self.agenda.push(
+                effect.requeue_at, _REQUEUE, self._order[key], RequeueDue(key, effect.count)
+            )
 
     # ----------------------------------------------------------- what the cluster did
 
     def _drain(self) -> bool:
         """Feed the cluster's pod changes to the core; put its wake-ups on the agenda."""
-        kube = self.kube
+        kube, deliver = self.kube, self._deliver
         wanted = False
         while kube.outbox:
             batch, kube.outbox = kube.outbox, []
             for item in batch:
-                if isinstance(item, PodChange):
-                    wanted |= self._deliver(
-                        PodObserved(
-                            item.workload,
-                            item.pod,
-                            item.seq,
-                            item.uid,
-                            item.phase,
-                            item.ready,
-                            item.node,
-                            item.deleted,
-                            item.reason,
-                            item.message,
-                            waiting=item.waiting,
-                            restarts=item.restarts,
-                            terminated=item.terminated,
-                            exit_code=item.exit_code,
-                        )
-                    )
-                else:
+                if type(item) is Wakeup:
                     self._wake_at(item)
+                else:
+                    wanted |= deliver(item)
         return wanted
 
     def _wake_at(self, w: Wakeup) -> None:
@@ -579,6 +589,10 @@ class Simulation:
             self._cancelled.discard(ident)
             return False
         return self._deliver(item)
+
+
+def _ignore(effect: Effect) -> None:
+    """An effect the simulator has nothing to do for."""
 
 
 def summarize(

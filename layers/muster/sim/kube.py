@@ -3,7 +3,9 @@
 It knows nothing of gang scheduling, deadlines or time loops. Like a real cluster it
 holds jobs that are suspended or running; the control plane (or nothing, for plain
 Kubernetes) unsuspends and suspends them. Every change a watcher would see is put in
-`outbox` as a `PodChange`; every future moment the cluster needs to be woken at (a
+`outbox` as a `PodChange` (the `PodObserved` a watcher reports, so that the
+simulator hands it to the decision core as it is); every future moment the cluster
+needs to be woken at (a
 pod's startup done, a job's run done) is put there as a `Wakeup`. The caller owns
 the clock: it passes `now` to each call and delivers wake-ups when they are due.
 
@@ -34,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from muster.core import PodObserved
 
 
 class ClusterError(ValueError):
@@ -70,25 +74,14 @@ def crash_backoff(crashes: int) -> float:
     return min(10.0 * 2.0 ** max(crashes - 1, 0), 300.0)
 
 
-@dataclass(slots=True)
-class PodChange:
-    """One pod as a watcher sees it after a change."""
+PodChange = PodObserved
+"""One pod as a watcher sees it after a change (deleted, its last state with `deleted`).
 
-    workload: str
-    pod: str
-    uid: str
-    seq: int
-    phase: str  # Pending, Running
-    ready: bool
-    node: str | None
-    deleted: bool = False
-    # What the kubelet says of a failing pod (only broken jobs' pods other than NotReady).
-    reason: str | None = None
-    message: str | None = None
-    waiting: str | None = None
-    restarts: int = 0
-    terminated: str | None = None
-    exit_code: int | None = None
+The pod's `seq` orders the cluster's changes; `scheduled` is left unset, as a
+watcher of the pod alone cannot tell. A failing pod (a broken job's, other than
+NotReady) carries what the kubelet says of it: reason, message, waiting,
+restarts, terminated, exit code.
+"""
 
 
 @dataclass(slots=True)
@@ -151,7 +144,7 @@ class SimulatedCluster:
         self.node_names = [f"node-{i}" for i in range(nodes)]
         self.gpus_per_node = gpus_per_node
         self.total_gpus = nodes * gpus_per_node
-        self.outbox: list[PodChange | Wakeup] = []
+        self.outbox: list[PodObserved | Wakeup] = []
         self._node_index = {name: i for i, name in enumerate(self.node_names)}
         self._free = [gpus_per_node] * nodes
         # `_first_fit[g]`: no node before this index has `g` GPUs free (a lower bound,
@@ -474,7 +467,7 @@ class SimulatedCluster:
         self._seq += 1
         node = self.node_names[pod.node] if pod.node is not None else None
         self.outbox.append(
-            PodChange(j.spec.name, pod.name, pod.uid, self._seq, "Failed", False, node, True)
+            PodObserved(j.spec.name, pod.name, self._seq, pod.uid, "Failed", False, node, True)
         )
 
     def _release(self, pod: _Pod) -> None:
@@ -510,15 +503,38 @@ class SimulatedCluster:
             j.progressing_since = None
             j.token += 1
 
-    def _emit(self, pod: _Pod, phase: str, **status: str | int | None) -> None:
+    def _emit(
+        self,
+        pod: _Pod,
+        phase: str,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        waiting: str | None = None,
+        terminated: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
         self._seq += 1
         node = self.node_names[pod.node] if pod.node is not None else None
-        change = PodChange(pod.job, pod.name, pod.uid, self._seq, phase, pod.ready, node)
-        if status or pod.restarts:
-            change.restarts = pod.restarts
-            for key, value in status.items():
-                setattr(change, key, value)
-        self.outbox.append(change)
+        self.outbox.append(
+            PodObserved(
+                pod.job,
+                pod.name,
+                self._seq,
+                pod.uid,
+                phase,
+                pod.ready,
+                node,
+                False,
+                reason,
+                message,
+                None,
+                waiting,
+                pod.restarts,
+                terminated,
+                exit_code,
+            )
+        )
 
     def _account(self, now: float) -> None:
         span = now - self._since
