@@ -513,7 +513,7 @@ class Simulation:
         while kube.outbox:
             batch, kube.outbox = kube.outbox, []
             for item in batch:
-                if type(item) is Wakeup:
+                if isinstance(item, Wakeup):
                     self._wake_at(item)
                 else:
                     wanted |= deliver(item)
