@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from muster.core import PodObserved
@@ -112,6 +113,8 @@ class _Pod:
 @dataclass(slots=True)
 class _Job:
     spec: JobSpec
+    category: str  # the spec's, for the accounting
+    gpus: int  # all its pods' GPUs
     running: bool = False  # unsuspended
     done: bool = False
     pods: dict[int, _Pod] = field(default_factory=dict)
@@ -180,7 +183,9 @@ class SimulatedCluster:
         """Create a job, suspended (as Muster requires workloads to be created)."""
         if spec.name in self._jobs:
             raise ClusterError(f"job {spec.name!r} exists already")
-        self._jobs[spec.name] = _Job(spec, remaining=spec.run_seconds)
+        self._jobs[spec.name] = _Job(
+            spec, spec.category, spec.pods * spec.gpus_per_pod, remaining=spec.run_seconds
+        )
 
     def unsuspend(self, job: str) -> None:
         """Release the job; its controller creates its pods at the next `reconcile`."""
@@ -200,7 +205,7 @@ class SimulatedCluster:
         j.running = False
         self._stop_progress(j, now)
         j.remaining = j.spec.run_seconds
-        for pod in list(j.pods.values()):
+        for pod in j.pods.values():
             self._delete_pod(j, pod)
         j.pods.clear()
         self._sample(now)
@@ -212,15 +217,17 @@ class SimulatedCluster:
         on, as concurrent job controllers do. Pods are created after every pod that
         exists.
         """
-        if not self._to_reconcile:
+        todo = self._to_reconcile
+        if not todo:
             return
-        names = dict.fromkeys(self._to_reconcile)
-        self._to_reconcile.clear()
+        names = dict.fromkeys(todo) if len(todo) > 1 else {todo[0]: None}
+        todo.clear()
         if len(names) == 1:  # the usual case: one job's pods, in index order
             j = self._jobs[next(iter(names))]
             if j.running:
+                pods = j.pods
                 for i in range(j.spec.pods):
-                    if i not in j.pods:
+                    if i not in pods:
                         self._create_pod(j, i)
             return
         jobs = [self._jobs[name] for name in names]
@@ -245,26 +252,24 @@ class SimulatedCluster:
         # Pods before `_unscheduled_from` did not fit last time; unless room came back
         # since, only the pods created after them can bind now.
         start = 0 if self._room_freed else self._unscheduled_from
-        if start >= len(self._pending):
+        pending = self._pending
+        if start >= len(pending):
             return 0
         self._account(now)
         bound = 0
-        pending = self._pending
-        fit = self._fit
-        full = fit(1) is None
-        for k in range(start, len(pending)):
-            if full:
-                break
-            pod = pending[k]
-            if pod.deleted or pod.node is not None:
-                continue
-            n = fit(pod.gpus)
-            if n is not None:
-                self._bind(pod, n, now)
-                bound += 1
-                full = fit(1) is None
+        fit, bind = self._fit, self._bind
+        if fit(1) is not None:  # some node has room
+            for pod in islice(pending, start, None):
+                if pod.deleted or pod.node is not None:
+                    continue
+                n = fit(pod.gpus)
+                if n is not None:
+                    bind(pod, n, now)
+                    bound += 1
+                    if fit(1) is None:
+                        break  # every node is full
         self._room_freed = False
-        if self._stale * 2 > len(self._pending):
+        if self._stale * 2 > len(pending):
             self._compact()  # only when it pays: the order of the others is kept either way
         self._unscheduled_from = len(self._pending)
         if bound:
@@ -292,20 +297,24 @@ class SimulatedCluster:
     def _bind(self, pod: _Pod, n: int, now: float) -> None:
         pod.node = n
         self._stale += 1
-        self._free[n] -= pod.gpus
+        gpus = pod.gpus
+        self._free[n] -= gpus
         self._on_node[n][pod.uid] = pod
-        self._held += pod.gpus
+        self._held += gpus
         j = self._jobs[pod.job]
-        category = j.spec.category
-        self._held_by[category] = self._held_by.get(category, 0) + pod.gpus
-        if j.spec.never_ready and j.spec.failure == "ImagePullBackOff":
+        held_by, category = self._held_by, j.category
+        held_by[category] = held_by.get(category, 0) + gpus
+        spec = j.spec
+        if not spec.never_ready:
+            self._emit(pod, "Running")
+            self.outbox.append(Wakeup(now + spec.startup_seconds, "ready", pod.job, pod.uid))
+        elif spec.failure == "ImagePullBackOff":
             self._emit(pod, "Pending", waiting="ContainerCreating", reason="ContainerCreating")
+            self.outbox.append(Wakeup(now + spec.startup_seconds, "fault", pod.job, pod.uid))
         else:
             self._emit(pod, "Running")
-        if not j.spec.never_ready:
-            self.outbox.append(Wakeup(now + j.spec.startup_seconds, "ready", pod.job, pod.uid))
-        elif j.spec.failure in ("ImagePullBackOff", "CrashLoopBackOff"):
-            self.outbox.append(Wakeup(now + j.spec.startup_seconds, "fault", pod.job, pod.uid))
+            if spec.failure == "CrashLoopBackOff":
+                self.outbox.append(Wakeup(now + spec.startup_seconds, "fault", pod.job, pod.uid))
 
     def _compact(self) -> None:
         self._pending = [p for p in self._pending if not p.deleted and p.node is None]
@@ -323,12 +332,10 @@ class SimulatedCluster:
         pod.ready = True
         j.ready += 1
         self._emit(pod, "Running")
-        if j.whole:
-            self._useful += j.spec.pods * j.spec.gpus_per_pod
-            category = j.spec.category
-            self._useful_by[category] = (
-                self._useful_by.get(category, 0) + j.spec.pods * j.spec.gpus_per_pod
-            )
+        if j.ready == j.spec.pods:
+            self._useful += j.gpus
+            category = j.category
+            self._useful_by[category] = self._useful_by.get(category, 0) + j.gpus
             j.progressing_since = now
             j.token += 1
             self.outbox.append(Wakeup(now + j.remaining, "complete", job, j.token))
@@ -381,8 +388,8 @@ class SimulatedCluster:
         self._stop_progress(j, now)
         j.done = True
         j.running = False
-        for pod in list(j.pods.values()):
-            self._release(pod)
+        for pod in j.pods.values():
+            self._release(pod, j)
         j.pods.clear()
         self._sample(now)
         return True
@@ -453,40 +460,40 @@ class SimulatedCluster:
             raise ClusterError(f"no node {name!r}") from None
 
     def _create_pod(self, j: _Job, index: int) -> None:
-        self._uids += 1
-        name = f"{j.spec.name}-{index}"
-        pod = _Pod(
-            j.spec.name, index, name, f"{name}-u{self._uids}", j.spec.gpus_per_pod, self._uids
-        )
+        self._uids = uids = self._uids + 1
+        spec = j.spec
+        job = spec.name
+        name = f"{job}-{index}"
+        pod = _Pod(job, index, name, f"{name}-u{uids}", spec.gpus_per_pod, uids)
         j.pods[index] = pod
         self._pending.append(pod)
-        self._emit(pod, "Pending")
+        self._seq += 1
+        self.outbox.append(PodObserved(job, name, self._seq, pod.uid, "Pending"))
 
     def _delete_pod(self, j: _Job, pod: _Pod) -> None:
-        self._release(pod)
+        self._release(pod, j)
         self._seq += 1
         node = self.node_names[pod.node] if pod.node is not None else None
         self.outbox.append(
             PodObserved(j.spec.name, pod.name, self._seq, pod.uid, "Failed", False, node, True)
         )
 
-    def _release(self, pod: _Pod) -> None:
-        """Free the pod's GPUs (if bound) and readiness; the caller drops it from its job."""
-        j = self._jobs[pod.job]
-        category = j.spec.category
+    def _release(self, pod: _Pod, j: _Job) -> None:
+        """Free the pod's GPUs (if bound) and readiness; the caller drops it from its job `j`."""
         if pod.ready:
-            if j.whole:
-                self._useful -= j.spec.pods * j.spec.gpus_per_pod
-                self._useful_by[category] -= j.spec.pods * j.spec.gpus_per_pod
+            if j.ready == j.spec.pods:
+                self._useful -= j.gpus
+                self._useful_by[j.category] -= j.gpus
             pod.ready = False
             j.ready -= 1
-        if pod.node is not None:
-            if self._up[pod.node]:
-                self._free[pod.node] += pod.gpus
-                self._freed(pod.node)
-            self._on_node[pod.node].pop(pod.uid, None)
+        n = pod.node
+        if n is not None:
+            if self._up[n]:
+                self._free[n] += pod.gpus
+                self._freed(n)
+            self._on_node[n].pop(pod.uid, None)
             self._held -= pod.gpus
-            self._held_by[category] -= pod.gpus
+            self._held_by[j.category] -= pod.gpus
             self._room_freed = True
         elif not pod.deleted:
             self._stale += 1  # an unbound pod: it was waiting in `_pending`
@@ -541,12 +548,14 @@ class SimulatedCluster:
         if span > 0:
             self.useful_gpu_seconds += span * self._useful
             self.held_gpu_seconds += span * self._held
+            totals = self.held_by
             for category, held in self._held_by.items():
                 if held:
-                    self.held_by[category] = self.held_by.get(category, 0.0) + span * held
+                    totals[category] = totals.get(category, 0.0) + span * held
+            totals = self.useful_by
             for category, useful in self._useful_by.items():
                 if useful:
-                    self.useful_by[category] = self.useful_by.get(category, 0.0) + span * useful
+                    totals[category] = totals.get(category, 0.0) + span * useful
             self._since = now
 
     def _sample(self, now: float) -> None:
