@@ -25,11 +25,11 @@ same for both policies while nothing is ever evicted.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 from typing import Any, NamedTuple
 
 from muster.core import (
@@ -72,6 +72,15 @@ _FAULT, _READY, _COMPLETE, _DEADLINE, _REQUEUE, _SUBMIT = range(6)
 # Event-log fields copied from the core's Publish details.
 _LOG_FIELDS = ("attempt", "reason", "cause", "count", "requeueAt", "readyPods", "gangSize", "node")
 _EVENT_NAMES = {e: e.value for e in LogEvent}
+# The log events the summary counts, looked up once: reading a member off its enum
+# class costs more than the rest of a log entry.
+_EVICTED, _REQUEUED, _PODS_READY, _DEACTIVATED, _FINISHED = (
+    LogEvent.EVICTED,
+    LogEvent.REQUEUED,
+    LogEvent.PODS_READY,
+    LogEvent.DEACTIVATED,
+    LogEvent.FINISHED,
+)
 
 
 class SimulatedActions:
@@ -213,7 +222,7 @@ class Agenda:
 
     def push(self, at: float, phase: int, tie: int, item: Item) -> None:
         self._pushed += 1
-        heapq.heappush(self._heap, (at, phase, tie, self._pushed, item))
+        heappush(self._heap, (at, phase, tie, self._pushed, item))
 
     def advance(self, until: float) -> bool:
         """Move the clock to the next instant with something due; False past `until`."""
@@ -243,7 +252,7 @@ class Agenda:
         if planned and planned[-1][0] == now and not (heap and heap[0] < planned[-1]):
             return planned.pop()[4]
         if heap and heap[0][0] == now:
-            return heapq.heappop(heap)[4]
+            return heappop(heap)[4]
         return None
 
 
@@ -275,6 +284,7 @@ class RunLog:
         self.tracking[workload] = Tracking(now)
 
     def decided(self, step: StepResult) -> None:
+        """Count what became of each event the core decided on in `step`."""
         outcomes = self.outcomes
         for _, outcome, _ in step.outcomes:
             outcomes[outcome] += 1
@@ -302,26 +312,24 @@ class RunLog:
             if value is not None:
                 entry[key] = _num(value) if type(value) is float else value
         self.events.append(entry)
-        if name is LogEvent.ADMITTED or name is LogEvent.BACKOFF_FINISHED:
-            return
-        if name is LogEvent.EVICTED:
+        if name is _EVICTED:
             self.evictions += 1
             if self.failures:
                 label = entry["class"] = _eviction_class(detail)
                 if not detail.get("dryRun"):
                     self.by_class[label] = self.by_class.get(label, 0) + 1
-        elif name is LogEvent.REQUEUED:
+        elif name is _REQUEUED:
             self.requeues += 1
-        elif name is LogEvent.PODS_READY:
+        elif name is _PODS_READY:
             track = self.tracking[workload]
             if track.first_ready is None:
                 track.first_ready = now
-        elif name is LogEvent.DEACTIVATED:
+        elif name is _DEACTIVATED:
             track = self.tracking[workload]
             track.deactivated = True
             track.deactivated_reason = detail.get("reason")
             self.open_workloads -= 1
-        elif name is LogEvent.FINISHED:
+        elif name is _FINISHED:
             self.tracking[workload].finished = now
             self.open_workloads -= 1
 
@@ -434,10 +442,10 @@ class Simulation:
         pass, then the cluster's controllers and scheduler; again while that made
         more due at this instant (a zero startup time, say)."""
         agenda, kube, handlers = self.agenda, self.kube, self._handlers
-        now = agenda.now
+        now, pop_due = agenda.now, agenda.pop_due
         while True:
             wanted = False
-            while (item := agenda.pop_due()) is not None:
+            while (item := pop_due()) is not None:
                 wanted |= handlers[type(item)](item)
             if wanted:
                 self._admission_pass()
@@ -458,9 +466,7 @@ class Simulation:
         log = self.log
         log.delivered += 1
         step = self.core.apply(event, self.agenda.now)
-        outcomes = log.outcomes
-        for _, outcome, _ in step.outcomes:
-            outcomes[outcome] += 1
+        log.decided(step)
         if step.effects:
             self._carry_out(step.effects)
         return step.admission_wanted
