@@ -125,6 +125,59 @@ class FitSkip:
         return f"{need}; free blocks hold {self.fitting} of them (largest {self.largest})"
 
 
+def schedulable_order(nodes: Iterable[NodeCapacity]) -> list[NodeCapacity]:
+    """The nodes new pods may land on, in the order first fit tries them."""
+    return sorted((n for n in nodes if n.schedulable), key=lambda n: _natural(n.node))
+
+
+class Holdings:
+    """What Muster's own gangs hold of the nodes: GPUs of their bound pods per node,
+    and the pods of admitted gangs not placed yet (reserved in admission order).
+
+    Kept per workload, so a shell that holds every workload in memory updates it as
+    each one changes instead of walking every active gang's pods at every pass.
+    """
+
+    __slots__ = ("_held", "bound", "unplaced")
+
+    def __init__(self) -> None:
+        self.bound: dict[str, int] = {}  # node -> GPUs of Muster's live pods bound there
+        self.unplaced: dict[str, tuple[float, str, list[int]]] = {}  # key -> (admitted, key, pods)
+        self._held: dict[str, dict[str, int]] = {}  # key -> its part of `bound`
+
+    def update(self, w: Workload) -> None:
+        """Take `w` as it is now (holding nothing unless it is admitted)."""
+        bound = self.bound
+        before = self._held.pop(w.key, None)
+        if before:
+            for node, gpus in before.items():
+                left = bound[node] - gpus
+                if left:
+                    bound[node] = left
+                else:
+                    del bound[node]
+        self.unplaced.pop(w.key, None)
+        if w.phase not in ACTIVE_PHASES:
+            return
+        shape = pod_shape(w)
+        sizes = gang_pods(w, shape) if shape is not None else []
+        biggest = sizes[0] if sizes else 0
+        placed = 0
+        held: dict[str, int] = {}
+        for pod in w.pods.values():
+            if pod.node is None or not pod.live:
+                continue
+            placed += 1
+            if biggest:
+                held[pod.node] = held.get(pod.node, 0) + biggest
+        if held:
+            self._held[w.key] = held
+            for node, gpus in held.items():
+                bound[node] = bound.get(node, 0) + gpus
+        if placed < len(sizes):
+            self.unplaced[w.key] = (w.admitted_at or 0.0, w.key, sizes[placed:])
+
+
 @dataclass(slots=True)
 class Fitter:
     """Free GPUs per schedulable node during one admission pass; admissions reserve them."""
@@ -143,28 +196,23 @@ class Fitter:
         to a node uses its GPUs there; the gang's other pods are reserved in the
         order the gangs were admitted, wherever they fit.
         """
-        ordered = sorted((n for n in nodes if n.schedulable), key=lambda n: _natural(n.node))
-        fitter = cls([n.node for n in ordered], [n.free for n in ordered])
-        index = {name: i for i, name in enumerate(fitter.names)}
-        unplaced: list[tuple[float, str, list[int]]] = []
+        holdings = Holdings()
         for w in active:
-            if w.phase not in ACTIVE_PHASES:
-                continue
-            shape = pod_shape(w)
-            sizes = gang_pods(w, shape) if shape is not None else []
-            biggest = sizes[0] if sizes else 0
-            placed = 0
-            for pod in w.pods.values():
-                if pod.node is None or not pod.live:
-                    continue
-                placed += 1
-                at = index.get(pod.node)
-                if at is not None and biggest:
-                    fitter.free[at] = max(0, fitter.free[at] - biggest)
-            rest = sizes[placed:] if placed < len(sizes) else []
-            if rest:
-                unplaced.append((w.admitted_at or 0.0, w.key, rest))
-        for _, _, rest in sorted(unplaced):
+            holdings.update(w)
+        return cls.within(schedulable_order(nodes), holdings)
+
+    @classmethod
+    def within(cls, ordered: list[NodeCapacity], holdings: Holdings) -> Fitter:
+        """`of`, from the schedulable nodes in order and Muster's holdings kept up to date.
+
+        A node's bound pods are subtracted together: free GPUs never go below zero,
+        and subtracting one pod at a time with that floor gives the same result.
+        """
+        bound = holdings.bound
+        fitter = cls(
+            [n.node for n in ordered], [max(0, n.free - bound.get(n.node, 0)) for n in ordered]
+        )
+        for _, _, rest in sorted(holdings.unplaced.values()):
             fitter.reserve(rest)
         return fitter
 
@@ -290,6 +338,7 @@ def fit(
 __all__ = [
     "FitSkip",
     "Fitter",
+    "Holdings",
     "NodeCapacity",
     "Shape",
     "fallback_reason",
@@ -299,4 +348,5 @@ __all__ = [
     "observe_node",
     "overcommitted",
     "pod_shape",
+    "schedulable_order",
 ]
