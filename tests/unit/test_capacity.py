@@ -5,10 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from muster.core import Cluster, NodeObserved, Phase, PodObserved, WorkloadObserved, plan_admission
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from muster.core import (
+    Cluster,
+    NodeObserved,
+    Phase,
+    PodObserved,
+    WorkloadFinished,
+    WorkloadObserved,
+    plan_admission,
+)
 from muster.core.admission import AdmissionQueue, Usage
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, observe_node
-from muster.core.model import Pod, Workload
+from muster.core.model import ACTIVE_PHASES, Pod, Workload
 
 from tests.unit.conftest import settings
 
@@ -201,3 +212,38 @@ def test_in_a_dry_run_queue_the_check_reports_and_holds_nothing_back() -> None:
         "dry run: the capacity check would hold it back "
         "(needs 2 \u00d7 8 GPUs on one node each; largest free block is 4)"
     )
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("node"), st.integers(0, 3), st.integers(0, 8), st.booleans()),
+            st.tuples(st.just("submit"), st.integers(0, 5), st.integers(1, 3), st.integers(1, 4)),
+            st.tuples(st.just("pod"), st.integers(0, 5), st.integers(0, 2), st.integers(-1, 3)),
+            st.tuples(st.just("finish"), st.integers(0, 5), st.just(0), st.just(0)),
+        ),
+        max_size=40,
+    )
+)
+def test_the_cluster_keeps_the_same_capacity_view_as_one_built_afresh(steps) -> None:
+    # GIVEN a cluster with the check on, nodes and gangs coming and going, pods bound,
+    # moved and deleted in any order
+    cluster = Cluster(FIT)
+    for seq, (what, a, b, c) in enumerate(steps, start=1):
+        if what == "node":
+            cluster.apply(node(f"n{a}", gpus=b, seq=seq, schedulable=c), seq)
+        elif what == "submit":
+            cluster.apply(WorkloadObserved(f"t/w{a}", "q", b, b * c, created_at=seq, seq=seq), seq)
+        elif what == "pod":
+            on = f"n{c}" if c >= 0 else None
+            event = PodObserved(f"t/w{a}", f"p{b}", seq, phase="Running", node=on, deleted=c == 3)
+            cluster.apply(event, seq)
+        else:
+            cluster.apply(WorkloadFinished(f"t/w{a}"), seq)
+        # THEN after every step the pass sees what a view built from scratch sees
+        active = [w for w in cluster if w.phase in ACTIVE_PHASES]
+        fresh = Fitter.of(cluster.nodes.values(), active)
+        kept = cluster.fitter()
+        assert kept is not None
+        assert (kept.names, kept.free) == (fresh.names, fresh.free)

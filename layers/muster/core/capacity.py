@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from muster.core.model import ACTIVE_PHASES, NodeObserved, Workload
 
@@ -98,8 +99,14 @@ def gang_pods(w: Workload, shape: Shape) -> list[int]:
     A gang smaller than its pods (`muster.io/min-available`) needs only `gang_size`
     of them; the check asks for the largest ones, so it never under-counts.
     """
+    return list(_gang_pods(shape, w.gang_size))
+
+
+@lru_cache(maxsize=4096)
+def _gang_pods(shape: Shape, gang_size: int) -> tuple[int, ...]:
+    """`gang_pods` by shape (a busy queue holds many gangs of the same few shapes)."""
     sizes = sorted((gpus for count, gpus in shape for _ in range(count)), reverse=True)
-    return [g for g in sizes[: w.gang_size] if g > 0]
+    return tuple(g for g in sizes[:gang_size] if g > 0)
 
 
 def _natural(name: str) -> tuple[tuple[int, str | int], ...]:
@@ -125,6 +132,74 @@ class FitSkip:
         return f"{need}; free blocks hold {self.fitting} of them (largest {self.largest})"
 
 
+def schedulable_order(nodes: Iterable[NodeCapacity]) -> list[NodeCapacity]:
+    """The nodes new pods may land on, in the order first fit tries them."""
+    return sorted((n for n in nodes if n.schedulable), key=lambda n: _natural(n.node))
+
+
+def room(ordered: list[NodeCapacity], bound: dict[str, int]) -> list[int]:
+    """Each node's free GPUs after Muster's bound pods.
+
+    A node's bound pods are subtracted together: free GPUs never go below zero, and
+    subtracting one pod at a time with that floor gives the same result.
+    """
+    return [max(0, n.free - bound.get(n.node, 0)) for n in ordered]
+
+
+class Holdings:
+    """What Muster's own gangs hold of the nodes: GPUs of their bound pods per node,
+    and the pods of admitted gangs not placed yet (reserved in admission order).
+
+    Kept per workload, so a shell that holds every workload in memory updates it as
+    each one changes instead of walking every active gang's pods at every pass.
+    """
+
+    __slots__ = ("_held", "bound", "unplaced")
+
+    def __init__(self) -> None:
+        self.bound: dict[str, int] = {}  # node -> GPUs of Muster's live pods bound there
+        self.unplaced: dict[str, tuple[float, str, list[int]]] = {}  # key -> (admitted, key, pods)
+        self._held: dict[str, dict[str, int]] = {}  # key -> its part of `bound`
+
+    def update(self, w: Workload) -> Iterable[str]:
+        """Take `w` as it is now (holding nothing unless it is admitted); returns the
+        nodes whose bound GPUs may have changed."""
+        bound = self.bound
+        before = self._held.pop(w.key, None)
+        if before:
+            for node, gpus in before.items():
+                left = bound[node] - gpus
+                if left:
+                    bound[node] = left
+                else:
+                    del bound[node]
+        self.unplaced.pop(w.key, None)
+        if w.phase not in ACTIVE_PHASES:
+            return before or ()
+        shape = pod_shape(w)
+        sizes = gang_pods(w, shape) if shape is not None else []
+        biggest = sizes[0] if sizes else 0
+        placed = 0
+        held: dict[str, int] = {}
+        for pod in w.pods.values():
+            if pod.node is None or not pod.live:
+                continue
+            placed += 1
+            if biggest:
+                held[pod.node] = held.get(pod.node, 0) + biggest
+        if held:
+            self._held[w.key] = held
+            for node, gpus in held.items():
+                bound[node] = bound.get(node, 0) + gpus
+        if placed < len(sizes):
+            self.unplaced[w.key] = (w.admitted_at or 0.0, w.key, sizes[placed:])
+        if not before:
+            return held
+        if held == before:
+            return ()
+        return before.keys() | held.keys()
+
+
 @dataclass(slots=True)
 class Fitter:
     """Free GPUs per schedulable node during one admission pass; admissions reserve them."""
@@ -143,27 +218,28 @@ class Fitter:
         to a node uses its GPUs there; the gang's other pods are reserved in the
         order the gangs were admitted, wherever they fit.
         """
-        ordered = sorted((n for n in nodes if n.schedulable), key=lambda n: _natural(n.node))
-        fitter = cls([n.node for n in ordered], [n.free for n in ordered])
-        index = {name: i for i, name in enumerate(fitter.names)}
-        unplaced: list[tuple[float, str, list[int]]] = []
+        holdings = Holdings()
         for w in active:
-            if w.phase not in ACTIVE_PHASES:
-                continue
-            shape = pod_shape(w)
-            sizes = gang_pods(w, shape) if shape is not None else []
-            biggest = sizes[0] if sizes else 0
-            placed = 0
-            for pod in w.pods.values():
-                if pod.node is None or not pod.live:
-                    continue
-                placed += 1
-                at = index.get(pod.node)
-                if at is not None and biggest:
-                    fitter.free[at] = max(0, fitter.free[at] - biggest)
-            rest = sizes[placed:] if placed < len(sizes) else []
-            if rest:
-                unplaced.append((w.admitted_at or 0.0, w.key, rest))
+            holdings.update(w)
+        return cls.within(schedulable_order(nodes), holdings)
+
+    @classmethod
+    def within(cls, ordered: list[NodeCapacity], holdings: Holdings) -> Fitter:
+        """`of`, from the schedulable nodes in order and Muster's holdings."""
+        return cls.reserving(
+            [n.node for n in ordered], room(ordered, holdings.bound), holdings.unplaced.values()
+        )
+
+    @classmethod
+    def reserving(
+        cls,
+        names: list[str],
+        free: list[int],
+        unplaced: Iterable[tuple[float, str, list[int]]],
+    ) -> Fitter:
+        """The nodes' free GPUs after bound pods (`room`), less the pods of gangs admitted
+        earlier and not placed yet, reserved in the order they were admitted."""
+        fitter = cls(names, list(free))
         for _, _, rest in sorted(unplaced):
             fitter.reserve(rest)
         return fitter
@@ -290,6 +366,7 @@ def fit(
 __all__ = [
     "FitSkip",
     "Fitter",
+    "Holdings",
     "NodeCapacity",
     "Shape",
     "fallback_reason",
@@ -299,4 +376,6 @@ __all__ = [
     "observe_node",
     "overcommitted",
     "pod_shape",
+    "room",
+    "schedulable_order",
 ]

@@ -9,11 +9,19 @@ running the admission pass itself.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from muster.core.admission import AdmissionPlan, AdmissionQueue, Usage
-from muster.core.capacity import Fitter, NodeCapacity, more_room, observe_node
+from muster.core.capacity import (
+    Fitter,
+    Holdings,
+    NodeCapacity,
+    more_room,
+    observe_node,
+    room,
+    schedulable_order,
+)
 from muster.core.decide import decide
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -74,8 +82,14 @@ class Cluster:
         self._not_ready_order: list[str] = []  # a heap of `_not_ready`, stale keys dropped late
         self._queue = AdmissionQueue(settings)
         self._settings = settings
-        # The capacity view: the latest report of each node (by `seq`).
+        # The capacity view: the latest report of each node (by `seq`), the nodes new
+        # pods may land on in first-fit order (None: to be sorted again), and what
+        # the active gangs hold of them (kept only with `capacityCheck`).
         self.nodes: dict[str, NodeCapacity] = {}
+        self._schedulable: list[NodeCapacity] | None = None
+        self._room: list[int] = []  # free GPUs after bound pods, by `_schedulable`
+        self._room_at: dict[str, int] = {}  # node -> its place in `_schedulable`
+        self._holdings = Holdings()
 
     @property
     def settings(self) -> Settings:
@@ -86,6 +100,11 @@ class Cluster:
         """New settings (e.g. a runtime change) may change the queue's order."""
         self._settings = settings
         self._queue.reorder(settings)
+        self._holdings = Holdings()
+        self._schedulable = None
+        if settings.capacity_check:
+            for key in self._active:
+                self._holdings.update(self.workloads[key])
 
     def __iter__(self) -> Iterator[Workload]:
         return iter(self.workloads.values())
@@ -105,6 +124,7 @@ class Cluster:
             entry = observe_node(before, event)
             if entry is not None:
                 self.nodes[event.node] = entry
+                self._schedulable = None
                 if self._settings.capacity_check and more_room(before, entry):
                     if self.defer_admission:
                         result.admission_wanted = True
@@ -146,7 +166,13 @@ class Cluster:
         """The nodes' free GPUs for a pass (None without `capacityCheck`)."""
         if not self._settings.capacity_check:
             return None
-        return Fitter.of(self.nodes.values(), (self.workloads[k] for k in sorted(self._active)))
+        holdings = self._holdings
+        if self._schedulable is None:
+            ordered = self._schedulable = schedulable_order(self.nodes.values())
+            self._room = room(ordered, holdings.bound)
+            self._room_at = {n.node: i for i, n in enumerate(ordered)}
+        names = [n.node for n in self._schedulable]
+        return Fitter.reserving(names, self._room, holdings.unplaced.values())
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
         if self._decide(self.workloads.get(event.workload), event, now, result):
@@ -173,6 +199,10 @@ class Cluster:
     def _store(self, w: Workload) -> None:
         old = self.workloads.get(w.key)
         self.workloads[w.key] = w
+        if self._settings.capacity_check and (
+            w.phase in ACTIVE_PHASES or (old is not None and old.phase in ACTIVE_PHASES)
+        ):
+            self._held_changed(self._holdings.update(w))
         if (
             old is not None
             and old.phase is w.phase
@@ -199,6 +229,16 @@ class Cluster:
             self._not_ready.discard(w.key)
         if w.phase is Phase.PENDING or w.key in self._queue:
             self._queue.add(w)
+
+    def _held_changed(self, nodes: Iterable[str]) -> None:
+        """Bound GPUs changed on `nodes`: their room for the next pass, without a full sort."""
+        if self._schedulable is None:
+            return  # sorted again, with the room of every node, at the next pass
+        bound, ordered, at = self._holdings.bound, self._schedulable, self._room_at
+        for node in nodes:
+            i = at.get(node)
+            if i is not None:
+                self._room[i] = max(0, ordered[i].free - bound.get(node, 0))
 
     def _first_not_ready(self) -> str | None:
         """The `blockAdmission` holder: the first admitted-not-ready workload by key."""

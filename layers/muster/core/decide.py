@@ -53,6 +53,9 @@ from muster.core.model import (
 )
 from muster.core.settings import QueueSettings, Settings, Timestamp
 
+# Reasons and other `StrEnum` members become plain strings with `str(...)`, which is
+# what `.value` gives, without `.value`'s Python-level property (this runs per event).
+
 # Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
 INADMISSIBLE = "Inadmissible"
 
@@ -96,10 +99,11 @@ def decide(
         return Decision(
             None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}"
         )
-    qs = settings.for_queue(workload.queue)
+    qs = settings.queues.get(workload.queue, settings.defaults)  # `for_queue`, inline
+    kind = type(event)
+    if kind is PodObserved:
+        return _observe_pod(workload, event, settings, qs, now)  # type: ignore[arg-type]
     match event:
-        case PodObserved():
-            return _observe_pod(workload, event, settings, qs, now)
         case PodsListed():
             return _pods_listed(workload, event, qs, now)
         case NodeObserved():
@@ -116,6 +120,8 @@ def decide(
             return _finish(workload, event, now)
         case Reactivate():
             return _reactivate(workload, now)
+        case PodObserved():
+            return _observe_pod(workload, event, settings, qs, now)
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover - exhaustive match
 
 
@@ -232,7 +238,7 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
             Publish(
                 LogEvent.FINISHED,
                 w.key,
-                {"reason": Reason.DELETED.value, "attempt": w.attempt, "uid": w.uid},
+                {"reason": str(Reason.DELETED), "attempt": w.attempt, "uid": w.uid},
             )
         )
     return _submitted(e, tuple(ended), settings)
@@ -291,14 +297,14 @@ def _finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     done = replace(
         w,
         phase=Phase.FINISHED,
-        reason=e.reason.value,
+        reason=str(e.reason),
         timer=None,
         fault_timer=None,
         requeue_at=None,
         uid=e.uid or w.uid,
     )
     effects.append(
-        Publish(LogEvent.FINISHED, w.key, {"reason": e.reason.value, "attempt": w.attempt})
+        Publish(LogEvent.FINISHED, w.key, {"reason": str(e.reason), "attempt": w.attempt})
     )
     if held:
         effects.append(RunAdmission("finished"))
@@ -311,7 +317,7 @@ def _reactivate(w: Workload, now: float) -> Decision:
     revived = replace(
         w,
         phase=Phase.PENDING,
-        reason=Reason.REACTIVATED.value,
+        reason=str(Reason.REACTIVATED),
         requeue_count=0,
         requeue_at=None,
         first_evicted_at=None,
@@ -575,7 +581,7 @@ def _became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))
     reason = Reason.RECOVERED if recovered else Reason.STARTED
-    detail: dict[str, Any] = {"attempt": w.attempt, "reason": reason.value}
+    detail: dict[str, Any] = {"attempt": w.attempt, "reason": str(reason)}
     if not recovered and w.admitted_at is not None:
         detail["secondsSinceAdmission"] = now - w.admitted_at
     ready = replace(
@@ -585,7 +591,7 @@ def _became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
         ready_at=now if not recovered else w.ready_at,
         first_evicted_at=None,
         ever_ready=True,
-        reason=reason.value,
+        reason=str(reason),
         message=None,
     )
     effects.append(Publish(LogEvent.PODS_READY, w.key, detail))
@@ -607,7 +613,7 @@ def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
         phase=Phase.RECOVERING,
         timer=timer,
         recovery_episodes=episode,
-        reason=Reason.WAIT_FOR_RECOVERY.value,
+        reason=str(Reason.WAIT_FOR_RECOVERY),
         message=f"{w.ready_pods}/{w.gang_size} pods ready",
     )
     detail: dict[str, Any] = {
@@ -672,7 +678,7 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
     """
     detail = {
         "attempt": w.attempt,
-        "reason": Reason.NODE_FAILURES.value,
+        "reason": str(Reason.NODE_FAILURES),
         "node": e.node,
         "health": e.health,
         "notReady": [p.name for p in w.not_ready_pods()][:20],
@@ -769,8 +775,8 @@ def _evict_not_ready(
     classes = {d.pod: d for d in found.pods}
     detail: dict[str, Any] = {
         "attempt": w.attempt,
-        "reason": reason.value,
-        "cause": cause.value,
+        "reason": str(reason),
+        "cause": str(cause),
         "readyPods": w.ready_pods,
         "gangSize": w.gang_size,
         "notReady": [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]],
@@ -793,7 +799,7 @@ def _evict_not_ready(
     if qs.dry_run:
         detail.update({"dryRun": True, "wouldDeactivate": limited})
         if limited:
-            detail["wouldDeactivateReason"] = limit_reason.value
+            detail["wouldDeactivateReason"] = str(limit_reason)
         else:
             detail["wouldRequeueAfterSeconds"] = delay
         return Decision(
@@ -810,11 +816,9 @@ def _evict_not_ready(
         # Kueue does not record another PodsReadyTimeout here: it evicts the workload
         # as deactivated (`DeactivatedDueToRequeuingLimitExceeded`), and the count
         # does not grow. The timeout that led to it is kept as `timedOut`.
-        detail.update(
-            reason=Reason.DEACTIVATED.value, cause=limit_reason.value, timedOut=cause.value
-        )
+        detail.update(reason=str(Reason.DEACTIVATED), cause=str(limit_reason), timedOut=str(cause))
         if reason is Reason.WORKLOAD_FAULT:
-            detail["evictedEarly"] = reason.value
+            detail["evictedEarly"] = str(reason)
         evict_reason, evict_cause = Reason.DEACTIVATED, limit_reason
     else:
         evict_reason, evict_cause = reason, cause
@@ -827,13 +831,13 @@ def _evict_not_ready(
         deactivated = replace(
             evicted,
             phase=Phase.DEACTIVATED,
-            reason=limit_reason.value,
-            message=cause.value,
+            reason=str(limit_reason),
+            message=str(cause),
             requeue_count=0,
             requeue_at=None,
             first_evicted_at=None,
         )
-        gone: dict[str, Any] = {"reason": limit_reason.value, "count": w.requeue_count}
+        gone: dict[str, Any] = {"reason": str(limit_reason), "count": w.requeue_count}
         if fault_limited:
             gone["faultEvictions"] = streak
             gone["summary"] = detail["diagnosis"]["summary"]
@@ -874,7 +878,7 @@ def _withdrawn(
     w: Workload, now: float, qs: QueueSettings, *, reason: Reason, cause: Reason | None
 ) -> Workload:
     """The common part of every eviction: pods retired, timer gone, stats counted."""
-    label = f"{reason.value}/{cause.value}" if cause else reason.value
+    label = f"{reason}/{cause}" if cause else str(reason)
     evictions = dict(w.evictions)
     evictions[label] = evictions.get(label, 0) + 1
     pods = {name: replace(p, retired=True, ready=False) for name, p in w.pods.items()}
@@ -888,8 +892,8 @@ def _withdrawn(
         pods=pods,
         evictions=evictions,
         queued_at=queued_at,
-        reason=reason.value,
-        message=cause.value if cause else None,
+        reason=str(reason),
+        message=str(cause) if cause else None,
     )
 
 
@@ -901,7 +905,7 @@ def _requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
         # Early: SQS caps a delay at 15 minutes, so long backoffs arrive in legs.
         remaining = w.requeue_at - now
         return Decision(w, (Requeue(w.key, w.requeue_count, remaining, w.requeue_at),))
-    pending = replace(w, phase=Phase.PENDING, requeue_at=None, reason=Reason.BACKOFF_FINISHED.value)
+    pending = replace(w, phase=Phase.PENDING, requeue_at=None, reason=str(Reason.BACKOFF_FINISHED))
     return Decision(
         pending,
         (
@@ -921,7 +925,7 @@ def _pod_detail(p: Pod, found: PodDiagnosis | None = None) -> dict[str, Any]:
     }
     if found is None:
         found = classify(p)
-    detail["class"] = found.cls.value
+    detail["class"] = str(found.cls)
     if p.restarts:
         detail["restarts"] = p.restarts
     if p.exit_code is not None:

@@ -15,7 +15,6 @@ waiting reasons, the scheduler's PodScheduled reasons, the pod's phase).
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -76,7 +75,7 @@ class PodDiagnosis:
     image: str | None = None  # from an image pull message, when it names one
 
     def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"pod": self.pod, "class": self.cls.value}
+        doc: dict[str, Any] = {"pod": self.pod, "class": str(self.cls)}
         for key, value in (
             ("reason", self.reason),
             ("node", self.node),
@@ -133,10 +132,12 @@ class Diagnosis:
         return len(self.pods) + self.missing
 
     def counts(self) -> dict[str, int]:
-        found = Counter(p.cls.value for p in self.pods)
+        found: dict[str, int] = {}
+        for p in self.pods:
+            found[p.cls] = found.get(p.cls, 0) + 1
         if self.missing:
-            found[PodClass.CAPACITY.value] += self.missing
-        return dict(sorted(found.items()))
+            found[_CAPACITY] = found.get(_CAPACITY, 0) + self.missing
+        return {str(cls): found[cls] for cls in sorted(found)}
 
     @property
     def workload_fault(self) -> bool:
@@ -150,16 +151,14 @@ class Diagnosis:
     @property
     def label(self) -> str:
         """One word for the eviction: the class all not-ready pods share, else `Mixed`."""
-        counts = self.counts()
-        if len(counts) == 1:
-            return next(iter(counts))
-        return "Mixed" if counts else "None"
+        return _label(self.counts())
 
     def to_dict(self, limit: int = 20) -> dict[str, Any]:
+        counts = self.counts()
         return {
-            "class": self.label,
+            "class": _label(counts),
             "workloadFault": self.workload_fault,
-            "counts": self.counts(),
+            "counts": counts,
             "pods": [p.to_dict() for p in self.pods[:limit]],
             "summary": self.sentence(),
         }
@@ -168,6 +167,15 @@ class Diagnosis:
         """The diagnosis as a data scientist reads it, e.g. `4 of 8 pods cannot pull image
         ...: the job fails on its own`."""
         return describe_counts(self.gang_size, self.pods, self.missing)
+
+
+_CAPACITY = PodClass.CAPACITY
+
+
+def _label(counts: dict[str, int]) -> str:
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "Mixed" if counts else "None"
 
 
 def fails_on_its_own(w: Workload) -> bool:
@@ -185,9 +193,9 @@ def fails_on_its_own(w: Workload) -> bool:
 
 def diagnose(w: Workload) -> Diagnosis:
     """The gang's not-ready pods, classified."""
-    pods = tuple(classify(p) for p in w.not_ready_pods())
-    missing = max(0, w.gang_size - w.ready_pods - len(pods))
-    return Diagnosis(w.gang_size, w.ready_pods, pods, missing)
+    pods = tuple([classify(p) for p in w.not_ready_pods()])
+    ready = w.ready_pods
+    return Diagnosis(w.gang_size, ready, pods, max(0, w.gang_size - ready - len(pods)))
 
 
 # --------------------------------------------------------------------------- words
@@ -223,19 +231,27 @@ def _phrase(d: PodDiagnosis) -> str:
     return f"failed ({reason}{code})"
 
 
+def _count(item: tuple[str, int]) -> int:
+    return item[1]
+
+
 def describe_counts(gang_size: int, pods: Iterable[PodDiagnosis], missing: int = 0) -> str:
     """`k of n pods <phrase>` per distinct phrase, then what it means for the job."""
-    phrases: Counter[str] = Counter()
+    phrases: dict[str, int] = {}
     classes: set[PodClass] = set()
     for p in pods:
-        phrases[_phrase(p)] += 1
+        phrase = _phrase(p)
+        phrases[phrase] = phrases.get(phrase, 0) + 1
         classes.add(p.cls)
     if missing:
-        phrases["were not created or placed yet"] += missing
+        phrase = "were not created or placed yet"
+        phrases[phrase] = phrases.get(phrase, 0) + missing
         classes.add(PodClass.CAPACITY)
     if not phrases:
         return f"all {gang_size} pods were Ready"
-    parts = [f"{n} of {gang_size} pods {text}" for text, n in phrases.most_common()]
+    # Most frequent first, ties in the order first seen (as `Counter.most_common`).
+    ranked = sorted(phrases.items(), key=_count, reverse=True)
+    parts = [f"{n} of {gang_size} pods {text}" for text, n in ranked]
     if classes == {PodClass.WORKLOAD_FAULT}:
         verdict = "the job fails on its own"
     elif PodClass.WORKLOAD_FAULT in classes:

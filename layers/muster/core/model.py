@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from operator import attrgetter
 from typing import Any
 
 from muster.core.copying import fast_init
@@ -129,6 +130,9 @@ class Pod:
         return not self.retired and not self.deleted and self.phase not in ("Succeeded", "Failed")
 
 
+_by_name = attrgetter("name")
+
+
 @dataclass(frozen=True, slots=True)
 class Timer:
     """An armed deadline; (workload, attempt, kind, episode) names it uniquely."""
@@ -200,9 +204,14 @@ class Workload:
 
     @property
     def ready_pods(self) -> int:
+        # `Pod.counts_ready`, inline: this runs for every pod event.
         ready = 0
         for p in self.pods.values():
-            if p.counts_ready:
+            if (
+                not p.retired
+                and not p.deleted
+                and ((p.ready and not p.node_down) or p.phase == "Succeeded")
+            ):
                 ready += 1
         return ready
 
@@ -218,12 +227,12 @@ class Workload:
     def not_ready_pods(self) -> tuple[Pod, ...]:
         return tuple(
             sorted(
-                (
+                [
                     p
                     for p in self.pods.values()
                     if not p.retired and not p.deleted and not p.counts_ready
-                ),
-                key=lambda p: p.name,
+                ],
+                key=_by_name,
             )
         )
 
