@@ -228,10 +228,12 @@ class Agenda:
     def advance(self, until: float) -> bool:
         """Move the clock to the next instant with something due; False past `until`."""
         heap, planned = self._heap, self._planned
-        if heap and planned:
-            at = min(heap[0][0], planned[-1][0])
-        elif heap or planned:
-            at = heap[0][0] if heap else planned[-1][0]
+        if heap:
+            at = heap[0][0]
+            if planned and planned[-1][0] < at:
+                at = planned[-1][0]
+        elif planned:
+            at = planned[-1][0]
         else:
             return False
         if at > until:
