@@ -87,6 +87,7 @@ class Cluster:
         # the active gangs hold of them (kept only with `capacityCheck`).
         self.nodes: dict[str, NodeCapacity] = {}
         self._schedulable: list[NodeCapacity] | None = None
+        self._names: list[str] = []  # the names of `_schedulable`
         self._room: list[int] = []  # free GPUs after bound pods, by `_schedulable`
         self._room_at: dict[str, int] = {}  # node -> its place in `_schedulable`
         self._holdings = Holdings()
@@ -169,10 +170,10 @@ class Cluster:
         holdings = self._holdings
         if self._schedulable is None:
             ordered = self._schedulable = schedulable_order(self.nodes.values())
+            self._names = [n.node for n in ordered]
             self._room = room(ordered, holdings.bound)
-            self._room_at = {n.node: i for i, n in enumerate(ordered)}
-        names = [n.node for n in self._schedulable]
-        return Fitter.reserving(names, self._room, holdings.unplaced.values())
+            self._room_at = {name: i for i, name in enumerate(self._names)}
+        return Fitter.reserving(self._names, self._room, holdings.unplaced.values())
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
         if self._decide(self.workloads.get(event.workload), event, now, result):

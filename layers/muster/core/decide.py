@@ -99,11 +99,10 @@ def decide(
         return Decision(
             None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}"
         )
-    qs = settings.queues.get(workload.queue, settings.defaults)  # `for_queue`, inline
-    kind = type(event)
-    if kind is PodObserved:
-        return _observe_pod(workload, event, settings, qs, now)  # type: ignore[arg-type]
+    qs = settings.for_queue(workload.queue)
     match event:
+        case PodObserved():
+            return _observe_pod(workload, event, settings, qs, now)
         case PodsListed():
             return _pods_listed(workload, event, qs, now)
         case NodeObserved():
@@ -120,8 +119,6 @@ def decide(
             return _finish(workload, event, now)
         case Reactivate():
             return _reactivate(workload, now)
-        case PodObserved():
-            return _observe_pod(workload, event, settings, qs, now)
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover - exhaustive match
 
 

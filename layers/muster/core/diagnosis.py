@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import itemgetter
 from typing import Any
 
 from muster.core.model import Pod, Workload
@@ -231,10 +232,6 @@ def _phrase(d: PodDiagnosis) -> str:
     return f"failed ({reason}{code})"
 
 
-def _count(item: tuple[str, int]) -> int:
-    return item[1]
-
-
 def describe_counts(gang_size: int, pods: Iterable[PodDiagnosis], missing: int = 0) -> str:
     """`k of n pods <phrase>` per distinct phrase, then what it means for the job."""
     phrases: dict[str, int] = {}
@@ -250,7 +247,7 @@ def describe_counts(gang_size: int, pods: Iterable[PodDiagnosis], missing: int =
     if not phrases:
         return f"all {gang_size} pods were Ready"
     # Most frequent first, ties in the order first seen (as `Counter.most_common`).
-    ranked = sorted(phrases.items(), key=_count, reverse=True)
+    ranked = sorted(phrases.items(), key=itemgetter(1), reverse=True)
     parts = [f"{n} of {gang_size} pods {text}" for text, n in ranked]
     if classes == {PodClass.WORKLOAD_FAULT}:
         verdict = "the job fails on its own"

@@ -204,14 +204,9 @@ class Workload:
 
     @property
     def ready_pods(self) -> int:
-        # `Pod.counts_ready`, inline: this runs for every pod event.
         ready = 0
         for p in self.pods.values():
-            if (
-                not p.retired
-                and not p.deleted
-                and ((p.ready and not p.node_down) or p.phase == "Succeeded")
-            ):
+            if p.counts_ready:
                 ready += 1
         return ready
 

@@ -220,7 +220,7 @@ class SimulatedCluster:
         todo = self._to_reconcile
         if not todo:
             return
-        names = dict.fromkeys(todo) if len(todo) > 1 else {todo[0]: None}
+        names = dict.fromkeys(todo)
         todo.clear()
         if len(names) == 1:  # the usual case: one job's pods, in index order
             j = self._jobs[next(iter(names))]
@@ -332,7 +332,7 @@ class SimulatedCluster:
         pod.ready = True
         j.ready += 1
         self._emit(pod, "Running")
-        if j.ready == j.spec.pods:
+        if j.whole:
             self._useful += j.gpus
             category = j.category
             self._useful_by[category] = self._useful_by.get(category, 0) + j.gpus
