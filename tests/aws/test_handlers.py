@@ -6,6 +6,8 @@ import json
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from muster.aws.records import timer_record
 from muster.core import Outcome
 from muster.runtime.memory import MemoryStore
 from muster.runtime.messages import retry_delay, rfc3339
@@ -182,6 +184,30 @@ def test_a_timer_signal_well_before_its_deadline_is_rearmed_for_the_remainder(ri
     [(workload, timer, delay)] = rig.messages.deadlines
     assert (workload, timer.attempt, timer.kind.value, delay) == (KEY, 1, "startup", 200.0)
     assert timer.deadline == deadline
+
+
+def test_a_timer_signal_a_little_early_is_held_until_its_deadline(rig: Rig):
+    # GIVEN an admitted workload whose deadline is 300 s away
+    _ingest(rig, sample("workload_observed.json"))
+    rig.admit()
+    deadline = rig.clock.now + 300
+    body = {**sample("deadline_reached.json"), "deadline": rfc3339(deadline)}
+    # WHEN its signal arrives 0.8 s early (a Wait state counts whole seconds)
+    rig.clock.now = deadline - 0.8
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        rig.clock.now += seconds
+
+    [record] = sqs_event(body, queue="muster-timer")["Records"]
+    timer_record(rig.plane(), SQSRecord(record), sleep=sleep)
+    # THEN the handler waits out the remainder, then evicts: not a moment before the deadline
+    assert slept == [pytest.approx(0.8)]
+    assert rig.phase(KEY) == "Requeued"
+    assert rig.messages.deadlines == []
+    evicted = [c for c in rig.cluster.calls if c[0] == "evict"]
+    assert evicted == [("evict", KEY, 1)]
 
 
 def test_deeply_nested_json_is_rejected_by_ingest_and_not_retried(rig: Rig):
