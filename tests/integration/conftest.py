@@ -247,22 +247,26 @@ class ControlPlaneOnMoto:
             function
         ]
 
-    def settle(self, *, timers: bool = True) -> None:
+    def settle(self, *, timers: bool = True, admission: bool = True) -> None:
         """Run the functions until no queue has a visible message.
 
         `timers=False` leaves fired timers waiting, for steps that must happen
-        before a one-second deadline is handled.
+        before a one-second deadline is handled; `admission=False` leaves the
+        admission queue waiting, so a one-second backoff cannot readmit a workload
+        before its requeued state is looked at.
         """
         while (
-            self.drain("ingest") + self.drain("admission") + (self.drain("timer") if timers else 0)
+            self.drain("ingest")
+            + (self.drain("admission") if admission else 0)
+            + (self.drain("timer") if timers else 0)
         ):
             pass
 
-    def until(self, key: str, phase: str, timeout: float = 10.0) -> None:
+    def until(self, key: str, phase: str, timeout: float = 10.0, *, admission: bool = True) -> None:
         """Run the functions until the workload reaches `phase` (timers fire meanwhile)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.settle()
+            self.settle(admission=admission)
             if self.state(key)["phase"] == phase:
                 return
             time.sleep(0.1)

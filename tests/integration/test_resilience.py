@@ -51,7 +51,7 @@ def test_crash_between_eviction_and_requeue_is_repaired_by_redelivery(aws: Contr
     # GIVEN the requeue send will fail once, after the eviction has been carried out
     injected = fail_once(aws.plane("timer").messages.client, "SendMessage")
     # WHEN the deadline fires (the failed record is redelivered by SQS)
-    aws.until("team-a/crash", "Requeued")
+    aws.until("team-a/crash", "Requeued", admission=False)
     # THEN the eviction happened (twice: idempotent), the requeue went out, and the
     # workload was readmitted after its backoff
     assert injected == [1]
@@ -73,7 +73,7 @@ def test_crash_before_the_timer_started_is_repaired(aws: ControlPlaneOnMoto):
     aws.settle()  # the retry finishes the admission
     assert [e["name"] for e in aws.executions()] == ["team-a.notimer.a1.startup.e1"]
     # AND the timer does its job
-    aws.until("team-a/notimer", "Requeued")
+    aws.until("team-a/notimer", "Requeued", admission=False)
 
 
 def test_malformed_events_are_rejected_counted_and_not_retried(aws: ControlPlaneOnMoto, capsys):
