@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from muster.core import PodObserved
 from muster.sim.kube import ClusterError, JobSpec, PodChange, SimulatedCluster, Wakeup
 
 
@@ -51,6 +52,24 @@ def test_a_pod_that_fits_nowhere_is_skipped_and_the_next_one_tried():
     c.reconcile()
     c.bind_pending(1)
     assert [p.pod for p in changes(c) if p.node] == ["tiny-0"]
+
+
+def test_a_pod_change_is_the_event_the_core_is_given():
+    # GIVEN a job released on the simulated cluster
+    c = SimulatedCluster(1, 8)
+    c.add_job(JobSpec("a", 1, 8, 30, 100))
+    c.unsuspend("a")
+    # WHEN its controller creates the pod and the scheduler binds it
+    c.reconcile()
+    c.bind_pending(0)
+    # THEN each change is a PodObserved as a watcher reports it, in order
+    seen = changes(c)
+    assert all(type(p) is PodObserved for p in seen)
+    assert [(p.workload, p.pod, p.phase, p.node, p.seq) for p in seen] == [
+        ("a", "a-0", "Pending", None, 1),
+        ("a", "a-0", "Running", "node-0", 2),
+    ]
+    assert all(p.scheduled is None and not p.deleted for p in seen)
 
 
 def test_pod_uids_change_between_attempts_and_seq_increases():

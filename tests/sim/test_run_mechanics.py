@@ -1,13 +1,11 @@
-"""How a run plays, apart from what it decides: what it hands the core, what it leaves behind."""
+"""How a run plays, apart from what it decides: what it leaves behind."""
 
 from __future__ import annotations
 
 import gc
 
 import pytest
-from muster.core import PodObserved
 from muster.sim.engine import simulate
-from muster.sim.kube import JobSpec, SimulatedCluster
 
 from tests.sim.conftest import scenario
 
@@ -19,23 +17,6 @@ workloads:
   - {name: good, queue: q, submitAt: 0s, pods: 2, gpusPerPod: 4, startupSeconds: 5, runSeconds: 60}
   - {name: bad, queue: q, submitAt: 1s, pods: 1, gpusPerPod: 8, startupSeconds: 5, runSeconds: 60, neverReady: true}
 """
-
-
-def test_a_pod_change_is_the_event_the_core_is_given():
-    # GIVEN a job released on the simulated cluster
-    c = SimulatedCluster(1, 8)
-    c.add_job(JobSpec("a", 1, 8, 30, 100))
-    c.unsuspend("a")
-    # WHEN its controller creates the pod and the scheduler binds it
-    c.reconcile()
-    c.bind_pending(0)
-    # THEN each change is a PodObserved as a watcher reports it, in order
-    changes = [x for x in c.outbox if isinstance(x, PodObserved)]
-    assert [(p.workload, p.pod, p.phase, p.node, p.seq) for p in changes] == [
-        ("a", "a-0", "Pending", None, 1),
-        ("a", "a-0", "Running", "node-0", 2),
-    ]
-    assert all(p.scheduled is None and not p.deleted for p in changes)
 
 
 @pytest.mark.parametrize("enabled", [True, False])

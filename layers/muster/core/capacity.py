@@ -138,12 +138,17 @@ def schedulable_order(nodes: Iterable[NodeCapacity]) -> list[NodeCapacity]:
 
 
 def room(ordered: list[NodeCapacity], bound: dict[str, int]) -> list[int]:
-    """Each node's free GPUs after Muster's bound pods.
+    """Each node's free GPUs after Muster's bound pods (`room_on`, node by node)."""
+    return [room_on(n, bound) for n in ordered]
+
+
+def room_on(n: NodeCapacity, bound: dict[str, int]) -> int:
+    """A node's free GPUs after Muster's bound pods.
 
     A node's bound pods are subtracted together: free GPUs never go below zero, and
     subtracting one pod at a time with that floor gives the same result.
     """
-    return [max(0, n.free - bound.get(n.node, 0)) for n in ordered]
+    return max(0, n.free - bound.get(n.node, 0))
 
 
 class Holdings:
@@ -377,5 +382,6 @@ __all__ = [
     "overcommitted",
     "pod_shape",
     "room",
+    "room_on",
     "schedulable_order",
 ]

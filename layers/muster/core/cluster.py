@@ -20,6 +20,7 @@ from muster.core.capacity import (
     more_room,
     observe_node,
     room,
+    room_on,
     schedulable_order,
 )
 from muster.core.decide import decide
@@ -239,7 +240,7 @@ class Cluster:
         for node in nodes:
             i = at.get(node)
             if i is not None:
-                self._room[i] = max(0, ordered[i].free - bound.get(node, 0))
+                self._room[i] = room_on(ordered[i], bound)
 
     def _first_not_ready(self) -> str | None:
         """The `blockAdmission` holder: the first admitted-not-ready workload by key."""

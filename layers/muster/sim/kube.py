@@ -467,8 +467,7 @@ class SimulatedCluster:
         pod = _Pod(job, index, name, f"{name}-u{uids}", spec.gpus_per_pod, uids)
         j.pods[index] = pod
         self._pending.append(pod)
-        self._seq += 1
-        self.outbox.append(PodObserved(job, name, self._seq, pod.uid, "Pending"))
+        self._emit(pod, "Pending")
 
     def _delete_pod(self, j: _Job, pod: _Pod) -> None:
         self._release(pod, j)
@@ -481,7 +480,7 @@ class SimulatedCluster:
     def _release(self, pod: _Pod, j: _Job) -> None:
         """Free the pod's GPUs (if bound) and readiness; the caller drops it from its job `j`."""
         if pod.ready:
-            if j.ready == j.spec.pods:
+            if j.whole:
                 self._useful -= j.gpus
                 self._useful_by[j.category] -= j.gpus
             pod.ready = False
