@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "layers")]
 
 from muster.core import (  # noqa: E402
-    Cluster,
+    Fleet,
     NodeObserved,
     Phase,
     Pod,
@@ -109,7 +109,7 @@ def in_process(nodes: int, running: int, pending: int) -> None:
     )
     print(f"  plan_admission, capacityCheck:   {t_fit * 1000:7.1f} ms, admits {len(p_fit.admit)}")
     for settings, label in ((plain, "quota only"), (fit, "capacityCheck")):
-        core = Cluster(replace(settings, gpu_quota=None), defer_admission=True)
+        core = Fleet(replace(settings, gpu_quota=None), defer_admission=True)
         for c in caps:
             core.apply(NodeObserved(c.node, seq=1, gpus=c.gpus, foreign_gpus=c.foreign_gpus), 0)
         for w in active:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from muster.core import (
-    Cluster,
     DeadlineReached,
+    Fleet,
     Phase,
     TimerKind,
     Workload,
@@ -81,7 +81,7 @@ def test_block_admission_admits_one_per_pass_and_nothing_while_one_is_not_ready(
 
 def test_block_admission_end_to_end_admits_the_next_only_after_pods_ready() -> None:
     # GIVEN two gangs and blockAdmission
-    c = Cluster(settings(blockAdmission=True))
+    c = Fleet(settings(blockAdmission=True))
     c.apply(submit("t/a", pods=1), 0)
     c.apply(submit("t/b", pods=1), 1)
     assert (c.get("t/a").phase, c.get("t/b").phase) == (Phase.ADMITTED, Phase.PENDING)  # type: ignore[union-attr]
@@ -92,7 +92,7 @@ def test_block_admission_end_to_end_admits_the_next_only_after_pods_ready() -> N
 
 
 def test_an_eviction_frees_the_lock_for_the_next_workload() -> None:
-    c = Cluster(settings(blockAdmission=True, timeout="1m"))
+    c = Fleet(settings(blockAdmission=True, timeout="1m"))
     c.apply(submit("t/a", pods=1), 0)
     c.apply(submit("t/b", pods=1), 1)
     c.apply(DeadlineReached("t/a", 1, TimerKind.STARTUP), 60)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from muster.core import (
-    Cluster,
+    Fleet,
     NodeObserved,
     Phase,
     PodObserved,
@@ -159,7 +159,7 @@ def test_node_reports_are_ordered_by_seq() -> None:
 
 def test_the_cluster_keeps_the_newest_capacity_and_admits_when_room_appears() -> None:
     # GIVEN a cluster with the check on, one full node, and a queued gang of 1 x 8
-    cluster = Cluster(FIT)
+    cluster = Fleet(FIT)
     cluster.apply(node("n0", foreign=8, seq=10), 0)
     cluster.apply(WorkloadObserved("t/a", "q", 1, gpus=8, seq=1), 1)
     assert cluster.workloads["t/a"].phase is Phase.PENDING
@@ -173,7 +173,7 @@ def test_the_cluster_keeps_the_newest_capacity_and_admits_when_room_appears() ->
 
 def test_the_cluster_counts_muster_pods_bound_to_a_node() -> None:
     # GIVEN one node of 8 GPUs and a gang of 1 x 8 admitted and bound there
-    cluster = Cluster(FIT)
+    cluster = Fleet(FIT)
     cluster.apply(node("n0"), 0)
     cluster.apply(WorkloadObserved("t/a", "q", 1, gpus=8, seq=1), 1)
     cluster.apply(PodObserved("t/a", "a-0", 2, "u", "Running", True, "n0"), 2)
@@ -229,7 +229,7 @@ def test_in_a_dry_run_queue_the_check_reports_and_holds_nothing_back() -> None:
 def test_the_cluster_keeps_the_same_capacity_view_as_one_built_afresh(steps) -> None:
     # GIVEN a cluster with the check on, nodes and gangs coming and going, pods bound,
     # moved and deleted in any order
-    cluster = Cluster(FIT)
+    cluster = Fleet(FIT)
     for seq, (what, a, b, c) in enumerate(steps, start=1):
         if what == "node":
             cluster.apply(node(f"n{a}", gpus=b, seq=seq, schedulable=c), seq)

@@ -14,9 +14,9 @@ from muster.core import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
     Admit,
-    Cluster,
     DeadlineReached,
     Evict,
+    Fleet,
     Kind,
     NodeObserved,
     Phase,
@@ -64,7 +64,7 @@ class CoreMachine(RuleBasedStateMachine):
     @initialize(choice=st.sampled_from(range(len(SETTINGS))))
     def setup(self, choice: int) -> None:
         self.settings = parse_settings(SETTINGS[choice])
-        self.cluster = Cluster(self.settings, draw=lambda: 0.37)
+        self.cluster = Fleet(self.settings, draw=lambda: 0.37)
         self.now = 0.0
         self.submitted: set[str] = set()
         self.timers: list[tuple[str, Timer]] = []

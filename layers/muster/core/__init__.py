@@ -1,11 +1,10 @@
 """The pure decision core: no I/O, no clock, no global randomness.
 
 `decide` moves one workload; `plan_admission` chooses whom to admit;
-`Cluster` wires the two together in memory for the simulator and tests.
+`Fleet` wires the two together in memory for the simulator and tests.
 """
 
 from muster.core.admission import AdmissionPlan, Skip, Usage, plan_admission, queue_order_key
-from muster.core.cluster import Cluster, StepResult
 from muster.core.decide import (
     NODE_REPLACEMENT_HEALTH,
     admissible,
@@ -15,6 +14,7 @@ from muster.core.decide import (
     reassess,
 )
 from muster.core.durations import DurationError, format_duration, parse_duration
+from muster.core.fleet import Fleet, StepResult
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -70,13 +70,13 @@ __all__ = [
     "AdmissionGranted",
     "AdmissionPlan",
     "Admit",
-    "Cluster",
     "DeadlineReached",
     "Decision",
     "DurationError",
     "Effect",
     "Event",
     "Evict",
+    "Fleet",
     "Kind",
     "LogEvent",
     "NodeObserved",

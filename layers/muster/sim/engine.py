@@ -1,7 +1,7 @@
 """The simulator's event loop: the decision core against a simulated cluster, in simulated time.
 
 Every decision (admission, deadlines, evictions, backoff, deactivation) is made by
-`muster.core.Cluster`, the same code the Lambdas run. This shell only keeps the
+`muster.core.Fleet`, the same code the Lambdas run. This shell only keeps the
 clock, delivers timers and requeues when they are due, and carries out the core's
 effects on `SimulatedCluster` through `SimulatedActions`, the same `ClusterActions`
 port the Lambdas use against Kubernetes.
@@ -35,11 +35,11 @@ from typing import Any, NamedTuple
 
 from muster.core import (
     Admit,
-    Cluster,
     DeadlineReached,
     Effect,
     Event,
     Evict,
+    Fleet,
     Kind,
     LogEvent,
     NodeObserved,
@@ -353,7 +353,7 @@ class Simulation:
         self.policy = policy
         self.progress = progress
         jitter = seeded(scenario.seed, f"jitter:{policy}")
-        self.core = Cluster(
+        self.core = Fleet(
             policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
         )
         self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)

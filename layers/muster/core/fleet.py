@@ -1,4 +1,5 @@
-"""All workloads of one cluster in memory: `decide` plus the admission pass.
+"""The fleet: the in-memory control plane, all workloads of one cluster with `decide`
+plus the admission pass.
 
 The simulator, the property tests and the local views use this; the Lambdas do
 the same with DynamoDB in place of the dictionary. It performs no I/O: effects are
@@ -57,8 +58,9 @@ def _no_jitter() -> float:
     return 0.0
 
 
-class Cluster:
-    """Workloads by key, with the indexes an admission pass needs.
+class Fleet:
+    """The in-memory control plane: workloads by key, with the indexes an admission
+    pass needs.
 
     With `defer_admission`, `apply` does not answer RunAdmission itself but sets
     `StepResult.admission_wanted`; a shell that batches the events of one instant

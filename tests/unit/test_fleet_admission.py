@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from muster.core import (
     Admit,
-    Cluster,
+    Fleet,
     Settings,
     WorkloadObserved,
     parse_settings,
@@ -15,7 +15,7 @@ from muster.core.model import Phase, Workload
 
 def test_deferred_cluster_leaves_the_admission_pass_to_the_caller():
     # GIVEN a cluster in deferred mode
-    cluster = Cluster(Settings(), defer_admission=True)
+    cluster = Fleet(Settings(), defer_admission=True)
     # WHEN two workloads are submitted at the same instant
     first = cluster.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
     second = cluster.apply(WorkloadObserved("b", "q", 1, gpus=1), 0)
@@ -28,14 +28,14 @@ def test_deferred_cluster_leaves_the_admission_pass_to_the_caller():
 
 
 def test_immediate_cluster_still_admits_on_apply():
-    cluster = Cluster(Settings())
+    cluster = Fleet(Settings())
     step = cluster.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
     assert not step.admission_wanted
     assert [e.workload for e in step.effects if isinstance(e, Admit)] == ["a"]
 
 
 def test_a_pass_with_nothing_queued_makes_no_plan():
-    cluster = Cluster(Settings())
+    cluster = Fleet(Settings())
     cluster.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
     assert cluster.admission_pass(1).plans == []
 
