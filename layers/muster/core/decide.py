@@ -35,7 +35,9 @@ from muster.core.model import (
     Outcome,
     Phase,
     Pod,
+    PodChange,
     PodObserved,
+    PodsCounted,
     PodsListed,
     Publish,
     Reactivate,
@@ -105,6 +107,8 @@ def decide(
             return _observe_pod(workload, event, settings, qs, now)
         case PodsListed():
             return _pods_listed(workload, event, qs, now)
+        case PodsCounted():
+            return reassess(workload, settings, now)
         case NodeObserved():
             return _observe_node(workload, event, qs, now)
         case DeadlineReached():
@@ -238,7 +242,7 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
                 {"reason": str(Reason.DELETED), "attempt": w.attempt, "uid": w.uid},
             )
         )
-    return _submitted(e, tuple(ended), settings)
+    return replace(_submitted(e, tuple(ended), settings), reborn=True)
 
 
 def _spec(x: WorkloadObserved | Workload) -> dict[str, Any]:
@@ -486,6 +490,53 @@ def pod_update(
     return Outcome.APPLIED, pod, ""
 
 
+def observe_stored_pod(
+    w: Workload, known: Pod | None, e: PodObserved, settings: Settings
+) -> PodChange:
+    """A pod event for a shell that stores each pod apart from its workload.
+
+    `w` is the workload without its pods and `known` the one pod's record; the
+    gang's transitions follow once the shell has written the pod and counted the
+    gang again (`gang_may_have_moved`, then `decide` with `PodsCounted`).
+    """
+    if w.kind is Kind.POD_GROUP:
+        return PodChange(Outcome.APPLIED, known, whole_gang=True)
+    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
+    if outcome is not Outcome.APPLIED:
+        # A redelivery after a crash between the pod write and the gang's transition:
+        # count the gang again.
+        return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
+    delta = _counts_ready(pod) - _counts_ready(known)
+    faults = not delta and _fault_watch_moved(w, settings, known, pod)
+    return PodChange(outcome, pod, note, delta, recount=bool(delta) or faults, faults=faults)
+
+
+def gang_may_have_moved(w: Workload, ready_count: int, *, faults: bool = False) -> bool:
+    """Whether a gang with `ready_count` Ready pods may have become whole, stopped
+    being whole, or (with `faults`) moved its `workloadFaults` watch: only then is
+    the whole gang worth loading."""
+    if w.phase in NOT_READY_PHASES and (faults or ready_count >= w.gang_size):
+        return True
+    return w.phase is Phase.RUNNING and ready_count < w.gang_size
+
+
+def _counts_ready(pod: Pod | None) -> int:
+    return int(pod is not None and pod.counts_ready)
+
+
+def _fault_watch_moved(
+    w: Workload, settings: Settings, before: Pod | None, after: Pod | None
+) -> bool:
+    """Whether one pod's new record may start or stop the gang's `evictAfter` timer."""
+    if w.phase not in NOT_READY_PHASES:
+        return False
+    if settings.for_queue(w.queue).fault_evict_after is None and w.fault_timer is None:
+        return False
+    if before is None or after is None or before.retired or before.deleted or after.deleted:
+        return True
+    return classify(before).cls is not classify(after).cls
+
+
 def _pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> Decision:
     """A complete listing of pods: those it lacks (and older than it) are deleted."""
     if e.revision <= w.listed_seq:
@@ -708,7 +759,7 @@ def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float)
         )
     )
     effects.append(RunAdmission("evicted"))
-    return Decision(evicted, tuple(effects))
+    return Decision(evicted, tuple(effects), withdrawn=_had_live_pods(w))
 
 
 # --------------------------------------------------------------------------- deadlines
@@ -840,7 +891,7 @@ def _evict_not_ready(
             gone["summary"] = detail["diagnosis"]["summary"]
         effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
         effects.append(RunAdmission("evicted"))
-        return Decision(deactivated, tuple(effects))
+        return Decision(deactivated, tuple(effects), withdrawn=_had_live_pods(w))
     requeued = replace(
         evicted,
         phase=Phase.REQUEUED,
@@ -857,7 +908,7 @@ def _evict_not_ready(
         )
     )
     effects.append(RunAdmission("evicted"))
-    return Decision(requeued, tuple(effects))
+    return Decision(requeued, tuple(effects), withdrawn=_had_live_pods(w))
 
 
 def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:
@@ -869,6 +920,11 @@ def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:
         and w.first_evicted_at is not None
         and now - w.first_evicted_at >= qs.backoff_limit_timeout
     )
+
+
+def _had_live_pods(w: Workload) -> bool:
+    """Whether an eviction of `w` retires pods (the `Decision.withdrawn` of it)."""
+    return any(not p.retired for p in w.pods.values())
 
 
 def _withdrawn(

@@ -360,11 +360,40 @@ class Reactivate:
     workload: str
 
 
+@dataclass(frozen=True, slots=True)
+class PodsCounted:
+    """A store that keeps pods apart from the workload re-read the whole gang after a
+    pod write: what follows from its pods as they are now. Of two concurrent "last"
+    pods, the writer that reads second sees the gang whole."""
+
+    workload: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodChange:
+    """One pod event applied to one stored pod, without the rest of the gang.
+
+    `recount`: the gang's ready count moved, or its `workloadFaults` watch may have;
+    the shell writes the pod, reads the count back and asks `gang_may_have_moved`.
+    `whole_gang`: this kind's decision needs every pod (a pod group's admission
+    depends on its live pods): the shell loads the gang and calls `decide`.
+    """
+
+    outcome: Outcome
+    pod: Pod | None
+    note: str = ""
+    ready_delta: int = 0
+    recount: bool = False
+    faults: bool = False
+    whole_gang: bool = False
+
+
 Event = (
     WorkloadObserved
     | WorkloadFinished
     | PodObserved
     | PodsListed
+    | PodsCounted
     | NodeObserved
     | DeadlineReached
     | RequeueDue
@@ -452,10 +481,23 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """The workload's next state, the effects that carry it out, and what became of
+    the event. `withdrawn` and `reborn` say what a store that keeps pods apart from
+    the workload must do with them: `withdrawn`, the attempt's pods were all retired
+    at once (an eviction); `reborn`, a new object took the key, and the old one's
+    pods are not its own. Either starts a new epoch of pod items."""
+
     workload: Workload | None
     effects: tuple[Effect, ...] = ()
     outcome: Outcome = Outcome.APPLIED
     note: str = ""
+    withdrawn: bool = False
+    reborn: bool = False
+
+    @property
+    def new_epoch(self) -> bool:
+        """The pods stored so far no longer belong to the workload's current attempt."""
+        return self.withdrawn or self.reborn
 
     @property
     def changed(self) -> bool:

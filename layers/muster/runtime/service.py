@@ -39,8 +39,8 @@ from muster.core import (
     NodeObserved,
     Outcome,
     Phase,
-    Pod,
     PodObserved,
+    PodsCounted,
     Publish,
     Reason,
     Requeue,
@@ -52,12 +52,11 @@ from muster.core import (
     Workload,
     WorkloadFinished,
     decide,
+    gang_may_have_moved,
+    observe_stored_pod,
     plan_admission,
-    pod_update,
-    reassess,
 )
 from muster.core.capacity import NodeCapacity, more_room, observe_node
-from muster.core.diagnosis import classify
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.retry import Backoff, retry
@@ -252,12 +251,12 @@ class ControlPlane:
         assert after is not None
         self._count_outcome(Outcome.APPLIED)
         # A new object under the key: its pods are its own (the store keeps pods per
-        # incarnation), and the old incarnation's pods expire.
-        reborn = before is not None and bool(before.uid) and after.uid != before.uid
-        evicted = before is not None and not reborn and _is_eviction(before, after)
-        epoch = (snap.epoch + 1 if evicted or reborn else snap.epoch) if snap else 0
+        # incarnation), and the old incarnation's pods expire. An eviction retires the
+        # attempt's pods by the epoch instead of rewriting each.
+        reborn, evicted = decision.reborn, decision.withdrawn
+        epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
         writes = [] if reborn else _pod_writes(snap, after, evicted)
-        delta = 0 if evicted or reborn or before is None else after.ready_pods - before.ready_pods
+        delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
         effects = decision.effects
         if snap is None or writes or _state(before) != _state(after) or _needs_outbox(effects):
             version = self.store.write_workload(
@@ -277,42 +276,34 @@ class ControlPlane:
     def _pod_event(self, event: PodObserved) -> Outcome | None:
         """A pod event without loading the gang: one pod written, the ready count moved.
 
-        Returns None when the full path is needed (a pod group, whose admission
-        depends on its live pods, or a workload with an unfinished outbox).
+        Returns None when the full path is needed (the core asks for the whole gang,
+        or the workload has an unfinished outbox).
         """
         key = event.workload
         light = self.store.load_pod(key, event.pod)
         if light is None:
             self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
-        if light.outbox or light.workload.kind is Kind.POD_GROUP:
+        if light.outbox:
             return None
         w = light.workload
-        outcome, pod, note = pod_update(
-            light.pod, event, born=w.born_seq, listed=(w.listed_seq, w.listed)
-        )
-        if outcome is not Outcome.APPLIED:
-            self._count_outcome(outcome, key, "PodObserved", note)
-            if outcome is Outcome.DUPLICATE:
-                # A redelivery after a crash between the pod write and the gang's
-                # transition: check the gang again.
-                self._check_readiness(key, self.settings(), self.clock())
-            return outcome
-        delta = _counts(pod) - _counts(light.pod)
+        settings = self.settings()
+        change = observe_stored_pod(w, light.pod, event, settings)
+        if change.whole_gang:
+            return None
+        if change.outcome is not Outcome.APPLIED:
+            self._count_outcome(change.outcome, key, "PodObserved", change.note)
+            if change.recount:
+                self._check_readiness(key, settings, self.clock())
+            return change.outcome
         now = self.clock()
-        owner = light.workload.uid
-        self.store.write_pod(
-            key, PodWrite(event.pod, pod, light.rev, owner), light.epoch, delta, now
-        )
-        if light.workload.phase is Phase.FINISHED:
+        write = PodWrite(event.pod, change.pod, light.rev, w.uid)
+        self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
+        if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
-        settings = self.settings()
-        if delta:
-            self._check_readiness(key, settings, self.clock())
-        elif _fault_watch_moved(w, settings, light.pod, pod):
-            # `workloadFaults.evictAfter` follows each pod's class, not only the count.
-            self._check_readiness(key, settings, self.clock(), faults=True)
+        if change.recount:
+            self._check_readiness(key, settings, self.clock(), faults=change.faults)
         return Outcome.APPLIED
 
     def _check_readiness(
@@ -326,10 +317,7 @@ class ControlPlane:
         light = self.store.load_pod(key, None)
         if light is None:
             return
-        w, count = light.workload, light.ready_count
-        maybe_whole = w.phase in NOT_READY_PHASES and count >= w.gang_size
-        maybe_broken = w.phase is Phase.RUNNING and count < w.gang_size
-        if maybe_whole or maybe_broken or (faults and w.phase in NOT_READY_PHASES):
+        if gang_may_have_moved(light.workload, light.ready_count, faults=faults):
             snap = self._settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
@@ -339,7 +327,8 @@ class ControlPlane:
         for _ in range(self.max_conflicts):
             if current is None:
                 return
-            decision = reassess(current.workload, settings, now)
+            key = current.workload.key
+            decision = decide(current.workload, PodsCounted(key), settings, now)
             if decision.outcome is not Outcome.APPLIED or decision.workload is None:
                 return
             try:
@@ -737,32 +726,8 @@ def _state(w: Workload | None) -> Workload | None:
     return None if w is None else replace(w, pods={})
 
 
-def _counts(pod: Pod | None) -> int:
-    return int(pod is not None and pod.counts_ready)
-
-
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
-
-
-def _is_eviction(before: Workload, after: Workload) -> bool:
-    """All pods retired at once: the core withdrew the attempt."""
-    return any(not p.retired for p in before.pods.values()) and all(
-        p.retired for p in after.pods.values()
-    )
-
-
-def _fault_watch_moved(
-    w: Workload, settings: Settings, before: Pod | None, after: Pod | None
-) -> bool:
-    """Whether one pod's new record may start or stop the gang's `evictAfter` timer."""
-    if w.phase not in NOT_READY_PHASES:
-        return False
-    if settings.for_queue(w.queue).fault_evict_after is None and w.fault_timer is None:
-        return False
-    if before is None or after is None or before.retired or before.deleted or after.deleted:
-        return True
-    return classify(before).cls is not classify(after).cls
 
 
 def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[PodWrite]:
