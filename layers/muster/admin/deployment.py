@@ -19,7 +19,7 @@ from typing import Any
 
 from muster import contract
 from muster.admin.command import AdminError, listed
-from muster.aws.clients import BOTOCORE_RETRIES
+from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core import Settings, SettingsError, merge_settings
 
 LOCAL_REGION = "us-east-1"
