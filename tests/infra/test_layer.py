@@ -80,7 +80,7 @@ def test_the_layer_ships_only_the_modules_the_handlers_import() -> None:
         "__init__.py",
         "core/decide.py",
         "runtime/service.py",
-        "aws/wiring.py",
+        "lambdas/wiring.py",
         "kube/adapter.py",
         "kube/http.py",
         "kube/auth.py",
