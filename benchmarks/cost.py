@@ -78,7 +78,7 @@ SCALE = 5.0
 # everything else (deploying the stack, the local runner's polling, the live board,
 # the lifecycle tap) is the local mode's own machinery.
 CONTROL_PLANE = ("muster.aws.", "muster.lambdas.", "muster.runtime.", "muster_local_")
-AGENT = ("muster.kube.sender",)
+AGENT = ("muster.agent.sender",)
 
 
 class Meter:
