@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from muster.kube.agent import Agent
+from muster.agent.agent import Agent
+from muster.agent.sender import Entry, Outbox, batches
+from muster.agent.watch import Change
 from muster.kube.conventions import JOB_RESOURCE, POD_RESOURCE
-from muster.kube.sender import Entry, Outbox, batches
-from muster.kube.watch import Change
 
 
 class CountingSender:

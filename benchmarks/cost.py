@@ -77,8 +77,8 @@ SCALE = 5.0
 # Modules whose AWS calls are the deployed system's (the functions and the agent);
 # everything else (deploying the stack, the local runner's polling, the live board,
 # the lifecycle tap) is the local mode's own machinery.
-CONTROL_PLANE = ("muster.aws.", "muster.runtime.", "muster_local_")
-AGENT = ("muster.kube.sender",)
+CONTROL_PLANE = ("muster.aws.", "muster.lambdas.", "muster.runtime.", "muster_local_")
+AGENT = ("muster.agent.sender",)
 
 
 class Meter:

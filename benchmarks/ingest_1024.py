@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     import boto3
     from muster.aws.config import RuntimeConfig
-    from muster.aws.records import ingest_record, process_sqs, sqs_processor
-    from muster.aws.wiring import build_control_plane
+    from muster.lambdas.records import ingest_record, process_sqs, sqs_processor
+    from muster.lambdas.wiring import build_control_plane
     from muster.ports import RecordingCluster
     from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
 

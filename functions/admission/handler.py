@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.aws.records import admission_batch, sqs_processor
-from muster.aws.wiring import PerContainer, build_control_plane
+from muster.lambdas.records import admission_batch, sqs_processor
+from muster.lambdas.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
 processor = sqs_processor()

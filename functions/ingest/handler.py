@@ -9,8 +9,8 @@ from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.aws.records import ingest_record, sqs_processor
-from muster.aws.wiring import PerContainer, build_control_plane
+from muster.lambdas.records import ingest_record, sqs_processor
+from muster.lambdas.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
 processor = sqs_processor()

@@ -7,7 +7,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.aws.wiring import PerContainer, build_sweeper
+from muster.lambdas.wiring import PerContainer, build_sweeper
 from muster.runtime.sweeper import Sweeper
 
 deployed = PerContainer(build_sweeper)

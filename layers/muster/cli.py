@@ -20,7 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "muster.sim.tune",
     "muster.sim.trace_cut",
     "muster.local.cli",
-    "muster.kube.cli",
+    "muster.agent.cli",
     "muster.kube.policy_params",
     "muster.admin",
     "muster.history_export",

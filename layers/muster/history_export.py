@@ -37,8 +37,8 @@ def since_epoch(text: str, now: float) -> float:
 
 
 def export_command(args: argparse.Namespace, out: TextIO) -> int:
-    from muster.aws.clients import BOTOCORE_RETRIES
     from muster.aws.history import scan_history
+    from muster.botocore_config import BOTOCORE_RETRIES
 
     now = time.time()
     since = since_epoch(args.since, now)

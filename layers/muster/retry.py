@@ -5,7 +5,7 @@ that concurrent writers spread out), and `retry` calls an action until it
 returns, fails with an error that retrying cannot mend, or runs out of tries.
 The EKS adapter, the agent's sender and watches, the control plane's conflict
 loop and the settings command all retry through these. AWS clients are built
-with botocore's retry mode set explicitly (`muster.aws.clients`): its retries
+with botocore's retry mode set explicitly (`muster.botocore_config`): its retries
 where they are wanted, none under a loop of ours.
 """
 

@@ -17,7 +17,6 @@ import boto3
 import pytest
 from muster.admin.reactivate import QuietMetrics
 from muster.aws.config import RuntimeConfig
-from muster.aws.wiring import build_control_plane
 from muster.core import (
     DeadlineReached,
     Phase,
@@ -27,6 +26,7 @@ from muster.core import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.lambdas.wiring import build_control_plane
 from muster.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 

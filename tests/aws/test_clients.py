@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from muster.agent.sender import EventBridgeSender
 from muster.aws.config import RuntimeConfig
-from muster.aws.wiring import PerContainer, build_control_plane, build_sweeper
-from muster.kube.sender import EventBridgeSender
+from muster.lambdas.wiring import PerContainer, build_control_plane, build_sweeper
 from muster.ports import RecordingCluster
 
 CONFIG = RuntimeConfig(

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from muster import contract
+from muster.agent.sender import Entry, EventBridgeSender
 from muster.aws.config import RuntimeConfig
 from muster.aws.metrics import EmfMetrics
 from muster.core import DeadlineReached, TimerKind
-from muster.kube.sender import Entry, EventBridgeSender
 from muster.runtime.sweeper import sweep
 
 from infra import constants as c

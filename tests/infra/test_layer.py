@@ -80,7 +80,7 @@ def test_the_layer_ships_only_the_modules_the_handlers_import() -> None:
         "__init__.py",
         "core/decide.py",
         "runtime/service.py",
-        "aws/wiring.py",
+        "lambdas/wiring.py",
         "kube/adapter.py",
         "kube/http.py",
         "kube/auth.py",
@@ -88,7 +88,13 @@ def test_the_layer_ships_only_the_modules_the_handlers_import() -> None:
         assert needed in shipped, needed
     # no simulator, local mode, command line or agent
     assert not [p for p in shipped if p.startswith(("sim/", "local/", "scenarios/"))]
-    for unshipped in ("cli.py", "kube/agent.py", "kube/cli.py", "kube/watch.py", "kube/leader.py"):
+    for unshipped in (
+        "cli.py",
+        "agent/agent.py",
+        "agent/cli.py",
+        "agent/watch.py",
+        "agent/leader.py",
+    ):
         assert unshipped not in shipped, unshipped
     assert not [p for p in shipped if p.startswith("admin")]
 

@@ -81,7 +81,9 @@ def test_each_handler_imports_with_only_the_layer(
         m for m in found["modules"] for x in NOT_IN_FUNCTIONS if m == x or m.startswith(x + ".")
     ]
     assert not leaked
-    assert {"muster.aws.wiring", "muster.kube.adapter", "muster.kube.http"} <= set(found["muster"])
+    assert {"muster.lambdas.wiring", "muster.kube.adapter", "muster.kube.http"} <= set(
+        found["muster"]
+    )
     # AND every muster module came from the layer, compiled for the runtime's Python
     if python != sys.executable:
         for name, cached in found["muster"].items():

@@ -20,7 +20,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from moto import mock_aws
 from muster.aws.config import RuntimeConfig
-from muster.aws.wiring import build_control_plane
+from muster.lambdas.wiring import build_control_plane
 from muster.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 from muster.schema import AGENT_SOURCE

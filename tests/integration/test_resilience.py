@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from muster.aws.dynamo import DynamoStore
-from muster.aws.wiring import build_sweeper
 from muster.core import PodObserved
+from muster.lambdas.wiring import build_sweeper
 from muster.runtime import status
 from muster.runtime.messages import retry_delay
 from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, workload_detail

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.agent.watch import WatchExpired
 from muster.kube.conventions import Resource
-from muster.kube.watch import WatchExpired
 
 
 @dataclass

@@ -15,13 +15,13 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from muster.agent.agent import Agent, SeqSource
+from muster.agent.mapping import pod_view, workload_view
+from muster.agent.sender import Entry, EventBridgeSender, Outbox, batches
+from muster.agent.watch import Change, Reflector, Sync
 from muster.core.model import Kind, NodeObserved, PodObserved, WorkloadFinished, WorkloadObserved
 from muster.core.reconcile import SnapshotPart, complete
-from muster.kube.agent import Agent, SeqSource
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
-from muster.kube.mapping import pod_view, workload_view
-from muster.kube.sender import Entry, EventBridgeSender, Outbox, batches
-from muster.kube.watch import Change, Reflector, Sync
 from muster.schema import POD_OBSERVED, parse_agent_event
 
 from .scripted import ScriptedSource, event, expired
@@ -593,7 +593,7 @@ def test_stop_ends_the_reflector(clock: Clock) -> None:
 
 
 def test_a_compacted_pod_maps_like_the_original() -> None:
-    from muster.kube.mapping import compact_pod, pod_gpus, pod_group_view
+    from muster.agent.mapping import compact_pod, pod_gpus, pod_group_view
 
     full = group_pod("grp-0", "7")
     full["spec"]["containers"][0]["image"] = "trainer:latest"

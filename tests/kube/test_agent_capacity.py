@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from muster.agent.mapping import node_view, placement_rules, workload_view
+from muster.agent.watch import Change, Sync
 from muster.core.model import Kind, NodeObserved, WorkloadObserved
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
-from muster.kube.mapping import node_view, placement_rules, workload_view
-from muster.kube.watch import Change, Sync
 from muster.schema import parse_agent_event
 
 from .test_agent import Clock, aws, clock, job, landed, make_agent, sleeps  # noqa: F401

@@ -11,14 +11,14 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from muster.agent.agent import Agent
+from muster.agent.leader import LeaseElector
+from muster.agent.runner import AgentRunner
+from muster.agent.sender import EventBridgeSender, Outbox
+from muster.agent.watch import KubeWatchSource
 from muster.core.model import NodeObserved, PodObserved, WorkloadObserved
 from muster.core.reconcile import SnapshotPart
-from muster.kube.agent import Agent
 from muster.kube.http import KubeApi
-from muster.kube.leader import LeaseElector
-from muster.kube.runner import AgentRunner
-from muster.kube.sender import EventBridgeSender, Outbox
-from muster.kube.watch import KubeWatchSource
 from muster.schema import parse_agent_event
 
 REGION = "us-east-1"

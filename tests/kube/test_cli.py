@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from muster.agent.cli import agent_api
 from muster.cli import main
-from muster.kube.cli import agent_api
 
 
 def test_agent_requires_the_cluster_name(

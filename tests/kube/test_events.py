@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from muster.aws.wiring import record_reader
 from muster.core.model import DeadlineReached, Kind, LogEvent, TimerKind
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.events import describe
 from muster.kube.http import KubeApi
+from muster.lambdas.wiring import record_reader
 from muster.ports import RecordingCluster
 
 from tests.aws.conftest import Rig

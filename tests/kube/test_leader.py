@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from muster.agent.leader import LeaseElector
 from muster.kube.http import KubeApi
-from muster.kube.leader import LeaseElector
 
 LEASES = "coordination.k8s.io/v1/leases"
 

@@ -13,23 +13,23 @@ import time
 from typing import Any
 
 import pytest
-from muster.core import WorkloadObserved, decide, parse_settings
-from muster.core.decide import INADMISSIBLE
-from muster.core.model import Kind
-from muster.kube.agent import Agent
-from muster.kube.conventions import JOB_RESOURCE, POD_RESOURCE, PRIORITYCLASS_RESOURCE
-from muster.kube.http import KubeApi
-from muster.kube.leader import LeaseElector
-from muster.kube.mapping import (
+from muster.agent.agent import Agent
+from muster.agent.leader import LeaseElector
+from muster.agent.mapping import (
     PriorityClasses,
     compact_pod,
     pod_group_view,
     with_priority_class,
     workload_view,
 )
-from muster.kube.runner import AgentRunner
-from muster.kube.sender import EventBridgeSender, Outbox
-from muster.kube.watch import Change, KubeWatchSource, Sync
+from muster.agent.runner import AgentRunner
+from muster.agent.sender import EventBridgeSender, Outbox
+from muster.agent.watch import Change, KubeWatchSource, Sync
+from muster.core import WorkloadObserved, decide, parse_settings
+from muster.core.decide import INADMISSIBLE
+from muster.core.model import Kind
+from muster.kube.conventions import JOB_RESOURCE, POD_RESOURCE, PRIORITYCLASS_RESOURCE
+from muster.kube.http import KubeApi
 from muster.schema import parse_agent_event
 
 from . import test_agent, test_agent_http

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from muster.agent.sender import Entry
 from muster.core import Outcome
-from muster.kube.sender import Entry
 from muster.local.cluster import LocalCluster
 from muster.ports import ClusterActions
 from muster.runtime.memory import (

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from muster.agent.mapping import pod_view
 from muster.core import NodeObserved, PodObserved, Workload, decide
 from muster.core.diagnosis import PodClass, classify, diagnose, fails_on_its_own
 from muster.core.model import Pod
-from muster.kube.mapping import pod_view
 
 from tests.unit import pod_shapes as shapes
 from tests.unit.conftest import settings, submit

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from muster.aws.wiring import record_reader
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, Phase, Reason, Workload
+from muster.lambdas.wiring import record_reader
 from muster.runtime.memory import MemoryStore
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from muster import contract
 from muster.admin.command import AdminError, listed
-from muster.aws.clients import BOTOCORE_RETRIES
+from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core import Settings, SettingsError, merge_settings
 
 LOCAL_REGION = "us-east-1"
@@ -52,12 +52,12 @@ class Deployment:
     function_name: str
 
     def store(self) -> Any:
-        from muster.aws.wiring import dynamo_store
+        from muster.lambdas.wiring import dynamo_store
 
         return dynamo_store(self.config, self.session)
 
     def messages(self) -> Any:
-        from muster.aws.wiring import sqs_messages
+        from muster.lambdas.wiring import sqs_messages
 
         return sqs_messages(self.config, self.session)
 

@@ -54,7 +54,7 @@ class QuietMetrics:
 
 
 def command(args: argparse.Namespace, out: TextIO) -> int:
-    from muster.aws.wiring import build_control_plane
+    from muster.lambdas.wiring import build_control_plane
 
     deployment = found.connect_to(args)
     cluster = NoClusterAccess()

@@ -37,12 +37,6 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.batch import process_partial_response
 
-from muster.aws.records import (
-    admission_batch,
-    ingest_record,
-    sqs_processor,
-    timer_record,
-)
 from muster.core import (
     ACTIVE_PHASES,
     Admit,
@@ -58,6 +52,12 @@ from muster.core import (
 )
 from muster.core.capacity import overcommitted
 from muster.faults.ports import Crash, FaultPlan, FaultyPorts, wrap_ports
+from muster.lambdas.records import (
+    admission_batch,
+    ingest_record,
+    sqs_processor,
+    timer_record,
+)
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.messages import (
     admission_body,

@@ -1,4 +1,4 @@
-"""The cluster side: the Kubernetes adapter the Lambdas use, and the in-cluster agent."""
+"""The Kubernetes adapter the Lambdas use, and what it shares with the agent (`muster.agent`)."""
 
 from muster.kube.adapter import (
     ClusterActionError,

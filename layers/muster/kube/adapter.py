@@ -413,7 +413,7 @@ def for_cluster(
     """
     import boto3
 
-    from muster.aws.clients import BOTOCORE_RETRIES
+    from muster.botocore_config import BOTOCORE_RETRIES
     from muster.kube.auth import TokenCache, describe_cluster, eks_token
 
     session = session or boto3.Session(region_name=region)

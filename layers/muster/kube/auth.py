@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.signers import RequestSigner
 
-from muster.aws.clients import BOTOCORE_RETRIES
+from muster.botocore_config import BOTOCORE_RETRIES
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from muster.agent.sender import Entry, Outbox, Sender
 from muster.core import Admit, Evict, Kind
-from muster.kube.sender import Entry, Outbox, Sender
 from muster.ports import WorkloadGone
 from muster.schema import (
     NODE_OBSERVED,

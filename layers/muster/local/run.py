@@ -173,8 +173,8 @@ def run_local(
     on_board: Callable[[float, dict[str, list[str]]], None] | None = None,
 ) -> LocalResult:
     """Run `scenario` (in scenario time) through the local control plane, `scale` times faster."""
-    from muster.aws import wiring
-    from muster.kube.sender import EventBridgeSender
+    from muster.agent.sender import EventBridgeSender
+    from muster.lambdas import wiring
 
     root = repo_root()
     scaled = scale_scenario(scenario, scale)

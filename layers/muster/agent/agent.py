@@ -44,19 +44,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from muster.core.model import Kind
-from muster.core.reconcile import POD_SCOPE
-from muster.kube.conventions import (
-    JOB_RESOURCE,
-    JOBSET_RESOURCE,
-    NODE_RESOURCE,
-    POD_RESOURCE,
-    PRIORITYCLASS_RESOURCE,
-    PYTORCHJOB_RESOURCE,
-    QUEUE_LABEL,
-    Resource,
-)
-from muster.kube.mapping import (
+from muster.agent.mapping import (
     TOLERATED_TAINTS,
     NodeView,
     PodView,
@@ -73,8 +61,20 @@ from muster.kube.mapping import (
     with_priority_class,
     workload_view,
 )
-from muster.kube.sender import Entry, Outbox, Sender
-from muster.kube.watch import Change, Sync
+from muster.agent.sender import Entry, Outbox, Sender
+from muster.agent.watch import Change, Sync
+from muster.core.model import Kind
+from muster.core.reconcile import POD_SCOPE
+from muster.kube.conventions import (
+    JOB_RESOURCE,
+    JOBSET_RESOURCE,
+    NODE_RESOURCE,
+    POD_RESOURCE,
+    PRIORITYCLASS_RESOURCE,
+    PYTORCHJOB_RESOURCE,
+    QUEUE_LABEL,
+    Resource,
+)
 from muster.schema import (
     CLUSTER_SNAPSHOT,
     NODE_OBSERVED,

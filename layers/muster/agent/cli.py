@@ -173,12 +173,12 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"muster agent: {exc}", file=sys.stderr)
         return 2
 
-    from muster.kube.agent import Agent
-    from muster.kube.leader import LeaseElector
-    from muster.kube.mapping import TOLERATED_TAINTS
-    from muster.kube.runner import AgentRunner
-    from muster.kube.sender import EventBridgeSender, Outbox
-    from muster.kube.watch import KubeWatchSource
+    from muster.agent.agent import Agent
+    from muster.agent.leader import LeaseElector
+    from muster.agent.mapping import TOLERATED_TAINTS
+    from muster.agent.runner import AgentRunner
+    from muster.agent.sender import EventBridgeSender, Outbox
+    from muster.agent.watch import KubeWatchSource
 
     try:
         api = agent_api(args.kubeconfig)

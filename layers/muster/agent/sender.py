@@ -143,7 +143,7 @@ class EventBridgeSender:
         """
         import boto3
 
-        from muster.aws.clients import ONE_TRY
+        from muster.botocore_config import ONE_TRY
 
         return cls(boto3.client("events", config=ONE_TRY), bus)
 

@@ -10,9 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from muster.kube.agent import WATCHED, Agent
-from muster.kube.leader import LeaseElector
-from muster.kube.watch import Change, Reflector, Sync, WatchSource
+from muster.agent.agent import WATCHED, Agent
+from muster.agent.leader import LeaseElector
+from muster.agent.watch import Change, Reflector, Sync, WatchSource
 
 log = logging.getLogger("muster.agent")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from muster.aws.clients import BOTOCORE_RETRIES
 from muster.aws.config import RuntimeConfig
 from muster.aws.dynamo import DynamoStore
 from muster.aws.eventbridge import EventBridgeBus
 from muster.aws.metrics import EmfMetrics
 from muster.aws.sqs import SqsMessages
 from muster.aws.stepfunctions import StepFunctionsTimers
+from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core.model import Workload
 from muster.ports import ClusterActions
 from muster.runtime.ports import WorkloadStore

@@ -1,0 +1,1 @@
+"""The in-cluster agent: it watches workloads, pods and nodes, and sends their status."""

@@ -1,0 +1,1 @@
+"""The composition root: what each Lambda function is built from."""
