@@ -13,6 +13,14 @@ from typing import Any, Protocol, runtime_checkable
 from muster.core.model import Admit, Evict, Kind, LogEvent
 
 
+class Transient(Exception):
+    """A failure that waiting cures (the cluster unreachable, throttled, a server error).
+
+    Adapters raise a subclass of it so that the runtime retries with backoff and never
+    counts the failure towards quarantine.
+    """
+
+
 class WorkloadGone(Exception):
     """The workload no longer exists in the cluster; the core should mark it Finished."""
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from muster.core import Admit, DeadlineReached, Evict, Outcome, Phase, TimerKind, WorkloadObserved
+from muster.kube.adapter import ClusterUnavailable
 from muster.ports import RecordingCluster
 from muster.runtime import describe, status
 from muster.runtime.memory import MemoryStore
@@ -144,7 +145,7 @@ def test_transient_failures_are_retried_but_never_quarantine():
     [
         (ConnectionError("reset"), True),
         (TimeoutError("slow"), True),
-        (type("ClusterUnavailable", (Exception,), {})("5xx"), True),
+        (ClusterUnavailable("5xx"), True),  # the adapter's: a port `Transient`
         (Forbidden("403"), False),
         (ValueError("cannot convert float NaN to integer"), False),
         (OverflowError("date value out of range"), False),

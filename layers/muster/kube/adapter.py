@@ -53,7 +53,7 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
-from muster.ports import WorkloadGone
+from muster.ports import Transient, WorkloadGone
 from muster.retry import Backoff, retry
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class ClusterActionError(Exception):
     """The API server refused the change for a reason a retry cannot mend."""
 
 
-class ClusterUnavailable(Exception):
+class ClusterUnavailable(Transient):
     """The API server did not answer usefully after bounded retries; retry later."""
 
 

@@ -58,7 +58,7 @@ from muster.core import (
 )
 from muster.core.capacity import NodeCapacity, more_room, observe_node
 from muster.core.reconcile import complete, gone
-from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
+from muster.ports import ClusterActions, Transient, WorkloadAnnouncer, WorkloadGone
 from muster.retry import Backoff, retry
 from muster.runtime.ports import (
     Bus,
@@ -129,10 +129,12 @@ _TRANSIENT_CODES = frozenset(
 def is_transient(exc: BaseException) -> bool:
     """A failure that waiting cures (throttling, 5xx, an unreachable cluster): not counted
     towards quarantine, only retried with backoff."""
-    if getattr(exc, "transient", False) or isinstance(exc, ConnectionError | TimeoutError):
+    if getattr(exc, "transient", False) or isinstance(
+        exc, Transient | ConnectionError | TimeoutError
+    ):
         return True
-    if type(exc).__name__ in ("ClusterUnavailable", "EndpointConnectionError", "ReadTimeoutError"):
-        return True
+    if type(exc).__name__ in ("EndpointConnectionError", "ReadTimeoutError"):
+        return True  # botocore's, which the runtime does not import
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         code = response.get("Error", {}).get("Code", "")
