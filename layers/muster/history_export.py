@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from muster.admin import deployment_arguments
-from muster.admin.command import EXIT_BAD_INPUT, AdminError, reporting_handler
+from muster.admin.command import AdminError, reporting_handler
 from muster.admin.deployment import connect_to
+from muster.cli import EXIT_BAD_INPUT
 from muster.core import DurationError, parse_duration
 from muster.sim.history import parse_time, trace_rows, write_trace
 

@@ -21,15 +21,9 @@ from typing import Any
 
 from muster import contract
 from muster.admin import describe, reactivate, release, settings, status
-from muster.admin.command import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILED,
-    EXIT_OK,
-    AdminError,
-    add_command,
-    reporting_handler,
-)
+from muster.admin.command import AdminError, add_command, reporting_handler
 from muster.admin.deployment import connect
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 __all__ = [
     "EXIT_BAD_INPUT",

@@ -7,9 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from muster.cli import EXIT_FAILED
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 

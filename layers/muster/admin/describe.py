@@ -7,8 +7,9 @@ import json
 from typing import TextIO
 
 from muster.admin import deployment as found
-from muster.admin.command import EXIT_OK, AdminError
+from muster.admin.command import AdminError
 from muster.admin.render import format_describe, ordered
+from muster.cli import EXIT_OK
 
 
 def command(args: argparse.Namespace, out: TextIO) -> int:

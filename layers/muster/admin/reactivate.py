@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from muster.admin import deployment as found
-from muster.admin.command import EXIT_OK, AdminError
+from muster.admin.command import AdminError
+from muster.cli import EXIT_OK
 from muster.core import Admit, Evict, Kind, Outcome, Reactivate
 
 

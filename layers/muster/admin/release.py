@@ -6,7 +6,8 @@ import argparse
 from typing import TextIO
 
 from muster.admin import deployment as found
-from muster.admin.command import EXIT_OK, AdminError
+from muster.admin.command import AdminError
+from muster.cli import EXIT_OK
 
 
 def command(args: argparse.Namespace, out: TextIO) -> int:

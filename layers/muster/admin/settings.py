@@ -17,8 +17,9 @@ from typing import Any, TextIO
 import yaml
 
 from muster.admin import deployment as found
-from muster.admin.command import EXIT_BAD_INPUT, EXIT_OK, AdminError, listed, reporting_handler
+from muster.admin.command import AdminError, listed, reporting_handler
 from muster.admin.render import annotated_yaml, scalar
+from muster.cli import EXIT_BAD_INPUT, EXIT_OK
 from muster.core import Settings, SettingsError, load_settings_text
 from muster.kueue import Imported, import_kueue, looks_like_kueue
 from muster.retry import retry

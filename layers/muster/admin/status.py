@@ -8,8 +8,8 @@ import time
 from typing import Any, TextIO
 
 from muster.admin import deployment as found
-from muster.admin.command import EXIT_OK
 from muster.admin.render import format_status
+from muster.cli import EXIT_OK
 from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
 from muster.core.admission import Usage
 

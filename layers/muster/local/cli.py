@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from muster.cli import EXIT_BAD_INPUT
 from muster.core.durations import format_duration
 from muster.local.moto_server import Endpoint, PortInUse
 from muster.local.run import (
@@ -24,7 +25,6 @@ from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, ScenarioError, load_builtin, load_scenario
 
 DEFAULT_SCENARIO = "local-story"
-EXIT_BAD_INPUT = 2
 
 
 def register(subparsers: Any) -> None:

@@ -8,11 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from muster.cli import EXIT_BAD_INPUT
 from muster.sim.engine import POLICIES, RunResult, simulate
 from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, ScenarioError, builtin_names, load_builtin, load_scenario
-
-EXIT_BAD_INPUT = 2
 
 
 def register(subparsers: Any) -> None:

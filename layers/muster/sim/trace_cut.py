@@ -16,10 +16,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED
 from muster.sim.history import TRACE_COLUMNS, parse_time
 
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 PHILLY_TIME = "%Y-%m-%d %H:%M:%S"
 
 

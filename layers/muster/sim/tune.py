@@ -29,11 +29,11 @@ from typing import Any, TextIO
 
 import yaml
 
+from muster.cli import EXIT_BAD_INPUT
 from muster.core import SettingsError, parse_settings
 from muster.sim.engine import simulate
 from muster.sim.scenario import Scenario, ScenarioError, load_scenario
 
-EXIT_BAD_INPUT = 2
 UNSET = "unset"
 
 
