@@ -222,3 +222,16 @@ def test_a_single_mistake_reads_as_before_and_text_loading_prefixes_every_error(
         ["cluster.yaml", "timeot"],
         ["cluster.yaml", "dryRun"],
     ]
+
+
+def test_the_effective_settings_are_the_record_over_the_deployment_unless_it_is_invalid():
+    from muster.runtime.settings import effective_settings
+
+    base = parse_settings({"timeout": "5m"})
+    # GIVEN no record, a valid one and one with a typo
+    assert effective_settings(base, None) == (base, None)
+    merged, problem = effective_settings(base, {"timeout": "2m"})
+    assert problem is None and merged.for_queue("q").timeout == 120
+    kept, problem = effective_settings(base, {"timout": "2m"})
+    # THEN a bad record is not used, and its error names the field
+    assert kept is base and problem is not None and "timout" in str(problem)

@@ -20,7 +20,7 @@ from typing import Any
 from muster import contract
 from muster.admin.command import AdminError, listed
 from muster.botocore_config import BOTOCORE_RETRIES
-from muster.core import Settings, SettingsError, merge_settings
+from muster.core import Settings, SettingsError
 
 LOCAL_REGION = "us-east-1"
 
@@ -37,9 +37,11 @@ class SettingsSources:
 
     def effective(self) -> Settings:
         """The settings the functions use now; a bad record is an error naming its fields."""
+        from muster.runtime.settings import effective_settings
+
         if self.problem is not None:
             raise AdminError(self.problem)
-        return merge_settings(self.base, self.record) if self.record else self.base
+        return effective_settings(self.base, self.record)[0]
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class Deployment:
         The functions log a bad record and go on with the deployment's settings; a
         command says so instead, naming every wrong field.
         """
-        from muster.runtime.settings import settings_from_json
+        from muster.runtime.settings import effective_settings, settings_from_json
 
         source = f"{contract.ENV_SETTINGS} of {self.function_name}"
         try:
@@ -80,13 +82,12 @@ class Deployment:
         found = (store or self.store()).settings_record()
         record, version = (dict(found[0]), found[1]) if found else ({}, None)
         problem = None
-        try:
-            merge_settings(base, record)
-        except SettingsError as exc:
+        invalid = effective_settings(base, record)[1]
+        if invalid is not None:
             problem = (
                 f"the runtime settings record (version {version}) is invalid, so the functions "
                 f"use the deployment's settings until it is fixed: "
-                f"{listed(exc.prefixed('record').errors)}\n"
+                f"{listed(invalid.prefixed('record').errors)}\n"
                 "  fix it with `muster settings set KEY=VALUE` (KEY=null returns a key to the "
                 "deployment's value)"
             )

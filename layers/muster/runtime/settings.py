@@ -35,6 +35,22 @@ def settings_from_json(text: str | None, source: str = contract.ENV_SETTINGS) ->
         raise exc.prefixed(source) from None
 
 
+def effective_settings(
+    base: Settings, record: Mapping[str, Any] | None
+) -> tuple[Settings, SettingsError | None]:
+    """The settings the functions use: the runtime record over the deployment's.
+
+    A record that does not validate is not used (the deployment's settings are),
+    and its error is returned for the caller to log or report.
+    """
+    if not record:
+        return base, None
+    try:
+        return merge_settings(base, record), None
+    except SettingsError as exc:
+        return base, exc
+
+
 class RuntimeSettings:
     """Effective settings, re-read from the table at most every `ttl` seconds."""
 
@@ -64,16 +80,13 @@ class RuntimeSettings:
 
     def _read(self) -> Settings:
         record = self.store.settings_record()
-        if record is None:
-            return self.base
-        try:
-            return merge_settings(self.base, record[0])
-        except SettingsError as exc:
+        settings, problem = effective_settings(self.base, record[0] if record else None)
+        if problem is not None:
             log.error(
                 "settings record is invalid; using the deployment's settings",
-                extra={"error": str(exc)},
+                extra={"error": str(problem)},
             )
-            return self.base
+        return settings
 
 
 def update_settings(store: WorkloadStore, base: Settings, changes: Mapping[str, Any]) -> Settings:
