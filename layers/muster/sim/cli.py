@@ -10,7 +10,8 @@ from typing import Any, TextIO
 
 from muster.sim.engine import POLICIES, RunResult, simulate
 from muster.sim.report import summary_table, write_outputs
-from muster.sim.scenario import Scenario, ScenarioError, builtin_names, load_builtin, load_scenario
+from muster.sim.scenario import Scenario, builtin_names, load_builtin, load_scenario
+from muster.sim.specs import ScenarioError
 
 EXIT_BAD_INPUT = 2
 

@@ -31,7 +31,8 @@ import yaml
 
 from muster.core import SettingsError, parse_settings
 from muster.sim.engine import simulate
-from muster.sim.scenario import Scenario, ScenarioError, load_scenario
+from muster.sim.scenario import Scenario, load_scenario
+from muster.sim.specs import ScenarioError
 
 EXIT_BAD_INPUT = 2
 UNSET = "unset"
