@@ -40,6 +40,9 @@ from muster.core import (
     WorkloadObserved,
     parse_settings,
 )
+from muster.faults.histories import Action, History, generate
+from muster.faults.invariants import check_final, check_quota
+from muster.faults.perturb import NONE, Perturbation, Perturber
 from muster.ports import ClusterActions, WorkloadGone
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.ports import Bus, Messages, Metrics, Timers, WorkloadStore
@@ -57,10 +60,6 @@ from muster.schema import (
     workload_detail,
 )
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
-
-from tests.faults.history import Action, History, generate
-from tests.faults.invariants import check_final, check_quota
-from tests.faults.perturb import NONE, Perturbation, Perturber
 
 SETTLE = 300.0  # after the horizon: no faults, everything delivered at once
 CLUSTER = "faults"
@@ -396,8 +395,8 @@ class Truth:
                 self.send(self.workload_event(obj))
         for event in self.pods.values():
             self.send(event)
-        for event in self.nodes.values():
-            self.send(event)
+        for node_event in self.nodes.values():
+            self.send(node_event)
         live = {k: o.uid for k, o in self.objects.items() if not o.deleted}
         listed: dict[str, dict[str, str]] = {}
         for (key, name), event in self.pods.items():
