@@ -17,6 +17,8 @@ in four seams, each usable alone:
 
 `run_history(seed)` puts them together; the tests run a few hundred seeds, and
 `benchmarks/faults.py` runs ten thousand.
+
+Both keep their time on one `clock.VirtualClock`.
 """
 
 from muster.faults.histories import Action, History, generate

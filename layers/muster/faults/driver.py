@@ -48,11 +48,11 @@ from muster.core import (
     plan_admission,
 )
 from muster.core.capacity import overcommitted
+from muster.faults.clock import VirtualClock
 from muster.faults.model_cluster import CLUSTER, GangSpec, ModelCluster
 from muster.faults.ports import Crash, FaultPlan, FaultyPorts, wrap_ports
 from muster.faults.virtual_aws import (
     Message,
-    VirtualClock,
     VirtualQueues,
     VirtualTimers,
 )
@@ -159,7 +159,7 @@ class Harness:
     ) -> None:
         self.sweeper_on = sweeper
         self.plan = plan
-        self.clock = VirtualClock()
+        self.clock = VirtualClock(1_800_000_000.0)
         self.queues = VirtualQueues(self.clock)
         self.store = MemoryStore()
         self.rng = random.Random(seed)

@@ -16,7 +16,6 @@ that fault-injecting wrappers around the ports can be handed in instead.
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
 import random
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from muster.core import (
     WorkloadObserved,
     parse_settings,
 )
+from muster.faults.clock import VirtualClock
 from muster.faults.histories import Action, History, generate
 from muster.faults.invariants import check_final, check_quota
 from muster.faults.perturb import NONE, Perturbation, Perturber
@@ -171,25 +171,10 @@ def build_plane(
 
 
 @dataclass
-class Loop:
-    """Simulated time and what is due when."""
-
-    now: float = 0.0
-    queue: list[tuple[float, int, str, Any]] = field(default_factory=list)
-    order: itertools.count = field(default_factory=itertools.count)
-
-    def at(self, when: float, kind: str, payload: Any) -> None:
-        heapq.heappush(self.queue, (when, next(self.order), kind, payload))
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class LoopTimers:
     """Step Functions timers: a started timer fires at its deadline unless stopped."""
 
-    loop: Loop
+    loop: VirtualClock
     running: set[tuple[str, int, str, int, str]] = field(default_factory=set)
 
     def start(self, workload: str, timer: Timer) -> None:
@@ -210,7 +195,7 @@ class LoopTimers:
 class LoopMessages:
     """The requeue queue: delayed requeues, and admission requests."""
 
-    loop: Loop
+    loop: VirtualClock
     pending: set[tuple[str, int]] = field(default_factory=set)
 
     def requeue(self, workload: str, count: int, delay: float) -> None:
@@ -240,7 +225,7 @@ class Truth:
     """The cluster as it is; also the control plane's `ClusterActions`."""
 
     history: History
-    loop: Loop
+    loop: VirtualClock
     send: Callable[[Event | SnapshotPart], None]
     capacity: bool = False  # node events report each node's GPUs (for `capacityCheck`)
     sim: SimulatedCluster = field(init=False)
@@ -479,7 +464,7 @@ def run_history(
     """
     history = history or generate(seed)
     rng = random.Random(seed * 7919 + 1)
-    loop = Loop()
+    loop = VirtualClock()
     perturber = Perturber(rng, perturbation or Perturbation())
     perturber.gaps = [(a.at, a.until) for a in history.actions if a.what == "gap"]
     outcome = Outcome(seed)

@@ -18,6 +18,7 @@ from typing import Any
 from muster.core import (
     Timer,
 )
+from muster.faults.clock import VirtualClock
 from muster.faults.ports import FaultPlan
 from muster.runtime.messages import (
     admission_body,
@@ -96,14 +97,6 @@ class VirtualQueues:
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self.send("timer", json.dumps(timer_input(workload, timer)), sqs_delay(delay))
-
-
-@dataclass
-class VirtualClock:
-    now: float = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class VirtualTimers:
