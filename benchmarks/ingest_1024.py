@@ -82,14 +82,14 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     import boto3
     from muster.aws.config import RuntimeConfig
+    from muster.faults.lambda_events import LambdaContext, sqs_event
     from muster.lambdas.records import ingest_record, process_sqs, sqs_processor
     from muster.lambdas.wiring import build_control_plane
+    from muster.local.resources import create_resources
     from muster.ports import RecordingCluster
     from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
 
     from functions.ingest.handler import handler
-    from tests.integration.conftest import create_resources
-    from tests.lambda_events import LambdaContext, sqs_event
 
     session = boto3.Session()
     resources = create_resources(session, "bench")

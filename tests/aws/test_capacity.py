@@ -10,9 +10,8 @@ from moto import mock_aws
 from muster.aws.dynamo import DynamoStore
 from muster.core import NodeObserved, Outcome
 from muster.core.capacity import NodeCapacity
+from muster.local.resources import create_resources
 from muster.runtime.memory import MemoryStore
-
-from tests.integration.conftest import create_resources
 
 from .conftest import Rig
 

@@ -8,6 +8,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from muster.core import Outcome
+from muster.faults.lambda_events import LambdaContext, sqs_event
 from muster.lambdas.records import timer_record
 from muster.runtime.memory import MemoryStore
 from muster.runtime.messages import retry_delay, rfc3339
@@ -16,7 +17,7 @@ from functions.admission.handler import handler as admission_handler
 from functions.ingest.handler import handler as ingest_handler
 from functions.timer.handler import handler as timer_handler
 
-from ..lambda_events import LambdaContext, sample, sqs_event
+from ..lambda_events import sample
 from .conftest import Rig
 
 KEY = "team-a/bert-large"

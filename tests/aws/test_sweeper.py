@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from muster.core import DeadlineReached, Outcome, Phase, RequeueDue, TimerKind
+from muster.faults.lambda_events import LambdaContext
 from muster.runtime.memory import MemoryMetrics
 from muster.runtime.service import MAX_EFFECT_TRIES, EffectFailed
 from muster.runtime.sweeper import GRACE_SECONDS, Sweeper
 
 from functions.sweeper.handler import handler as sweeper_handler
 
-from ..lambda_events import LambdaContext
 from .conftest import Rig
 
 KEY = "ns/train"

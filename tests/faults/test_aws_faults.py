@@ -186,7 +186,7 @@ def test_the_history_harness_converges_with_write_conflicts_injected(seed: int):
     # The cluster-truth harness drives the plane itself, with no redelivery of a
     # failed message, so only the faults the plane absorbs on its own are plugged in
     # there: lost races on every conditional write.
-    from tests.faults import run_history
+    from muster.faults import run_history
 
     plan = FaultPlan(seed=seed, conflict=0.2)
     outcome = run_history(seed, wrap_ports=_with_faults(plan))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 from muster.core import Outcome as EventOutcome
+from muster.faults import Perturbation, generate, run_history
+from muster.faults.perturb import NONE
 from muster.runtime.memory import MemoryStore
 from muster.runtime.service import ControlPlane
-
-from tests.faults import Perturbation, generate, run_history
-from tests.faults.perturb import NONE
 
 SEEDS = range(240)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from muster.sim.history import TraceRow, format_time, parse_time, trace_rows, write_trace
-from muster.sim.scenario import ScenarioError
+from muster.sim.specs import ScenarioError
 
 from tests.sim.conftest import scenario
 

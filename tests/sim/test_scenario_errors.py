@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from muster.sim.scenario import ScenarioError, load_builtin, load_scenario, parse_scenario_text
+from muster.sim.scenario import load_builtin, load_scenario, parse_scenario_text
+from muster.sim.specs import ScenarioError
 
 BASE = "cluster: {nodes: 2, gpusPerNode: 8}\nworkloads: [{name: a, pods: 1}]\n"
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from muster.cli import main
-from muster.sim.scenario import ScenarioError, load_scenario
+from muster.sim.scenario import load_scenario
+from muster.sim.specs import ScenarioError
 from muster.sim.trace_cut import cut
 
 from tests.sim.conftest import REPO, TRACES

@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from muster.sim.scenario import TraceSpec
+from muster.sim.specs import TraceSpec
 from muster.sim.traces import (
     SINGLE_GPU_SHARE,
     STARTUP_RANGE,

@@ -17,7 +17,8 @@ from muster.core.fields import (
 from muster.core.settings import SettingsError, parse_settings
 from muster.runtime.messages import parse_requeue_message, parse_timer_message
 from muster.schema import POD_OBSERVED, InvalidEvent, parse_agent_detail, pod_detail
-from muster.sim.scenario import ScenarioError, parse_scenario_text
+from muster.sim.scenario import parse_scenario_text
+from muster.sim.specs import ScenarioError
 
 from infra import constants as c
 from infra.config import ConfigError, load_config

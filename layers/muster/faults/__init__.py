@@ -1,6 +1,28 @@
-"""Fault injection for the control plane: wrappers around the runtime's ports, and a
-driver that runs the functions under them in virtual time and checks invariants."""
+"""Fault injection for the control plane, two harnesses in virtual time.
 
+The AWS functions under injected faults (`driver`): wrappers around the
+runtime's ports (`ports`) and a driver that runs the functions under them and
+checks invariants.
+
+Random cluster histories, perturbed like EventBridge, SQS and agent restarts,
+in four seams, each usable alone:
+
+1. `histories`: random cluster histories (what users and the cluster do, and when);
+2. `perturb`: what the way to the control plane does to the agent's events
+   (duplicates, reordering within a window, losses, agent gaps);
+3. `truth`: the simulator's cluster model as the truth, the agent's event stream
+   derived from it, and the real `ControlPlane` (built in one place, from ports
+   passed in) acting on it;
+4. `invariants`: Muster's view against the truth.
+
+`run_history(seed)` puts them together; the tests run a few hundred seeds, and
+`benchmarks/faults.py` runs ten thousand.
+
+Both keep their time on one `clock.VirtualClock`.
+"""
+
+from muster.faults.histories import Action, History, generate
+from muster.faults.perturb import Perturbation, Perturber
 from muster.faults.ports import (
     Crash,
     FaultPlan,
@@ -13,8 +35,10 @@ from muster.faults.ports import (
     Throttled,
     wrap_ports,
 )
+from muster.faults.truth import Outcome, build_plane, run_history
 
 __all__ = [
+    "Action",
     "Crash",
     "FaultPlan",
     "FaultyBus",
@@ -23,6 +47,13 @@ __all__ = [
     "FaultyPorts",
     "FaultyStore",
     "FaultyTimers",
+    "History",
+    "Outcome",
+    "Perturbation",
+    "Perturber",
     "Throttled",
+    "build_plane",
+    "generate",
+    "run_history",
     "wrap_ports",
 ]

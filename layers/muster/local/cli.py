@@ -22,7 +22,8 @@ from muster.local.run import (
 from muster.sim.engine import RunResult, Tracking, summarize
 from muster.sim.kube import GpuSample
 from muster.sim.report import summary_table, write_outputs
-from muster.sim.scenario import Scenario, ScenarioError, load_builtin, load_scenario
+from muster.sim.scenario import Scenario, load_builtin, load_scenario
+from muster.sim.specs import ScenarioError
 
 DEFAULT_SCENARIO = "local-story"
 

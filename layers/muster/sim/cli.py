@@ -11,7 +11,8 @@ from typing import Any, TextIO
 from muster.cli import EXIT_BAD_INPUT
 from muster.sim.engine import POLICIES, RunResult, simulate
 from muster.sim.report import summary_table, write_outputs
-from muster.sim.scenario import Scenario, ScenarioError, builtin_names, load_builtin, load_scenario
+from muster.sim.scenario import Scenario, builtin_names, load_builtin, load_scenario
+from muster.sim.specs import ScenarioError
 
 
 def register(subparsers: Any) -> None:

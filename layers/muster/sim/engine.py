@@ -63,7 +63,8 @@ from muster.sim.kube import (
     Wakeup,
     node_line,
 )
-from muster.sim.scenario import Scenario, seeded
+from muster.sim.scenario import Scenario
+from muster.sim.specs import seeded
 
 POLICIES = ("gang", "gang+block", "gang+fit", "none")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -27,7 +26,6 @@ from muster.core import (
     parse_settings,
 )
 from muster.core.fields import (
-    FieldErrors,
     check_keys,
     checked,
     collecting,
@@ -36,86 +34,20 @@ from muster.core.fields import (
     problem,
     whole_number,
 )
-from muster.sim.kube import JobSpec
 from muster.sim.locate import TraceNotFound, resolve_trace
+from muster.sim.specs import (
+    DEFAULT_BROKEN_MODES,
+    FAILURES,
+    NOT_READY,
+    FaultSpec,
+    ScenarioError,
+    TraceSpec,
+    WorkloadSpec,
+)
+from muster.sim.traces import expand_trace
 
 DEFAULT_UNTIL = 7 * 86400.0
 MAPPINGS = ("pods-of-8", "pod-per-gpu")
-
-# How a never-ready workload fails, as the kubelet shows it. `NotReady` is a pod that
-# runs and never turns Ready with no reason given (a hang); it is the default and
-# what a plain `neverReady` workload does.
-FAILURES = ("CrashLoopBackOff", "ImagePullBackOff", "NotReady")
-NOT_READY = "NotReady"
-# The mix a trace's broken jobs draw from with `brokenModes: default`; where the
-# shares come from is in docs/simulator.md ("Failure modes").
-DEFAULT_BROKEN_MODES: Mapping[str, float] = {
-    "CrashLoopBackOff": 0.55,
-    "ImagePullBackOff": 0.25,
-    "NotReady": 0.20,
-}
-
-
-class ScenarioError(FieldErrors):
-    """A scenario that cannot be run; each of its `errors` names the field."""
-
-    default = "invalid scenario"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkloadSpec:
-    name: str
-    queue: str
-    submit_at: float
-    pods: int
-    gpus_per_pod: int
-    startup_seconds: float
-    run_seconds: float
-    priority: int = 0
-    never_ready: bool = False
-    failure: str | None = None  # how a never-ready workload fails (FAILURES); None: NotReady
-
-    def job(self) -> JobSpec:
-        """What it asks the cluster for, in the simulator and the local mode alike."""
-        return JobSpec(
-            self.name,
-            self.pods,
-            self.gpus_per_pod,
-            self.startup_seconds,
-            self.run_seconds,
-            self.never_ready,
-            self.failure,
-        )
-
-    @property
-    def failure_mode(self) -> str | None:
-        """How it fails (`NotReady` for a plain never-ready one), None when healthy."""
-        if not self.never_ready:
-            return None
-        return self.failure or NOT_READY
-
-    @property
-    def gpus(self) -> int:
-        return self.pods * self.gpus_per_pod
-
-
-@dataclass(frozen=True, slots=True)
-class FaultSpec:
-    at: float
-    node: str
-    repair_after: float
-
-
-@dataclass(frozen=True, slots=True)
-class TraceSpec:
-    path: Path | None = None
-    synthetic: Mapping[str, Any] | None = None
-    mapping: str = "pods-of-8"
-    broken_fraction: float = 0.0
-    node_mtbf_hours: float | None = None
-    repair_after: float = 3600.0
-    limit: int | None = None  # only the first N jobs
-    broken_modes: Mapping[str, float] | None = None  # None: every broken job is NotReady
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +185,6 @@ def parse_scenario(
     with collecting(ScenarioError):
         scenario = _read(doc, base_dir, seed, name)
     if scenario.trace is not None:  # expanded only for an otherwise sound file
-        from muster.sim.traces import expand_trace
-
         extra, extra_faults = expand_trace(
             scenario.trace,
             seed=scenario.seed,
@@ -493,8 +423,3 @@ def _broken_modes(raw: Any) -> Mapping[str, float] | None:
     if sum(modes.values()) <= 0:
         raise ScenarioError("trace.brokenModes: the weights add up to 0")
     return modes
-
-
-def seeded(seed: int, purpose: str) -> random.Random:
-    """An independent random stream per purpose, so one draw never shifts another."""
-    return random.Random(f"{seed}:{purpose}")

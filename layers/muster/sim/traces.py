@@ -25,7 +25,7 @@ from typing import Any
 from muster.core import fields
 from muster.core.fields import check_keys, collecting, problem, whole_number
 from muster.sim.history import TRACE_COLUMNS, is_muster_trace, parse_time
-from muster.sim.scenario import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
+from muster.sim.specs import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 

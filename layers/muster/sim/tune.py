@@ -32,7 +32,8 @@ import yaml
 from muster.cli import EXIT_BAD_INPUT
 from muster.core import SettingsError, parse_settings
 from muster.sim.engine import simulate
-from muster.sim.scenario import Scenario, ScenarioError, load_scenario
+from muster.sim.scenario import Scenario, load_scenario
+from muster.sim.specs import ScenarioError
 
 UNSET = "unset"
 

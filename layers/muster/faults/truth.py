@@ -1,13 +1,13 @@
 """The system under test: the real `ControlPlane` against the simulator's cluster model.
 
-`Truth` is the simulator's `SimulatedCluster` (nodes, job controllers, scheduler,
-kubelets) plus what it does not model: Job objects with uids (deleted, re-created
-under the same name) and node conditions that flap without losing pods. It is
-also the control plane's `ClusterActions`: admitting unsuspends the current
-object under a key, evicting suspends it. Every change it makes is an agent
-event stamped with one cluster-wide revision (as resourceVersion is), and a
-relist re-sends every object with the revision of its last change, followed by
-a `Cluster Snapshot` of Jobs and of pods.
+`Truth` (in `muster.faults.cluster_truth`) is the simulator's `SimulatedCluster`
+(nodes, job controllers, scheduler, kubelets) plus what it does not model: Job
+objects with uids (deleted, re-created under the same name) and node conditions
+that flap without losing pods. It is also the control plane's `ClusterActions`:
+admitting unsuspends the current object under a key, evicting suspends it. Every
+change it makes is an agent event stamped with one cluster-wide revision (as
+resourceVersion is), and a relist re-sends every object with the revision of its
+last change, followed by a `Cluster Snapshot` of Jobs and of pods.
 
 `build_plane` is the one place a `ControlPlane` is made, from ports passed in, so
 that fault-injecting wrappers around the ports can be handed in instead.
@@ -16,22 +16,18 @@ that fault-injecting wrappers around the ports can be handed in instead.
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import (
-    Admit,
     DeadlineReached,
     Event,
-    Evict,
     Kind,
     NodeObserved,
     PodObserved,
-    Reason,
     RequeueDue,
     Settings,
     SnapshotPart,
@@ -40,7 +36,12 @@ from muster.core import (
     WorkloadObserved,
     parse_settings,
 )
-from muster.ports import ClusterActions, WorkloadGone
+from muster.faults.clock import VirtualClock
+from muster.faults.cluster_truth import Truth
+from muster.faults.histories import Action, History, generate
+from muster.faults.invariants import check_final, check_quota
+from muster.faults.perturb import NONE, Perturbation, Perturber
+from muster.ports import ClusterActions
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.ports import Bus, Messages, Metrics, Timers, WorkloadStore
 from muster.runtime.service import ControlPlane
@@ -56,11 +57,6 @@ from muster.schema import (
     snapshot_details,
     workload_detail,
 )
-from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
-
-from tests.faults.history import Action, History, generate
-from tests.faults.invariants import check_final, check_quota
-from tests.faults.perturb import NONE, Perturbation, Perturber
 
 SETTLE = 300.0  # after the horizon: no faults, everything delivered at once
 CLUSTER = "faults"
@@ -172,25 +168,10 @@ def build_plane(
 
 
 @dataclass
-class Loop:
-    """Simulated time and what is due when."""
-
-    now: float = 0.0
-    queue: list[tuple[float, int, str, Any]] = field(default_factory=list)
-    order: itertools.count = field(default_factory=itertools.count)
-
-    def at(self, when: float, kind: str, payload: Any) -> None:
-        heapq.heappush(self.queue, (when, next(self.order), kind, payload))
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
 class LoopTimers:
     """Step Functions timers: a started timer fires at its deadline unless stopped."""
 
-    loop: Loop
+    loop: VirtualClock
     running: set[tuple[str, int, str, int, str]] = field(default_factory=set)
 
     def start(self, workload: str, timer: Timer) -> None:
@@ -211,7 +192,7 @@ class LoopTimers:
 class LoopMessages:
     """The requeue queue: delayed requeues, and admission requests."""
 
-    loop: Loop
+    loop: VirtualClock
     pending: set[tuple[str, int]] = field(default_factory=set)
 
     def requeue(self, workload: str, count: int, delay: float) -> None:
@@ -220,227 +201,6 @@ class LoopMessages:
 
     def request_admission(self, reason: str, workload: str | None) -> None:
         self.loop.at(self.loop.now, "admission", workload)
-
-
-# --------------------------------------------------------------------------- the truth
-
-
-@dataclass
-class JobObject:
-    key: str
-    uid: str
-    sim: str  # the simulator's job name (one per object)
-    pods: int
-    gpus: int
-    seq: int = 0  # the revision of its last change (its creation: specs do not change here)
-    deleted: bool = False
-
-
-@dataclass
-class Truth:
-    """The cluster as it is; also the control plane's `ClusterActions`."""
-
-    history: History
-    loop: Loop
-    send: Callable[[Event | SnapshotPart], None]
-    capacity: bool = False  # node events report each node's GPUs (for `capacityCheck`)
-    sim: SimulatedCluster = field(init=False)
-    rev: int = 0
-    objects: dict[str, JobObject] = field(default_factory=dict)
-    by_sim: dict[str, JobObject] = field(default_factory=dict)
-    pods: dict[tuple[str, str], PodObserved] = field(default_factory=dict)
-    nodes: dict[str, NodeObserved] = field(default_factory=dict)
-    node_down: dict[str, int] = field(default_factory=dict)  # flapped node -> its NotReady rev
-    incarnations: int = 0
-    relists: int = 0
-    # Broken (never-ready) Jobs' placed pods crash loop, as the kubelet reports it.
-    crash_loops: bool = False
-
-    def __post_init__(self) -> None:
-        self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
-        for name in self.sim.node_names:
-            self.rev += 1
-            self.nodes[name] = self.node_event(name, True)
-
-    def node_event(self, name: str, ready: bool) -> NodeObserved:
-        gpus = self.history.gpus_per_node if self.capacity else None
-        return NodeObserved(name, ready, seq=self.rev, gpus=gpus)
-
-    # ------------------------------------------------------------------ what users do
-
-    def create(self, a: Action) -> None:
-        current = self.objects.get(a.job)
-        if current is not None and not current.deleted:
-            return  # `kubectl apply` of an existing Job: nothing new
-        self.incarnations += 1
-        obj = JobObject(
-            a.job,
-            f"{a.job}-o{self.incarnations}",
-            f"{a.job}~{self.incarnations}",
-            a.pods,
-            a.pods * a.gpus_per_pod,
-        )
-        self.sim.add_job(
-            JobSpec(obj.sim, a.pods, a.gpus_per_pod, a.startup, 1e12, never_ready=a.never_ready)
-        )
-        self.objects[a.job] = obj
-        self.by_sim[obj.sim] = obj
-        self.rev += 1
-        obj.seq = self.rev
-        self.send(self.workload_event(obj))
-
-    def delete(self, key: str) -> None:
-        obj = self.objects.get(key)
-        if obj is None or obj.deleted:
-            return
-        obj.deleted = True
-        self.rev += 1
-        self.send(WorkloadFinished(key, Reason.DELETED, self.rev, uid=obj.uid))
-        self.sim.suspend(obj.sim, self.loop.now)  # garbage collection of its pods
-        self.settle_sim()
-
-    def workload_event(self, obj: JobObject) -> WorkloadObserved:
-        return WorkloadObserved(
-            obj.key, "default", obj.pods, gpus=obj.gpus, kind=Kind.JOB, seq=obj.seq, uid=obj.uid
-        )
-
-    # ------------------------------------------------------------------ nodes
-
-    def node(self, name: str, *, ready: bool) -> None:
-        self.rev += 1
-        self.nodes[name] = self.node_event(name, ready)
-        self.send(self.nodes[name])
-
-    def flap(self, name: str, *, down: bool) -> None:
-        if down == (name in self.node_down):
-            return
-        self.node(name, ready=not down)
-        if down:
-            self.node_down[name] = self.rev
-        else:
-            del self.node_down[name]
-
-    def fail(self, name: str) -> None:
-        if not self.sim.node_up(name):
-            return
-        self.node(name, ready=False)
-        self.sim.fail_node(name, self.loop.now)
-        self.settle_sim()
-
-    def repair(self, name: str) -> None:
-        if self.sim.node_up(name):
-            return
-        self.sim.repair_node(name, self.loop.now)
-        self.node(name, ready=name not in self.node_down)
-        self.settle_sim()
-
-    # ------------------------------------------------------------------ the simulator
-
-    def settle_sim(self) -> None:
-        """Controllers create pods, the scheduler binds; every change becomes an event."""
-        self.sim.reconcile()
-        self.sim.bind_pending(self.loop.now)
-        self.drain()
-
-    def drain(self) -> None:
-        for item in self.sim.outbox:
-            if isinstance(item, Wakeup):
-                self.loop.at(item.at, "wake", item)
-            else:
-                self.pod_change(item)
-        self.sim.outbox.clear()
-
-    def pod_change(self, change: PodChange) -> None:
-        obj = self.by_sim[change.workload]
-        name = f"{obj.key.split('/')[1]}-{change.pod.rsplit('-', 1)[1]}"
-        self.rev += 1
-        broken = self.crash_loops and self.sim._jobs[change.workload].spec.never_ready
-        crashing = broken and change.node is not None and not change.deleted
-        event = PodObserved(
-            obj.key,
-            name,
-            self.rev,
-            uid=change.uid,
-            phase=change.phase,
-            ready=change.ready,
-            node=change.node,
-            deleted=change.deleted,
-            reason="CrashLoopBackOff" if crashing else None,
-            scheduled=True if change.node is not None else None,
-            waiting="CrashLoopBackOff" if crashing else None,
-            restarts=3 if crashing else 0,
-            exit_code=1 if crashing else None,
-        )
-        if change.deleted:
-            current = self.pods.get((obj.key, name))
-            if current is not None and current.uid == change.uid:
-                del self.pods[(obj.key, name)]
-        else:
-            self.pods[(obj.key, name)] = event
-        self.send(event)
-
-    def wake(self, w: Wakeup) -> None:
-        if w.what == "ready":
-            self.sim.pod_ready(w.job, str(w.ref), self.loop.now)
-        else:
-            self.sim.complete(w.job, int(w.ref), self.loop.now)
-        self.settle_sim()
-
-    # ------------------------------------------------------------------ the agent's relist
-
-    def relist(self) -> None:
-        """Everything as it is, each with the revision of its last change, then snapshots."""
-        self.relists += 1
-        for obj in self.objects.values():
-            if not obj.deleted:
-                self.send(self.workload_event(obj))
-        for event in self.pods.values():
-            self.send(event)
-        for event in self.nodes.values():
-            self.send(event)
-        live = {k: o.uid for k, o in self.objects.items() if not o.deleted}
-        listed: dict[str, dict[str, str]] = {}
-        for (key, name), event in self.pods.items():
-            listed.setdefault(key, {})[name] = event.uid
-        tag = f"{self.relists}"
-        self.send(SnapshotPart(f"jobs.{tag}", 1, 1, "Job", self.rev, live))
-        # Pods in two parts, so that a lost or late part keeps the listing incomplete.
-        keys = sorted(listed)
-        halves = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]
-        for number, half in enumerate(halves, start=1):
-            part = {k: listed[k] for k in half}
-            self.send(SnapshotPart(f"pods.{tag}", number, 2, "Pod", self.rev, {}, part))
-
-    # ------------------------------------------------------------------ ClusterActions
-
-    def _current(self, key: str, uid: str = "") -> JobObject:
-        """The object under `key`; as the Kubernetes adapter does, refuse another object."""
-        obj = self.objects.get(key)
-        if obj is None or obj.deleted or (uid and obj.uid != uid):
-            raise WorkloadGone(key)
-        return obj
-
-    def admit(self, effect: Admit) -> None:
-        obj = self._current(effect.workload, effect.uid)
-        self.sim.unsuspend(obj.sim)
-        self.settle_sim()
-
-    def evict(self, effect: Evict) -> None:
-        obj = self._current(effect.workload, effect.uid)
-        self.sim.suspend(obj.sim, self.loop.now)
-        self.settle_sim()
-
-    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
-        self._current(workload)
-
-    # ------------------------------------------------------------------ what the truth says
-
-    def ready(self, event: PodObserved) -> bool:
-        """The newest word wins: the pod's report, or its node's later NotReady."""
-        if not event.ready:
-            return False
-        down = self.node_down.get(event.node or "")
-        return down is None or event.seq > down
 
 
 # --------------------------------------------------------------------------- one run
@@ -480,7 +240,7 @@ def run_history(
     """
     history = history or generate(seed)
     rng = random.Random(seed * 7919 + 1)
-    loop = Loop()
+    loop = VirtualClock()
     perturber = Perturber(rng, perturbation or Perturbation())
     perturber.gaps = [(a.at, a.until) for a in history.actions if a.what == "gap"]
     outcome = Outcome(seed)

@@ -18,7 +18,7 @@ from muster.core import ACTIVE_PHASES, NOT_READY_PHASES, Phase, Settings, plan_a
 from muster.runtime.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from tests.faults.driver import Truth
+    from muster.faults.cluster_truth import Truth
 
 
 def check_quota(store: MemoryStore, settings: Settings) -> str | None:
