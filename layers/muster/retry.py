@@ -6,7 +6,8 @@ returns, fails with an error that retrying cannot mend, or runs out of tries.
 The EKS adapter, the agent's sender and watches, the control plane's conflict
 loop and the settings command all retry through these. AWS clients are built
 with botocore's retry mode set explicitly (`muster.botocore_config`): its retries
-where they are wanted, none under a loop of ours.
+where they are wanted, none under a loop of ours. `is_transient` tells a failure
+that waiting cures from one that needs a person.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from muster.ports import Transient
 
 T = TypeVar("T")
 
@@ -64,3 +67,38 @@ def retry(
             if backoff is not None:
                 sleep(backoff.next())
     raise ValueError(f"attempts must be at least 1, got {attempts}")
+
+
+_TRANSIENT_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "ThrottledException",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "LimitExceededException",
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that waiting cures (throttling, 5xx, an unreachable cluster): not counted
+    towards quarantine, only retried with backoff."""
+    if getattr(exc, "transient", False) or isinstance(
+        exc, Transient | ConnectionError | TimeoutError
+    ):
+        return True
+    if type(exc).__name__ in ("EndpointConnectionError", "ReadTimeoutError"):
+        return True  # botocore's, which the runtime does not import
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code", "")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return code in _TRANSIENT_CODES or int(status) >= 500
+    return False

@@ -9,9 +9,9 @@ from muster.core import Admit, Kind, Timer, TimerKind, Workload
 from muster.faults import Crash, FaultPlan, Throttled, wrap_ports
 from muster.faults.driver import run_harness
 from muster.ports import RecordingCluster
+from muster.retry import is_transient
 from muster.runtime.memory import MemoryBus, MemoryMessages, MemoryStore, MemoryTimers
 from muster.runtime.ports import Conflict
-from muster.runtime.service import is_transient
 
 ALL_FAULTS = {
     "crash": 0.02,

@@ -247,3 +247,18 @@ def test_the_cluster_keeps_the_same_capacity_view_as_one_built_afresh(steps) -> 
         kept = cluster.fitter()
         assert kept is not None
         assert (kept.names, kept.free) == (fresh.names, fresh.free)
+
+
+def test_with_every_reported_node_cordoned_a_gang_waits_in_the_simulator_as_in_the_lambdas() -> (
+    None
+):
+    # GIVEN one node that reported its capacity and is cordoned, and a gang queued
+    fleet = Fleet(FIT)
+    fleet.apply(node("n0", schedulable=False, unschedulable="cordoned"), 0)
+    fleet.apply(WorkloadObserved("t/a", "q", 1, gpus=8, seq=1, shape=((1, 8),)), 1)
+    # WHEN the in-memory control plane and the planner the Lambdas call plan for it
+    plan = plan_admission([queued("t/a", 1, 8)], [], FIT, 1, nodes=[cap("n0", schedulable=False)])
+    # THEN both hold it back for want of room, neither admits it on quota alone
+    assert plan.admit == ()
+    assert "t/a" in plan.skipped and plan.unchecked == ()
+    assert fleet.workloads["t/a"].phase is Phase.PENDING

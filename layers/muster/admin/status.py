@@ -10,8 +10,9 @@ from typing import Any, TextIO
 from muster.admin import deployment as found
 from muster.admin.render import format_status
 from muster.cli import EXIT_OK
-from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
+from muster.core import Phase, Settings
 from muster.core.admission import Usage
+from muster.runtime.planning import admission_inputs
 
 
 def command(args: argparse.Namespace, out: TextIO) -> int:
@@ -35,14 +36,8 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
 
 def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
     """What the core's admission planner would do now: who is admissible, who waits and why."""
-    active = [w for p in ACTIVE_PHASES for w in store.by_phase(p.value)]
-    nodes = None
-    if settings.capacity_check:
-        # Where the active gangs' pods are bound, for the capacity check.
-        nodes = store.nodes()
-        loaded = [store.load(w.key) for w in active]
-        active = [snap.workload if snap else w for w, snap in zip(active, loaded, strict=True)]
-    plan = plan_admission(store.pending(), active, settings, time.time(), nodes=nodes)
+    inputs = admission_inputs(store, settings)
+    plan = inputs.plan(settings, time.time())
     return {
         "admissible": list(plan.admit),
         "blockedBy": plan.blocked_by,
@@ -51,7 +46,7 @@ def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
         "unchecked": dict(plan.unchecked),
         # The admitted workload not yet PodsReady that blockAdmission waits for, whether
         # or not anyone is queued behind it (the planner names it only when someone is).
-        "notReady": Usage.of(active).blocker,
+        "notReady": Usage.of(inputs.active).blocker,
     }
 
 

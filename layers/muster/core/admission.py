@@ -13,13 +13,14 @@ one over quota, and what is admitted is reserved for the rest of the pass.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.decide import admissible, inadmissible
-from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Kind, Phase, Workload
+from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Workload
 from muster.core.settings import Settings, Timestamp
 
 
@@ -109,70 +110,24 @@ def plan_admission(
     now: float,
     *,
     usage: Usage | None = None,
-    ordered: bool = False,
     nodes: Iterable[NodeCapacity] | None = None,
 ) -> AdmissionPlan:
     """Pure: the same workloads, settings and time always give the same plan.
 
-    `queued` are the Pending workloads (others are ignored), `active` those that hold
-    quota (Admitted, Running, Recovering); shells keep both sets indexed so a pass
-    never scans finished workloads. A shell that keeps `usage` itself passes it
-    (and no `active`); one that keeps the queue sorted by `queue_order_key` says
-    `ordered`, and the pass does not sort again. With `capacityCheck`, `nodes` is
-    the capacity view and `active` must carry their pods (where they are bound).
+    The planner of a shell that reads the queue afresh for each pass (the
+    Lambdas, the sweeper, `muster status`): `queued` are the Pending workloads
+    (others are ignored), `active` those that hold quota (Admitted, Running,
+    Recovering). It indexes them in an `AdmissionQueue` and plans with it,
+    explaining every workload passed over. A shell that keeps `usage` itself
+    passes it (and no `active`). With `capacityCheck`, `nodes` is the capacity
+    view and `active` must carry their pods (where they are bound).
     """
     active = list(active)
     held = usage if usage is not None else Usage.of(active)
     fitter: Fitter | None = None
-    known = False
     if settings.capacity_check:
-        node_list = list(nodes or ())
-        known = bool(node_list)
-        fitter = Fitter.of(node_list, active)
-    used_cluster = held.cluster
-    used_queue = dict(held.queues)
-    blocker = held.blocker
-    if settings.block_admission and blocker is not None:
-        # Blocked before the first candidate: no need to order the queue to know it.
-        if any(admissible(w, now) for w in queued):
-            return AdmissionPlan((), blocker)
-        return AdmissionPlan()
-    admissible_now = (w for w in queued if admissible(w, now))
-    candidates = (
-        admissible_now
-        if ordered
-        else sorted(admissible_now, key=lambda w: queue_order_key(w, settings))
-    )
-    chosen: list[str] = []
-    skips: list[Skip | FitSkip] = []
-    refused: list[tuple[str, str]] = []
-    unchecked: list[tuple[str, str]] = []
-    for w in candidates:
-        if settings.block_admission and blocker is not None:
-            return AdmissionPlan(
-                tuple(chosen), blocker, tuple(skips), tuple(refused), tuple(unchecked)
-            )
-        refusal = inadmissible(w, settings)
-        if refusal is not None:
-            refused.append((w.key, refusal))
-            continue
-        skip = quota_skip(w, settings, used_cluster, used_queue)
-        if skip is not None:
-            skips.append(skip)
-            continue
-        if fitter is not None:
-            no_room, fallback = fit(fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run)
-            if fallback is not None:
-                unchecked.append((w.key, fallback))
-            if no_room is not None:
-                skips.append(no_room)
-                continue
-        chosen.append(w.key)
-        used_cluster += w.gpus
-        used_queue[w.queue] = used_queue.get(w.queue, 0) + w.gpus
-        if settings.block_admission:
-            blocker = w.key
-    return AdmissionPlan(tuple(chosen), None, tuple(skips), tuple(refused), tuple(unchecked))
+        fitter = Fitter.of(list(nodes or ()), active)
+    return AdmissionQueue.of(settings, queued).plan(now, held, fitter, explain=True)
 
 
 class AdmissionQueue:
@@ -208,6 +163,14 @@ class AdmissionQueue:
         self._waiting: list[tuple[float, int, str, Workload]] = []  # a heap by requeue_at
         self._pushed = 0
 
+    @classmethod
+    def of(cls, settings: Settings, queued: Iterable[Workload]) -> AdmissionQueue:
+        """A queue holding `queued` (those not admissible at any time are left out)."""
+        queue = cls(settings)
+        for w in queued:
+            queue.add(w)
+        return queue
+
     def __len__(self) -> int:
         return len(self._indexed) + len(self._refused) + len(self._backoff)
 
@@ -232,10 +195,8 @@ class AdmissionQueue:
     def add(self, w: Workload) -> None:
         """Queue (or queue again, after a change) a workload; one not Pending is dropped."""
         self.discard(w.key)
-        if w.phase is not Phase.PENDING:
-            return
-        if w.kind is Kind.POD_GROUP and w.live_pods < w.gang_size:
-            return
+        if not admissible(w, math.inf):
+            return  # not Pending, or a pod group waiting for its pods: not admissible ever
         if w.requeue_at is not None:
             self._backoff[w.key] = w.requeue_at
             self._pushed += 1
@@ -258,70 +219,46 @@ class AdmissionQueue:
         if not bucket:
             del self._buckets[where]
 
-    def plan(self, now: float, usage: Usage, fitter: Fitter | None = None) -> AdmissionPlan:
+    def plan(
+        self,
+        now: float,
+        usage: Usage,
+        fitter: Fitter | None = None,
+        *,
+        explain: bool = False,
+    ) -> AdmissionPlan:
         """The admission plan at `now` with `usage` held (see the class).
 
         With `capacityCheck`, `fitter` holds the nodes' free GPUs (an empty one: no
         node has reported capacity). A bucket whose head does not fit is dropped for
         the pass: its workloads have the same pod sizes, and free GPUs only shrink.
+        With `explain`, the pass looks at every queued workload instead, to say why
+        each one it passed over waits (`skips`, `refused`); it admits the same.
         """
         self._release_due(now)
-        settings = self._settings
-        blocker = usage.blocker
-        if settings.block_admission and blocker is not None:
+        if self._settings.block_admission and usage.blocker is not None:
             waiting = self._buckets or self._refused
-            return AdmissionPlan((), blocker) if waiting else AdmissionPlan()
-        free_cluster = (
-            settings.gpu_quota - usage.cluster if settings.gpu_quota is not None else None
-        )
-        free_queue: dict[str, int | None] = {}
-        for queue in {where[0] for where in self._buckets}:
-            quota = settings.for_queue(queue).gpu_quota
-            free_queue[queue] = quota - usage.queues.get(queue, 0) if quota is not None else None
-        heads: list[tuple[OrderKey, int, Bucket]] = []
-        for where, bucket in self._buckets.items():
-            if _fits(where, free_cluster, free_queue):
-                heads.append((bucket[0][0], 0, where))
-        heapq.heapify(heads)
-        chosen: list[str] = []
-        skips: list[Skip | FitSkip] = []
-        unchecked: list[tuple[str, str]] = []
-        known = fitter is not None and bool(fitter.names)
-        while heads:
-            order, i, where = heapq.heappop(heads)
-            if not _fits(where, free_cluster, free_queue):
-                continue  # it fitted when it was pushed; free GPUs only shrink in a pass
+            return AdmissionPlan((), usage.blocker) if waiting else AdmissionPlan()
+        walk = _Pass(self, usage, fitter, explain)
+        while walk.heads:
+            order, i, where = heapq.heappop(walk.heads)
+            if where is None:
+                walk.refused.append((order[2], self._refused_reason(order[2])))
+                continue
             bucket = self._buckets[where]
-            queue, gpus, _ = where
-            if fitter is not None and settings.capacity_check:
-                w = bucket[i][1]
-                no_room, fallback = fit(
-                    fitter, w, known, dry_run=settings.for_queue(w.queue).dry_run
-                )
-                if fallback is not None:
-                    unchecked.append((order[2], fallback))
-                if no_room is not None:
-                    skips.append(no_room)
-                    continue
-            chosen.append(order[2])
-            if free_cluster is not None:
-                free_cluster -= gpus
-            q_free = free_queue[queue]
-            if q_free is not None:
-                free_queue[queue] = q_free - gpus
-            if settings.block_admission:
-                later = any(b[-1][0] > order for b in self._buckets.values()) or any(
-                    other > order for other in self._refused.values()
-                )
-                return AdmissionPlan(
-                    tuple(chosen),
-                    order[2] if later else None,
-                    tuple(skips),
-                    unchecked=tuple(unchecked),
-                )
-            if i + 1 < len(bucket):
-                heapq.heappush(heads, (bucket[i + 1][0], i + 1, where))
-        return AdmissionPlan(tuple(chosen), None, tuple(skips), unchecked=tuple(unchecked))
+            if walk.fits(bucket[i][1], where):
+                if self._settings.block_admission:
+                    walk.push_next(where, i)
+                    return walk.result(blocked=walk.later_than(order))
+            elif not explain:
+                continue  # the bucket is done for this pass: nothing after it fits either
+            walk.push_next(where, i)
+        return walk.result()
+
+    def _refused_reason(self, key: str) -> str:
+        refusal = inadmissible(self._refused_workloads[key], self._settings)
+        assert refusal is not None
+        return refusal
 
     def _index(self, w: Workload) -> None:
         order = queue_order_key(w, self._settings)
@@ -344,10 +281,80 @@ class AdmissionQueue:
                 self._index(w)
 
 
-def _fits(where: Bucket, free_cluster: int | None, free_queue: dict[str, int | None]) -> bool:
-    """The same test as `quota_skip`, on a bucket's size and what is still free."""
-    gpus = where[1]
-    if free_cluster is not None and gpus > free_cluster:
-        return False
-    q_free = free_queue[where[0]]
-    return q_free is None or gpus <= q_free
+class _Pass:
+    """One walk of the queue in order: what is still free, and what was chosen or passed over.
+
+    Only buckets whose size fits the quotas are walked, unless the pass explains
+    itself: then every bucket is, and the workloads `queueAccess` refuses too, so
+    each is listed with its reason in queue order.
+    """
+
+    def __init__(
+        self, queue: AdmissionQueue, usage: Usage, fitter: Fitter | None, explain: bool
+    ) -> None:
+        settings = queue._settings
+        self.queue = queue
+        self.settings = settings
+        self.explain = explain
+        self.fitter = fitter if settings.capacity_check else None
+        self.known = fitter is not None and fitter.known
+        self.used_cluster = usage.cluster
+        self.used_queue = dict(usage.queues)
+        self.chosen: list[str] = []
+        self.skips: list[Skip | FitSkip] = []
+        self.refused: list[tuple[str, str]] = []
+        self.unchecked: list[tuple[str, str]] = []
+        self.heads: list[tuple[OrderKey, int, Bucket | None]] = [
+            (bucket[0][0], 0, where)
+            for where, bucket in queue._buckets.items()
+            if explain or self.quota_skip(bucket[0][1]) is None
+        ]
+        if explain:
+            self.heads += [(order, 0, None) for order in queue._refused.values()]
+        heapq.heapify(self.heads)
+
+    def quota_skip(self, w: Workload) -> Skip | None:
+        return quota_skip(w, self.settings, self.used_cluster, self.used_queue)
+
+    def fits(self, w: Workload, where: Bucket) -> bool:
+        """Choose `w` if it fits what is still free; else note why not (False)."""
+        skip = self.quota_skip(w)
+        if skip is not None:
+            if self.explain:
+                self.skips.append(skip)
+            return False
+        if self.fitter is not None:
+            no_room, fallback = fit(
+                self.fitter, w, self.known, dry_run=self.settings.for_queue(w.queue).dry_run
+            )
+            if fallback is not None:
+                self.unchecked.append((w.key, fallback))
+            if no_room is not None:
+                self.skips.append(no_room)
+                return False
+        self.chosen.append(w.key)
+        self.used_cluster += w.gpus
+        self.used_queue[w.queue] = self.used_queue.get(w.queue, 0) + w.gpus
+        return True
+
+    def push_next(self, where: Bucket, i: int) -> None:
+        bucket = self.queue._buckets[where]
+        if i + 1 < len(bucket):
+            heapq.heappush(self.heads, (bucket[i + 1][0], i + 1, where))
+
+    def later_than(self, order: OrderKey) -> str | None:
+        """Under `blockAdmission`: the workload just chosen holds the lock if anyone waits after it."""
+        queue = self.queue
+        later = any(b[-1][0] > order for b in queue._buckets.values()) or any(
+            other > order for other in queue._refused.values()
+        )
+        return order[2] if later else None
+
+    def result(self, blocked: str | None = None) -> AdmissionPlan:
+        return AdmissionPlan(
+            tuple(self.chosen),
+            blocked,
+            tuple(self.skips),
+            tuple(self.refused),
+            tuple(self.unchecked),
+        )

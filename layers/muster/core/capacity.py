@@ -214,6 +214,9 @@ class Fitter:
     # A pod of this many GPUs or more fits on no node any more in this pass (free GPUs
     # only shrink), so the many candidates a busy queue holds fail without a scan.
     no_room_from: float = float("inf")
+    # Has any node reported its capacity (schedulable or not)? Without a report the
+    # check cannot judge anyone, and gangs are admitted on quota alone.
+    known: bool = True
 
     @classmethod
     def of(cls, nodes: Iterable[NodeCapacity], active: Iterable[Workload] = ()) -> Fitter:
@@ -223,10 +226,13 @@ class Fitter:
         to a node uses its GPUs there; the gang's other pods are reserved in the
         order the gangs were admitted, wherever they fit.
         """
+        nodes = list(nodes)
         holdings = Holdings()
         for w in active:
             holdings.update(w)
-        return cls.within(schedulable_order(nodes), holdings)
+        fitter = cls.within(schedulable_order(nodes), holdings)
+        fitter.known = bool(nodes)
+        return fitter
 
     @classmethod
     def within(cls, ordered: list[NodeCapacity], holdings: Holdings) -> Fitter:
@@ -241,10 +247,12 @@ class Fitter:
         names: list[str],
         free: list[int],
         unplaced: Iterable[tuple[float, str, list[int]]],
+        *,
+        known: bool = True,
     ) -> Fitter:
         """The nodes' free GPUs after bound pods (`room`), less the pods of gangs admitted
         earlier and not placed yet, reserved in the order they were admitted."""
-        fitter = cls(names, list(free))
+        fitter = cls(names, list(free), known=known)
         for _, _, rest in sorted(unplaced):
             fitter.reserve(rest)
         return fitter

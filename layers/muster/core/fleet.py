@@ -176,7 +176,9 @@ class Fleet:
             self._names = [n.node for n in ordered]
             self._room = room(ordered, holdings.bound)
             self._room_at = {name: i for i, name in enumerate(self._names)}
-        return Fitter.reserving(self._names, self._room, holdings.unplaced.values())
+        return Fitter.reserving(
+            self._names, self._room, holdings.unplaced.values(), known=bool(self.nodes)
+        )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
         if self._decide(self.workloads.get(event.workload), event, now, result):

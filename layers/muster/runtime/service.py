@@ -21,20 +21,17 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from muster import contract
 from muster.core import (
-    ACTIVE_PHASES,
-    NOT_READY_PHASES,
-    AdmissionGranted,
     Admit,
+    Decision,
     Effect,
     Event,
     Evict,
-    Kind,
     LogEvent,
     NodeObserved,
     Outcome,
@@ -54,16 +51,14 @@ from muster.core import (
     decide,
     gang_may_have_moved,
     observe_stored_pod,
-    plan_admission,
 )
-from muster.core.capacity import NodeCapacity, more_room, observe_node
+from muster.core.capacity import more_room, observe_node
 from muster.core.reconcile import complete, gone
-from muster.ports import ClusterActions, Transient, WorkloadAnnouncer, WorkloadGone
-from muster.retry import Backoff, retry
+from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
+from muster.retry import Backoff, is_transient, retry
 from muster.runtime.ports import (
     Bus,
     Conflict,
-    Ledger,
     Messages,
     Metrics,
     PodWrite,
@@ -107,40 +102,6 @@ MAX_EFFECT_TRIES = 5
 """Failed tries at a workload's outbox before it is quarantined (transient failures not counted)."""
 
 ERROR_BYTES = 1024
-
-_TRANSIENT_CODES = frozenset(
-    {
-        "ThrottlingException",
-        "Throttling",
-        "ThrottledException",
-        "RequestThrottled",
-        "TooManyRequestsException",
-        "ProvisionedThroughputExceededException",
-        "RequestLimitExceeded",
-        "LimitExceededException",
-        "InternalServerError",
-        "InternalFailure",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-    }
-)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A failure that waiting cures (throttling, 5xx, an unreachable cluster): not counted
-    towards quarantine, only retried with backoff."""
-    if getattr(exc, "transient", False) or isinstance(
-        exc, Transient | ConnectionError | TimeoutError
-    ):
-        return True
-    if type(exc).__name__ in ("EndpointConnectionError", "ReadTimeoutError"):
-        return True  # botocore's, which the runtime does not import
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code", "")
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return code in _TRANSIENT_CODES or int(status) >= 500
-    return False
 
 
 @dataclass(slots=True)
@@ -249,31 +210,39 @@ class ControlPlane:
             if decision.outcome is Outcome.UNKNOWN_WORKLOAD and isinstance(event, PodObserved):
                 raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
             return decision.outcome
+        self._count_outcome(Outcome.APPLIED)
+        self._commit(snap, decision, settings, now)
+        return Outcome.APPLIED
+
+    def _commit(
+        self, snap: Snapshot | None, decision: Decision, settings: Settings, now: float
+    ) -> None:
+        """Write what the core decided (only what changed), then carry out its effects."""
+        before = snap.workload if snap else None
         after = decision.workload
         assert after is not None
-        self._count_outcome(Outcome.APPLIED)
         # A new object under the key: its pods are its own (the store keeps pods per
         # incarnation), and the old incarnation's pods expire. An eviction retires the
         # attempt's pods by the epoch instead of rewriting each.
-        reborn, evicted = decision.reborn, decision.withdrawn
+        reborn = decision.reborn
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
-        writes = [] if reborn else _pod_writes(snap, after, evicted)
+        writes = [] if reborn else _pod_writes(snap, after, decision.withdrawn)
         delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
         effects = decision.effects
-        if snap is None or writes or _state(before) != _state(after) or _needs_outbox(effects):
-            version = self.store.write_workload(
-                snap, after, epoch, effects, now, pods=writes, ready_delta=delta
-            )
-            ended = before is not None and before.phase is not Phase.FINISHED
-            if snap is not None and (reborn or (ended and after.phase is Phase.FINISHED)):
-                # Everything a finished incarnation owns expires with it.
-                self.store.expire_pods(key, list(snap.pod_revs), now)
-            self._carry_out(after, version, effects)
-            if writes or (before is not None and before.phase is not after.phase):
-                self._check_readiness(key, settings, now)
-        else:
+        changed = workload_state(before) != workload_state(after)
+        if not (snap is None or writes or changed or _needs_outbox(effects)):
             self._carry_out(after, None, effects)
-        return Outcome.APPLIED
+            return
+        version = self.store.write_workload(
+            snap, after, epoch, effects, now, pods=writes, ready_delta=delta
+        )
+        ended = before is not None and before.phase is not Phase.FINISHED
+        if snap is not None and (reborn or (ended and after.phase is Phase.FINISHED)):
+            # Everything a finished incarnation owns expires with it.
+            self.store.expire_pods(after.key, list(snap.pod_revs), now)
+        self._carry_out(after, version, effects)
+        if writes or (before is not None and before.phase is not after.phase):
+            self._check_readiness(after.key, settings, now)
 
     def _pod_event(self, event: PodObserved) -> Outcome | None:
         """A pod event without loading the gang: one pod written, the ready count moved.
@@ -404,146 +373,14 @@ class ControlPlane:
     # ------------------------------------------------------------------ admission
 
     def admission_pass(self, hints: Iterable[str] = ()) -> list[str]:
-        """Admit what may be admitted now, one workload per conditional transaction.
+        """Admit what may be admitted now (`muster.runtime.admission.AdmissionPass`).
 
-        Quota holders come from the phase index, with the ledger's recent
-        admissions, the not-ready ones and `hints` (workloads that just changed)
-        re-read consistently; candidates are the queue index plus `hints`, each
-        re-read consistently. A workload is admitted only as planned: on the
-        ledger's version (so two racing passes can never both admit, nor both take
-        the `blockAdmission` lock) and on the version it was planned on (a
-        workload that changed meanwhile is planned again).
-
-        A workload whose effects fail is set aside for this pass (and quarantined
-        after `max_effect_tries`); it never stops the others. `failed` names
-        those of this pass, so the caller can ask for another pass with a backoff.
+        `hints` are workloads that just changed; `failed` names those the pass
+        set aside, so the caller can ask for another pass with a backoff.
         """
-        admitted: list[str] = []
-        excluded: set[str] = set()
-        repaired: set[str] = set()
-        hinted = set(hints)
-        self.failed = {}
-        conflicts = 0
-        # The index is read once per pass: admissions since are in the ledger's recent
-        # entries, read consistently every round, and a workload the index still shows
-        # as holding quota it has freed only makes the pass more careful.
-        # So is the queue: a workload queued during the pass asks for a pass of its own.
-        indexed = {w.key: w for p in sorted(ACTIVE_PHASES) for w in self.store.by_phase(p)}
-        queued_keys = {w.key for w in self.store.pending()} | hinted
-        capacity: list[NodeCapacity] | None = None
-        placed: dict[str, Workload] = {}  # active gangs with their pods, read once per pass
-        while conflicts <= self.max_conflicts:
-            settings = self.settings()
-            now = self.clock()
-            ledger = self.store.ledger()
-            recheck = set(ledger.recent) | {
-                k for k, w in indexed.items() if w.phase in NOT_READY_PHASES
-            }
-            unsettled: set[str] = set()
-            quarantined: set[str] = set()
-            read = {
-                w.key: w
-                for w in self.store.get_workloads(
-                    sorted(recheck | queued_keys), unsettled, quarantined
-                )
-            }
-            if unsettled - repaired - quarantined - excluded:
-                # An earlier pass or event stopped halfway (e.g. its timer was not
-                # started): finish it before planning on its state.
-                for key in sorted(unsettled - repaired - quarantined - excluded):
-                    self._repair(key)
-                repaired |= unsettled
-                continue
-            current = {**indexed, **read}
-            active = [w for w in current.values() if w.phase in ACTIVE_PHASES]
-            held_back = excluded | unsettled | quarantined
-            queued = [
-                w
-                for k, w in read.items()
-                if k in queued_keys and w.phase is Phase.PENDING and k not in held_back
-            ]
-            queued = [self._with_pods(w) if w.kind is Kind.POD_GROUP else w for w in queued]
-            nodes = None
-            if settings.capacity_check:
-                # The check needs where the active gangs' pods are: one read per gang and
-                # one of the nodes, once per pass (a pod bound since then is still counted,
-                # as reserved for its gang).
-                if capacity is None:
-                    capacity = self.store.nodes()
-                nodes = capacity
-                active = [_placed(w, placed, self._with_pods) for w in active]
-            plan = plan_admission(queued, active, settings, now, nodes=nodes)
-            for key, why in plan.unchecked:
-                if key in plan.admit[:1]:
-                    log.info("admitted on quota alone", extra={"workload": key, "why": why})
-            if not plan.admit:
-                if plan.blocked_by or plan.skipped:
-                    log.info(
-                        "admission pass admitted nothing more",
-                        extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
-                    )
-                seen = _indexed_recent(ledger, indexed, read)
-                if seen:
-                    self.store.forget_recent(seen)
-                return admitted
-            key = plan.admit[0]
-            planned = next(w for w in queued if w.key == key)
-            try:
-                snap = self._settled(key)
-            except (EffectFailed, Quarantined) as exc:
-                self._set_aside(key, exc)
-                excluded.add(key)
-                continue
-            if snap is None:
-                excluded.add(key)
-                continue
-            if _state(snap.workload) != _state(planned):
-                # It changed after it was planned (e.g. it asks for more GPUs now):
-                # plan again on what is committed, never admit what was not planned.
-                conflicts += 1
-                continue
-            grant = AdmissionGranted(key, snap.workload.attempt + 1)
-            decision = decide(snap.workload, grant, settings, now, draw=self.draw())
-            if decision.outcome is not Outcome.APPLIED or decision.workload is None:
-                excluded.add(key)
-                continue
-            try:
-                version = self.store.admit(snap, decision.workload, decision.effects, ledger, now)
-            except Conflict:
-                self.stats.conflicts += 1
-                conflicts += 1
-                continue
-            admitted.append(key)
-            self.stats.admitted.append(key)
-            try:
-                self._carry_out(decision.workload, version, decision.effects)
-            except (EffectFailed, Quarantined) as exc:
-                self._set_aside(key, exc)
-                excluded.add(key)  # admitted; its effects are tried again by a later pass
-        raise TooManyConflicts("admission pass did not settle")
+        from muster.runtime.admission import AdmissionPass
 
-    def _repair(self, key: str) -> None:
-        try:
-            self._settled(key)
-        except (EffectFailed, Quarantined) as exc:
-            self._set_aside(key, exc)
-
-    def _set_aside(self, key: str, exc: EffectFailed | Quarantined) -> None:
-        """One workload's failure stays its own: the pass goes on without it."""
-        if isinstance(exc, EffectFailed):
-            self.failed[key] = exc.error
-        log.warning(
-            "workload set aside by the admission pass",
-            extra={
-                "workload": key,
-                "error": exc.error,
-                "quarantined": isinstance(exc, Quarantined),
-            },
-        )
-
-    def _with_pods(self, w: Workload) -> Workload:
-        snap = self.store.load(w.key)
-        return snap.workload if snap else w
+        return AdmissionPass(self, hints).run()
 
     def take_admission_request(self) -> tuple[bool, set[str]]:
         """(was a pass asked for, the workloads named) since the last call."""
@@ -693,37 +530,7 @@ class ControlPlane:
             )
 
 
-def _placed(
-    w: Workload, placed: dict[str, Workload], load: Callable[[Workload], Workload]
-) -> Workload:
-    """`w` with its pods, read once per pass and attempt."""
-    known = placed.get(w.key)
-    if known is None or known.attempt != w.attempt:
-        known = load(w)
-        placed[w.key] = known
-    return replace(w, pods=known.pods)
-
-
-def _indexed_recent(
-    ledger: Ledger, indexed: Mapping[str, Workload], read: Mapping[str, Workload]
-) -> dict[str, int]:
-    """Recent admissions the phase index shows now (or that left): the ledger can forget them."""
-    seen: dict[str, int] = {}
-    for key, attempt in ledger.recent.items():
-        shown = indexed.get(key)
-        fresh = read.get(key)
-        if (
-            (shown is not None and shown.attempt >= attempt)
-            or (
-                fresh is not None and (fresh.phase not in ACTIVE_PHASES or fresh.attempt != attempt)
-            )
-            or (fresh is None and key not in indexed)
-        ):
-            seen[key] = attempt
-    return seen
-
-
-def _state(w: Workload | None) -> Workload | None:
+def workload_state(w: Workload | None) -> Workload | None:
     """The workload without its pods: what the workload item stores."""
     return None if w is None else replace(w, pods={})
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from muster import contract
-from muster.core import ACTIVE_PHASES, Phase, Settings, plan_admission
+from muster.core import Phase, Settings
+from muster.runtime.planning import admission_inputs, quota_holders
 from muster.runtime.ports import Messages, Metrics, WorkloadStore
 
 log = logging.getLogger("muster.runtime")
@@ -79,8 +80,8 @@ def sweep(
         if w.key not in quarantined and w.requeue_at is not None and w.requeue_at + grace <= now:
             messages.requeue(w.key, w.requeue_count, 0.0)
             report.requeues.append(w.key)
-    active = [w for p in sorted(ACTIVE_PHASES) for w in store.by_phase(p.value)]
-    for w in active:
+    holders = quota_holders(store)
+    for w in holders:
         if w.key in quarantined or w.phase is Phase.RUNNING:
             continue
         for timer in (w.timer, w.fault_timer):
@@ -93,15 +94,11 @@ def sweep(
             if key not in quarantined:
                 messages.request_admission("sweeper: unfinished effects", key)
                 report.repairs.append(key)
-    queued = [w for w in store.pending() if w.key not in quarantined]
-    nodes = None
-    if settings.capacity_check:
-        # Admissible means fitting too: without it a gang waiting for room would ask
-        # for a pass at every sweep.
-        nodes = store.nodes()
-        loaded = [store.load(w.key) for w in active]
-        active = [snap.workload if snap else w for w, snap in zip(active, loaded, strict=True)]
-    plan = plan_admission(queued, active, settings, now, nodes=nodes)
+    # Admissible means fitting too (with `capacityCheck`): without it a gang waiting
+    # for room would ask for a pass at every sweep.
+    plan = admission_inputs(store, settings, leave_out=quarantined, holders=holders).plan(
+        settings, now
+    )
     if plan.admit and not report.repairs:
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True

@@ -1,0 +1,84 @@
+"""What the admission planner needs, read from the store: one way for every caller.
+
+The admission pass, the sweeper (is anyone admissible that no pass has seen?)
+and `muster status` (who may be admitted next, and why the others wait) all ask
+the core's planner the same question, so they hand it the same inputs: the
+queued workloads, the quota holders and, with `capacityCheck`, the nodes'
+capacity and where the holders' pods are bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+
+from muster.core import ACTIVE_PHASES, AdmissionPlan, Settings, Workload, plan_admission
+from muster.core.capacity import NodeCapacity
+from muster.runtime.ports import WorkloadStore
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionInputs:
+    """The queue, the quota holders and (with `capacityCheck`) the capacity view."""
+
+    queued: Sequence[Workload]
+    active: Sequence[Workload]
+    nodes: Sequence[NodeCapacity] | None = None
+
+    def plan(self, settings: Settings, now: float) -> AdmissionPlan:
+        """The core's plan on these inputs (explaining every workload passed over)."""
+        return plan_admission(self.queued, self.active, settings, now, nodes=self.nodes)
+
+
+@dataclass(slots=True)
+class HoldingsReader:
+    """Reads the nodes and each quota holder's pods at most once (per attempt) for a pass.
+
+    The capacity check needs where the active gangs' pods are: one read per gang
+    and one of the nodes. A pod bound after the read is still counted, as
+    reserved for its gang, so reading once per pass is safe.
+    """
+
+    store: WorkloadStore
+    _nodes: list[NodeCapacity] | None = None
+    _placed: dict[str, Workload] = field(default_factory=dict)
+
+    def inputs(
+        self, settings: Settings, queued: Sequence[Workload], active: Sequence[Workload]
+    ) -> AdmissionInputs:
+        if not settings.capacity_check:
+            return AdmissionInputs(queued, active)
+        if self._nodes is None:
+            self._nodes = self.store.nodes()
+        return AdmissionInputs(queued, [self._with_pods(w) for w in active], self._nodes)
+
+    def _with_pods(self, w: Workload) -> Workload:
+        """`w` as the index shows it, with its pods as its item holds them."""
+        known = self._placed.get(w.key)
+        if known is None or known.attempt != w.attempt:
+            snap = self.store.load(w.key)
+            known = snap.workload if snap else w
+            self._placed[w.key] = known
+        return replace(w, pods=known.pods)
+
+
+def quota_holders(store: WorkloadStore) -> list[Workload]:
+    """The workloads the phase index shows holding quota (Admitted, Recovering, Running)."""
+    return [w for p in sorted(ACTIVE_PHASES) for w in store.by_phase(p.value)]
+
+
+def admission_inputs(
+    store: WorkloadStore,
+    settings: Settings,
+    *,
+    leave_out: Collection[str] = (),
+    holders: Sequence[Workload] | None = None,
+) -> AdmissionInputs:
+    """The planner's inputs as the indexes show them now.
+
+    `leave_out`: keys not to plan for; `holders`: the quota holders, if the caller
+    has just read them (`quota_holders`).
+    """
+    active = quota_holders(store) if holders is None else holders
+    queued = [w for w in store.pending() if w.key not in leave_out]
+    return HoldingsReader(store).inputs(settings, queued, active)
