@@ -1,7 +1,8 @@
 """The control plane's service layer: state, the core, effects, through small ports."""
 
 from muster.runtime.ports import Conflict, Ledger, PodWrite, Snapshot
-from muster.runtime.service import ControlPlane, Stats, TooManyConflicts, WorkloadNotYetKnown
+from muster.runtime.results import Stats, TooManyConflicts, WorkloadNotYetKnown
+from muster.runtime.service import ControlPlane
 from muster.runtime.views import describe, status
 
 __all__ = [

@@ -16,14 +16,16 @@ trigger, and a lasting failure does not turn into a hot loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from muster.core import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
     AdmissionGranted,
     AdmissionPlan,
+    Effect,
     Kind,
     Outcome,
     Phase,
@@ -33,16 +35,46 @@ from muster.core import (
 )
 from muster.runtime.messages import AdmissionRequest
 from muster.runtime.planning import AdmissionInputs, HoldingsReader, quota_holders
-from muster.runtime.ports import Conflict, Ledger
-from muster.runtime.service import (
-    ControlPlane,
-    EffectFailed,
-    Quarantined,
-    TooManyConflicts,
+from muster.runtime.ports import (
+    Conflict,
+    Ledger,
+    Messages,
+    Snapshot,
+    WorkloadStore,
     workload_state,
 )
+from muster.runtime.results import EffectFailed, Quarantined, Stats, TooManyConflicts
 
 log = logging.getLogger("muster.runtime")
+
+
+class Plane(Protocol):
+    """What a pass needs of the control plane (`muster.runtime.service.ControlPlane`)."""
+
+    failed: dict[str, str]  # of the last pass: workload -> error
+
+    @property
+    def store(self) -> WorkloadStore: ...
+    @property
+    def messages(self) -> Messages: ...
+    @property
+    def settings(self) -> Callable[[], Settings]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def draw(self) -> Callable[[], float]: ...
+    @property
+    def max_conflicts(self) -> int: ...
+    @property
+    def stats(self) -> Stats: ...
+
+    def settled(self, key: str) -> Snapshot | None: ...
+
+    def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None: ...
+
+    def admission_pass(self, hints: Iterable[str] = ()) -> list[str]: ...
+
+    def take_admission_request(self) -> tuple[bool, set[str]]: ...
 
 
 @dataclass
@@ -60,7 +92,7 @@ class AdmissionRequests:
             self.hints.add(request.workload)
 
 
-def admit_after_batch(plane: ControlPlane, requests: AdmissionRequests) -> None:
+def admit_after_batch(plane: Plane, requests: AdmissionRequests) -> None:
     """One admission pass if the batch or its effects asked for one; a backoff retry if it fails."""
     wanted, named = plane.take_admission_request()
     if not (requests.requested or wanted):
@@ -98,7 +130,7 @@ class AdmissionPass:
     names those of this pass, so the caller can ask for another pass with a backoff.
     """
 
-    def __init__(self, plane: ControlPlane, hints: Iterable[str] = ()) -> None:
+    def __init__(self, plane: Plane, hints: Iterable[str] = ()) -> None:
         self.plane = plane
         self.store = plane.store
         self.admitted: list[str] = []
@@ -172,7 +204,7 @@ class AdmissionPass:
         """Admit `planned` if it is still as planned; else plan again (a conflict) or skip it."""
         plane, key = self.plane, planned.key
         try:
-            snap = plane._settled(key)
+            snap = plane.settled(key)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)
@@ -199,7 +231,7 @@ class AdmissionPass:
         self.admitted.append(key)
         plane.stats.admitted.append(key)
         try:
-            plane._carry_out(decision.workload, version, decision.effects)
+            plane.carry_out(decision.workload, version, decision.effects)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass
@@ -217,7 +249,7 @@ class AdmissionPass:
 
     def _repair(self, key: str) -> None:
         try:
-            self.plane._settled(key)
+            self.plane.settled(key)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
 

@@ -265,3 +265,8 @@ class Metrics(Protocol):
     def count(self, name: str, value: float = 1, **dimensions: str) -> None: ...
 
     def seconds(self, name: str, value: float, **dimensions: str) -> None: ...
+
+
+def workload_state(w: Workload | None) -> Workload | None:
+    """The workload without its pods: what the workload item stores."""
+    return None if w is None else replace(w, pods={})

@@ -56,6 +56,7 @@ from muster.core.capacity import more_room, observe_node
 from muster.core.reconcile import complete, gone
 from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.retry import Backoff, is_transient, retry
+from muster.runtime.admission import AdmissionPass
 from muster.runtime.ports import (
     Bus,
     Conflict,
@@ -66,52 +67,24 @@ from muster.runtime.ports import (
     Snapshot,
     Timers,
     WorkloadStore,
+    workload_state,
+)
+from muster.runtime.results import (
+    EffectFailed,
+    Quarantined,
+    Stats,
+    TooManyConflicts,
+    WorkloadNotYetKnown,
 )
 from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
 
 
-class WorkloadNotYetKnown(Exception):
-    """A pod event arrived before its workload's: worth a retry once the workload is known."""
-
-
-class TooManyConflicts(Exception):
-    """The workload kept changing under us; the message is retried later."""
-
-
-class EffectFailed(Exception):
-    """An effect of a committed decision failed; its outbox is tried again later."""
-
-    def __init__(self, workload: str, error: str) -> None:
-        super().__init__(f"{workload}: {error}")
-        self.workload = workload
-        self.error = error
-
-
-class Quarantined(Exception):
-    """The workload is quarantined: nothing is done for it until an administrator releases it."""
-
-    def __init__(self, workload: str, error: str) -> None:
-        super().__init__(f"{workload} is quarantined: {error}")
-        self.workload = workload
-        self.error = error
-
-
 MAX_EFFECT_TRIES = 5
 """Failed tries at a workload's outbox before it is quarantined (transient failures not counted)."""
 
 ERROR_BYTES = 1024
-
-
-@dataclass(slots=True)
-class Stats:
-    """Counters of one control plane (for logs and the benchmark)."""
-
-    events: int = 0
-    conflicts: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    admitted: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -200,7 +173,7 @@ class ControlPlane:
             if outcome is not None:
                 return outcome
         key = event.workload
-        snap = self._settled(key)
+        snap = self.settled(key)
         settings = self.settings()
         now = self.clock()
         before = snap.workload if snap else None
@@ -231,7 +204,7 @@ class ControlPlane:
         effects = decision.effects
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
-            self._carry_out(after, None, effects)
+            self.carry_out(after, None, effects)
             return
         version = self.store.write_workload(
             snap, after, epoch, effects, now, pods=writes, ready_delta=delta
@@ -240,7 +213,7 @@ class ControlPlane:
         if snap is not None and (reborn or (ended and after.phase is Phase.FINISHED)):
             # Everything a finished incarnation owns expires with it.
             self.store.expire_pods(after.key, list(snap.pod_revs), now)
-        self._carry_out(after, version, effects)
+        self.carry_out(after, version, effects)
         if writes or (before is not None and before.phase is not after.phase):
             self._check_readiness(after.key, settings, now)
 
@@ -289,7 +262,7 @@ class ControlPlane:
         if light is None:
             return
         if gang_may_have_moved(light.workload, light.ready_count, faults=faults):
-            snap = self._settled(key)
+            snap = self.settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
 
@@ -308,20 +281,20 @@ class ControlPlane:
                 )
             except Conflict:
                 self.stats.conflicts += 1
-                current = self._settled(current.workload.key)
+                current = self.settled(current.workload.key)
                 continue
             log.info(
                 "readiness re-derived after a pod write",
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
-            self._carry_out(decision.workload, version, decision.effects)
+            self.carry_out(decision.workload, version, decision.effects)
             # A pod written meanwhile does not move the workload's version: read the
             # count back after this write too, as every other writer does.
             self._check_readiness(current.workload.key, settings, now)
             return
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
 
-    def _settled(self, key: str) -> Snapshot | None:
+    def settled(self, key: str) -> Snapshot | None:
         """The workload with no effects left over from an interrupted decision.
 
         Raises `Quarantined` for a quarantined workload, and `EffectFailed` when
@@ -335,7 +308,7 @@ class ControlPlane:
                 "carrying out effects left by an interrupted decision",
                 extra={"workload": key, "effects": [type(e).__name__ for e in snap.outbox]},
             )
-            self._carry_out(snap.workload, snap.version, snap.outbox)
+            self.carry_out(snap.workload, snap.version, snap.outbox)
             snap = self.store.load(key)
         return snap
 
@@ -378,8 +351,6 @@ class ControlPlane:
         `hints` are workloads that just changed; `failed` names those the pass
         set aside, so the caller can ask for another pass with a backoff.
         """
-        from muster.runtime.admission import AdmissionPass
-
         return AdmissionPass(self, hints).run()
 
     def take_admission_request(self) -> tuple[bool, set[str]]:
@@ -391,7 +362,7 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ effects
 
-    def _carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
+    def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
         """The effects in order; a failure stops them, is counted on the outbox, and raises
         `EffectFailed` (or `Quarantined` at the last allowed try)."""
         gone = False
@@ -528,11 +499,6 @@ class ControlPlane:
                 f"event {outcome.value}",
                 extra={"workload": workload, "eventType": event, "note": note},
             )
-
-
-def workload_state(w: Workload | None) -> Workload | None:
-    """The workload without its pods: what the workload item stores."""
-    return None if w is None else replace(w, pods={})
 
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
