@@ -15,6 +15,7 @@ from muster.core.model import (
     NodeObserved,
     Outcome,
     Phase,
+    Pod,
     Publish,
     Reason,
     RunAdmission,
@@ -33,7 +34,8 @@ NODE_REPLACEMENT_HEALTH = frozenset(
 
 
 def observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:
-    on_node = [p for p in w.pods.values() if p.node == e.node and not p.retired and not p.deleted]
+    """A node's condition or health, for the gang's pods on it."""
+    on_node = _live_pods_on(w, e.node)
     if not on_node or w.phase not in ACTIVE_PHASES:
         return Decision(w, outcome=Outcome.IGNORED)
     if e.seq:
@@ -43,22 +45,36 @@ def observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) ->
             return Decision(w, outcome=Outcome.STALE, note=f"node {e.node}: older than its pods")
     if e.health in NODE_REPLACEMENT_HEALTH and qs.node_replacement_eviction:
         return _evict_for_node(w, e, qs, now)
-    pods = dict(w.pods)
     if not e.ready:
-        # The node's pods can no longer be Ready, whatever the kubelet last reported.
-        for p in on_node:
-            pods[p.name] = replace(
-                p,
-                node_down=True,
-                node_seq=e.seq,
-                reason="NodeNotReady",
-                message=f"node {e.node} is not Ready",
-            )
-        return readiness(w, replace(w, pods=pods), qs, now)
+        return readiness(w, _node_down(w, e, on_node), qs, now)
     down = [p for p in on_node if p.node_down]
     if not e.seq or not down:
         return Decision(w, outcome=Outcome.IGNORED)
-    # Ready again, and newer than the NotReady that overrode these pods' reports.
+    return readiness(w, _node_back(w, e, down), qs, now)
+
+
+def _live_pods_on(w: Workload, node: str) -> list[Pod]:
+    """The gang's pods on `node` that a node condition can still concern."""
+    return [p for p in w.pods.values() if p.node == node and not p.retired and not p.deleted]
+
+
+def _node_down(w: Workload, e: NodeObserved, on_node: list[Pod]) -> Workload:
+    """The node's pods can no longer be Ready, whatever the kubelet last reported."""
+    pods = dict(w.pods)
+    for p in on_node:
+        pods[p.name] = replace(
+            p,
+            node_down=True,
+            node_seq=e.seq,
+            reason="NodeNotReady",
+            message=f"node {e.node} is not Ready",
+        )
+    return replace(w, pods=pods)
+
+
+def _node_back(w: Workload, e: NodeObserved, down: list[Pod]) -> Workload:
+    """Ready again, and newer than the NotReady that overrode these pods' reports."""
+    pods = dict(w.pods)
     for p in down:
         pods[p.name] = replace(
             p,
@@ -67,7 +83,7 @@ def observe_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) ->
             reason=None if p.ready else p.reason,
             message=None if p.ready else p.message,
         )
-    return readiness(w, replace(w, pods=pods), qs, now)
+    return replace(w, pods=pods)
 
 
 def _evict_for_node(w: Workload, e: NodeObserved, qs: QueueSettings, now: float) -> Decision:

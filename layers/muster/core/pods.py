@@ -60,48 +60,72 @@ def pod_update(
     `born` is the revision the workload object was first seen at: a pod event
     older than that is of an earlier object under the same name.
     """
+    refused = _older_than_the_workload(known, e, born, listed)
+    if refused is None and known is not None:
+        refused = _not_newer(known, e)
+    if refused is not None:
+        outcome, note = refused
+        return outcome, known, note
+    if e.deleted:
+        return Outcome.APPLIED, _tombstone(known, e), ""
+    return Outcome.APPLIED, _reported(known, e), ""
+
+
+def _older_than_the_workload(
+    known: Pod | None, e: PodObserved, born: int, listed: tuple[int, Mapping[str, str]]
+) -> tuple[Outcome, str] | None:
+    """Why a pod event predates what the workload knows: its object, or a listing."""
     if born and e.seq < born and not e.deleted:
-        return Outcome.STALE, known, f"pod {e.pod} of an earlier object of this name"
+        return Outcome.STALE, f"pod {e.pod} of an earlier object of this name"
     listed_seq, listed_pods = listed
     news = known is None or known.deleted or (e.uid and known.uid and e.uid != known.uid)
     if news and not e.deleted and e.seq < listed_seq and listed_pods.get(e.pod) != e.uid:
         # Older than a complete listing that did not hold it: it was gone by then.
-        return Outcome.STALE, known, f"pod {e.pod} was not in the listing at {listed_seq}"
-    if known is not None:
-        same_incarnation = not e.uid or not known.uid or e.uid == known.uid
-        if same_incarnation and e.seq <= known.seq:
-            outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
-            return outcome, known, ""
-        if same_incarnation and known.deleted:
-            return Outcome.STALE, known, f"pod {e.pod} was deleted"
-        if not same_incarnation and e.seq <= known.seq:
-            # `seq` is the cluster-wide revision: the newer object of this name wins.
-            return Outcome.STALE, known, f"an earlier pod named {e.pod}"
-        if same_incarnation and known.retired and not e.deleted:
-            # The pod belongs to an evicted attempt; only its deletion matters now.
-            return Outcome.IGNORED, known, f"pod {e.pod} of an evicted attempt"
-    if e.deleted:
-        # A tombstone: late and redelivered events of this pod are recognised as stale.
-        # It keeps the pod's last revision while it lived: a pod of the same name can
-        # only be created after this one was deleted, so its events are all newer than
-        # that, and an earlier object's all older (a deletion found by a listing
-        # carries the listing's revision, which may be later than the new pod's).
-        return (
-            Outcome.APPLIED,
-            Pod(
-                name=e.pod,
-                seq=known.seq if known is not None and not known.deleted else e.seq,
-                uid=e.uid or (known.uid if known else ""),
-                phase=e.phase,
-                deleted=True,
-            ),
-            "",
-        )
+        return Outcome.STALE, f"pod {e.pod} was not in the listing at {listed_seq}"
+    return None
+
+
+def _not_newer(known: Pod, e: PodObserved) -> tuple[Outcome, str] | None:
+    """Why a pod event does not supersede the pod's record, or None if it does."""
+    same_incarnation = not e.uid or not known.uid or e.uid == known.uid
+    if same_incarnation and e.seq <= known.seq:
+        outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
+        return outcome, ""
+    if same_incarnation and known.deleted:
+        return Outcome.STALE, f"pod {e.pod} was deleted"
+    if not same_incarnation and e.seq <= known.seq:
+        # `seq` is the cluster-wide revision: the newer object of this name wins.
+        return Outcome.STALE, f"an earlier pod named {e.pod}"
+    if same_incarnation and known.retired and not e.deleted:
+        # The pod belongs to an evicted attempt; only its deletion matters now.
+        return Outcome.IGNORED, f"pod {e.pod} of an evicted attempt"
+    return None
+
+
+def _tombstone(known: Pod | None, e: PodObserved) -> Pod:
+    """A deleted pod's record: late and redelivered events of it are recognised as stale.
+
+    It keeps the pod's last revision while it lived: a pod of the same name can
+    only be created after this one was deleted, so its events are all newer than
+    that, and an earlier object's all older (a deletion found by a listing
+    carries the listing's revision, which may be later than the new pod's).
+    """
+    return Pod(
+        name=e.pod,
+        seq=known.seq if known is not None and not known.deleted else e.seq,
+        uid=e.uid or (known.uid if known else ""),
+        phase=e.phase,
+        deleted=True,
+    )
+
+
+def _reported(known: Pod | None, e: PodObserved) -> Pod:
+    """A live pod's record as the event reports it."""
     # A report older than the NotReady of the node it names does not override that.
     node_down = (
         known is not None and known.node_down and known.node_seq > e.seq and known.node == e.node
     )
-    pod = Pod(
+    return Pod(
         name=e.pod,
         seq=e.seq,
         uid=e.uid,
@@ -118,7 +142,6 @@ def pod_update(
         terminated=e.terminated,
         exit_code=e.exit_code,
     )
-    return Outcome.APPLIED, pod, ""
 
 
 def observe_stored_pod(

@@ -55,6 +55,8 @@ def admissible(w: Workload, now: float) -> bool:
 
 
 def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
+    """The workload object as the cluster reports it: new, changed, or a new object
+    under a known name."""
     if e.gang_size < 1:
         return Decision(w, outcome=Outcome.IGNORED, note=f"gang size {e.gang_size} is below 1")
     if w is not None and e.uid and w.uid and e.uid != w.uid:
@@ -66,32 +68,46 @@ def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
+    updated = _refresh_admissibility(_changed(w, e), settings)
+    effects: tuple[Effect, ...] = ()
+    if _admission_may_differ(w, updated):
+        effects = (RunAdmission("workload changed"),)
+    return Decision(updated, effects)
+
+
+def _changed(w: Workload, e: WorkloadObserved) -> Workload:
+    """`w` with the newer spec of `e`: at once, or at the next eviction if it holds pods."""
     updated = replace(w, spec_seq=e.seq, uid=w.uid or e.uid, **priority_of(e))
     spec = spec_of(e)
     if w.phase in ACTIVE_PHASES:
         # What it asks for, and whose quota pays for it, only change while it holds
         # nothing on the cluster: the change waits for the next eviction.
-        updated = replace(updated, next_spec=None if spec == spec_of(w) else spec)
-    else:
-        updated = with_spec(updated, spec)
-    effects: tuple[Effect, ...] = ()
-    if updated.phase is Phase.PENDING:
-        # Whether it may be admitted can change with its class or queue: say so.
-        refusal = inadmissible(updated, settings)
-        if refusal is not None:
-            updated = replace(updated, reason=INADMISSIBLE, message=refusal)
-        elif updated.reason == INADMISSIBLE:
-            updated = replace(updated, reason=None, message=None)
-    if updated.phase is Phase.PENDING and (
-        updated.priority != w.priority
-        or updated.queue != w.queue
-        or updated.gpus != w.gpus
-        or updated.shape != w.shape
-        or updated.placement != w.placement
-        or updated.reason != w.reason
-    ):
-        effects = (RunAdmission("workload changed"),)
-    return Decision(updated, effects)
+        return replace(updated, next_spec=None if spec == spec_of(w) else spec)
+    return with_spec(updated, spec)
+
+
+def _refresh_admissibility(w: Workload, settings: Settings) -> Workload:
+    """Whether it may be admitted can change with its class or queue: say so."""
+    if w.phase is not Phase.PENDING:
+        return w
+    refusal = inadmissible(w, settings)
+    if refusal is not None:
+        return replace(w, reason=INADMISSIBLE, message=refusal)
+    if w.reason == INADMISSIBLE:
+        return replace(w, reason=None, message=None)
+    return w
+
+
+def _admission_may_differ(before: Workload, after: Workload) -> bool:
+    """Whether a pending workload's change may change what the admission pass chooses."""
+    return after.phase is Phase.PENDING and (
+        after.priority != before.priority
+        or after.queue != before.queue
+        or after.gpus != before.gpus
+        or after.shape != before.shape
+        or after.placement != before.placement
+        or after.reason != before.reason
+    )
 
 
 def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settings) -> Decision:
