@@ -13,6 +13,10 @@ It sends each event to the rules of its concern, from the top down:
     eviction      deadlines, evictions, requeues with backoff, deactivation
     gang          whole or not: the attempt's timers start, stop, move
     spec          what an admission is made of
+
+Reasons and other `StrEnum` members become plain strings with `str(...)` in the
+records, which is what `.value` gives, without `.value`'s Python-level property
+(this runs per event).
 """
 
 from __future__ import annotations

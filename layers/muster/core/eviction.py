@@ -235,6 +235,7 @@ def withdrawn(
 
 
 def requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
+    """A requeued workload's backoff ran out: it is pending again."""
     if w.phase is not Phase.REQUEUED or e.count != w.requeue_count:
         return Decision(w, outcome=Outcome.STALE, note="not waiting for this requeue")
     assert w.requeue_at is not None

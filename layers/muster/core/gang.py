@@ -1,7 +1,9 @@
 """The gang's readiness: whole, no longer whole, or failing on its own.
 
-Every event that changes a gang's pods ends here, which starts, stops and
-replaces the attempt's timers (startup, recovery, `workloadFaults.evictAfter`).
+Every event that changes a gang's pods ends here: a gang that became whole runs
+(its deadline stops), one that stopped being whole waits for recovery (a recovery
+deadline starts), and one whose not-ready pods all fail on their own is watched
+by `workloadFaults.evictAfter`.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) 
 
 
 def became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
+    """The gang is whole: Running, its deadline stopped (`effects` are added to)."""
     recovered = w.phase is Phase.RECOVERING
     if w.timer is not None:
         effects.append(StopTimer(w.key, w.timer))

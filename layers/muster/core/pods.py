@@ -31,6 +31,7 @@ from muster.core.settings import QueueSettings, Settings
 def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
+    """A pod event for a workload that holds its pods: the pod, then the gang."""
     outcome, pod, note = pod_update(
         w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
     )

@@ -44,6 +44,7 @@ def _placement_spec(shape: tuple[tuple[int, int], ...], placement: str) -> dict[
 
 
 def with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
+    """`w` asking for `spec` (a `spec_of` mapping), no change waiting any more."""
     return replace(
         w,
         queue=spec["queue"],

@@ -164,6 +164,7 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
 
 
 def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
+    """The workload object is gone or done: its timers stop and what it held is free."""
     if e.uid and w.uid and e.uid != w.uid:
         if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
@@ -200,6 +201,7 @@ def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
 
 
 def reactivate(w: Workload, now: float) -> Decision:
+    """A deactivated workload queued again with its requeuing counts reset."""
     if w.phase is not Phase.DEACTIVATED:
         return Decision(w, outcome=Outcome.IGNORED, note=f"{w.key} is {w.phase}, not Deactivated")
     revived = replace(
@@ -221,6 +223,7 @@ def reactivate(w: Workload, now: float) -> Decision:
 
 
 def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> Decision:
+    """The admission pass chose `w`: release its pods and start the startup deadline."""
     if e.attempt <= w.attempt:
         outcome = Outcome.DUPLICATE if w.phase in ACTIVE_PHASES else Outcome.STALE
         return Decision(w, outcome=outcome)
