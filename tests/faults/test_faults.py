@@ -110,14 +110,15 @@ def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.Monke
     # recreates it)
     import importlib
 
-    # (the runtime's pod path reaches them through the core's `observe_stored_pod`)
-    decide_module = importlib.import_module("muster.core.decide")
-    original = decide_module.pod_update
+    # (the runtime's pod path reaches them through the core's `observe_stored_pod`,
+    # and `decide` through `observe_pod`: both look `pod_update` up in `muster.core.pods`)
+    pods_module = importlib.import_module("muster.core.pods")
+    original = pods_module.pod_update
 
     def forgetful(known, event, born=0, listed=None):  # type: ignore[no-untyped-def]
         return original(None if known is not None and known.deleted else known, event, born=born)
 
-    monkeypatch.setattr(decide_module, "pod_update", forgetful)
+    monkeypatch.setattr(pods_module, "pod_update", forgetful)
     # WHEN late redeliveries are frequent
     heavy = Perturbation(redelivery=0.3)
     outcomes = [run_history(seed, perturbation=heavy) for seed in range(60)]
@@ -130,13 +131,14 @@ def test_the_harness_notices_node_conditions_out_of_order(monkeypatch: pytest.Mo
     import importlib
     from dataclasses import replace
 
+    # (`decide` looks `observe_node` up in its own module)
     decide_module = importlib.import_module("muster.core.decide")
-    original = decide_module._observe_node
+    original = decide_module.observe_node
 
     def unordered(w, e, qs, now):  # type: ignore[no-untyped-def]
         return original(w, replace(e, seq=0), qs, now)
 
-    monkeypatch.setattr(decide_module, "_observe_node", unordered)
+    monkeypatch.setattr(decide_module, "observe_node", unordered)
     # WHEN node flaps are duplicated and redelivered late
     heavy = Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
     outcomes = [run_history(seed, perturbation=heavy) for seed in range(0, 90, 3)]

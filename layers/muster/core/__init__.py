@@ -5,18 +5,11 @@
 """
 
 from muster.core.admission import AdmissionPlan, Skip, Usage, plan_admission, queue_order_key
-from muster.core.decide import (
-    NODE_REPLACEMENT_HEALTH,
-    admissible,
-    backoff_delay,
-    decide,
-    gang_may_have_moved,
-    observe_stored_pod,
-    pod_update,
-    reassess,
-)
+from muster.core.decide import decide
 from muster.core.durations import DurationError, format_duration, parse_duration
+from muster.core.eviction import backoff_delay
 from muster.core.fleet import Fleet, StepResult
+from muster.core.gang import reassess
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -51,6 +44,8 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.nodes import NODE_REPLACEMENT_HEALTH
+from muster.core.pods import gang_may_have_moved, observe_stored_pod, pod_update
 from muster.core.reconcile import POD_SCOPE, SCOPES, WORKLOAD_SCOPES, SnapshotPart
 from muster.core.settings import (
     DEFAULT_SETTINGS,
@@ -62,6 +57,7 @@ from muster.core.settings import (
     merge_settings,
     parse_settings,
 )
+from muster.core.workloads import admissible
 
 __all__ = [
     "ACTIVE_PHASES",

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
-from muster.core.decide import admissible, inadmissible
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Workload
 from muster.core.settings import Settings, Timestamp
+from muster.core.workloads import admissible, inadmissible
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,273 @@
+"""Deadlines, evictions, requeues with backoff, deactivation.
+
+A gang that is not whole by its deadline (or whose pods all fail on their own
+for `workloadFaults.evictAfter`) is evicted and requeued after a backoff, or
+deactivated once it reaches its requeuing limit, as Kueue's `waitForPodsReady`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from muster.core.copying import replace
+from muster.core.diagnosis import (
+    Diagnosis,
+    PodDiagnosis,
+    classify,
+    diagnose,
+)
+from muster.core.model import (
+    NOT_READY_PHASES,
+    DeadlineReached,
+    Decision,
+    Effect,
+    Evict,
+    LogEvent,
+    Outcome,
+    Phase,
+    Pod,
+    Publish,
+    Reason,
+    Requeue,
+    RequeueDue,
+    RunAdmission,
+    StopTimer,
+    TimerKind,
+    Workload,
+)
+from muster.core.settings import QueueSettings, Timestamp
+from muster.core.spec import with_spec
+
+
+def backoff_delay(count: int, qs: QueueSettings, draw: float = 0.0) -> float:
+    """Delay of requeue `count` (from 1): min(base * 2^(count-1), max) * (1 + jitter * draw).
+
+    The jitter is applied after the cap so that workloads at the cap still spread.
+    """
+    exponent = max(count - 1, 0)
+    delay = min(qs.backoff_base_seconds * (2.0 ** min(exponent, 64)), qs.backoff_max_seconds)
+    return delay * (1.0 + qs.backoff_jitter * draw)
+
+
+def readiness_deadline(
+    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+) -> Decision:
+    timer = w.timer
+    if timer is None or (timer.attempt, timer.kind, timer.episode) != (
+        e.attempt,
+        e.kind,
+        e.episode,
+    ):
+        return Decision(w, outcome=Outcome.STALE, note="timer no longer armed")
+    if e.incarnation and e.incarnation != timer.incarnation:
+        return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
+    cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
+    return _evict_not_ready(w, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+
+
+def fault_deadline(
+    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+) -> Decision:
+    """`workloadFaults.evictAfter` ran out: evict early if every not-ready pod still fails
+    on its own (the timer's stop may not have arrived; correctness never depends on it)."""
+    timer = w.fault_timer
+    if timer is None or (timer.attempt, timer.episode) != (e.attempt, e.episode):
+        return Decision(w, outcome=Outcome.STALE, note="fault timer no longer armed")
+    if e.incarnation and e.incarnation != timer.incarnation:
+        return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
+    found = diagnose(w)
+    if w.phase not in NOT_READY_PHASES or qs.fault_evict_after is None or not found.workload_fault:
+        return Decision(
+            replace(w, fault_timer=None),
+            outcome=Outcome.IGNORED,
+            note="the gang's pods no longer all fail on their own",
+        )
+    cause = Reason.WAIT_FOR_START if w.phase is Phase.ADMITTED else Reason.WAIT_FOR_RECOVERY
+    return _evict_not_ready(w, qs, now, draw, Reason.WORKLOAD_FAULT, cause, found)
+
+
+def _evict_not_ready(
+    w: Workload,
+    qs: QueueSettings,
+    now: float,
+    draw: float,
+    reason: Reason,
+    cause: Reason,
+    found: Diagnosis,
+) -> Decision:
+    """Evict a gang that is not whole: requeue it with backoff, or deactivate it.
+
+    `reason` is `PodsReadyTimeout` (a readiness deadline) or `WorkloadFault` (early,
+    `workloadFaults.evictAfter`); both count the same towards the requeuing limits.
+    Every such eviction records the diagnosis of the gang's not-ready pods; one in
+    which they all failed on their own extends a streak, any other ends it, and
+    the streak beyond `workloadFaults.limitCount` deactivates (`WorkloadFaults`).
+    """
+    not_ready = w.not_ready_pods()
+    classes = {d.pod: d for d in found.pods}
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "reason": str(reason),
+        "cause": str(cause),
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+        "notReady": [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]],
+        "diagnosis": found.to_dict(),
+    }
+    streak = w.fault_evictions + 1 if found.workload_fault else 0
+    fault_limited = qs.fault_limit_count is not None and streak > qs.fault_limit_count
+    limited = fault_limited or _limit_reached(w, qs, now)
+    limit_reason = Reason.WORKLOAD_FAULTS if fault_limited else Reason.REQUEUING_LIMIT_EXCEEDED
+    if fault_limited:
+        detail["diagnosis"]["summary"] = (
+            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
+            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
+        )
+    count = w.requeue_count + 1
+    delay = backoff_delay(count, qs, draw)
+    fired = (
+        replace(w, fault_timer=None) if reason is Reason.WORKLOAD_FAULT else replace(w, timer=None)
+    )
+    if qs.dry_run:
+        detail.update({"dryRun": True, "wouldDeactivate": limited})
+        if limited:
+            detail["wouldDeactivateReason"] = str(limit_reason)
+        else:
+            detail["wouldRequeueAfterSeconds"] = delay
+        return Decision(
+            replace(fired, dry_run_evicted=True),
+            (Publish(LogEvent.EVICTED, w.key, detail),),
+        )
+    effects: list[Effect] = []
+    # The other deadline of this attempt is moot now.
+    if reason is Reason.WORKLOAD_FAULT and w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    if reason is not Reason.WORKLOAD_FAULT and w.fault_timer is not None:
+        effects.append(StopTimer(w.key, w.fault_timer))
+    if limited:
+        # Kueue does not record another PodsReadyTimeout here: it evicts the workload
+        # as deactivated (`DeactivatedDueToRequeuingLimitExceeded`), and the count
+        # does not grow. The timeout that led to it is kept as `timedOut`.
+        detail.update(reason=str(Reason.DEACTIVATED), cause=str(limit_reason), timedOut=str(cause))
+        if reason is Reason.WORKLOAD_FAULT:
+            detail["evictedEarly"] = str(reason)
+        evict_reason, evict_cause = Reason.DEACTIVATED, limit_reason
+    else:
+        evict_reason, evict_cause = reason, cause
+    effects.append(Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid))
+    evicted = replace(
+        withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause), fault_evictions=streak
+    )
+    effects.append(Publish(LogEvent.EVICTED, w.key, detail))
+    if limited:
+        deactivated = replace(
+            evicted,
+            phase=Phase.DEACTIVATED,
+            reason=str(limit_reason),
+            message=str(cause),
+            requeue_count=0,
+            requeue_at=None,
+            first_evicted_at=None,
+        )
+        gone: dict[str, Any] = {"reason": str(limit_reason), "count": w.requeue_count}
+        if fault_limited:
+            gone["faultEvictions"] = streak
+            gone["summary"] = detail["diagnosis"]["summary"]
+        effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
+        effects.append(RunAdmission("evicted"))
+        return Decision(deactivated, tuple(effects), withdrawn=had_live_pods(w))
+    requeued = replace(
+        evicted,
+        phase=Phase.REQUEUED,
+        requeue_count=count,
+        requeue_at=now + delay,
+        first_evicted_at=w.first_evicted_at if w.first_evicted_at is not None else now,
+    )
+    effects.append(Requeue(w.key, count, delay, now + delay))
+    effects.append(
+        Publish(
+            LogEvent.REQUEUED,
+            w.key,
+            {"count": count, "requeueAt": now + delay, "delaySeconds": delay},
+        )
+    )
+    effects.append(RunAdmission("evicted"))
+    return Decision(requeued, tuple(effects), withdrawn=had_live_pods(w))
+
+
+def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:
+    """Kueue's rule: deactivate when count + 1 > backoffLimitCount; or the time limit."""
+    if qs.backoff_limit_count is not None and w.requeue_count + 1 > qs.backoff_limit_count:
+        return True
+    return (
+        qs.backoff_limit_timeout is not None
+        and w.first_evicted_at is not None
+        and now - w.first_evicted_at >= qs.backoff_limit_timeout
+    )
+
+
+def had_live_pods(w: Workload) -> bool:
+    """Whether an eviction of `w` retires pods (the `Decision.withdrawn` of it)."""
+    return any(not p.retired for p in w.pods.values())
+
+
+def withdrawn(
+    w: Workload, now: float, qs: QueueSettings, *, reason: Reason, cause: Reason | None
+) -> Workload:
+    """The common part of every eviction: pods retired, timer gone, stats counted."""
+    label = f"{reason}/{cause}" if cause else str(reason)
+    evictions = dict(w.evictions)
+    evictions[label] = evictions.get(label, 0) + 1
+    pods = {name: replace(p, retired=True, ready=False) for name, p in w.pods.items()}
+    queued_at = now if qs.timestamp is Timestamp.EVICTION else w.created_at
+    if w.next_spec is not None:
+        w = with_spec(w, w.next_spec)  # holding nothing now: a spec change takes effect
+    return replace(
+        w,
+        timer=None,
+        fault_timer=None,
+        pods=pods,
+        evictions=evictions,
+        queued_at=queued_at,
+        reason=str(reason),
+        message=str(cause) if cause else None,
+    )
+
+
+def requeue_due(w: Workload, e: RequeueDue, now: float) -> Decision:
+    """A requeued workload's backoff ran out: it is pending again."""
+    if w.phase is not Phase.REQUEUED or e.count != w.requeue_count:
+        return Decision(w, outcome=Outcome.STALE, note="not waiting for this requeue")
+    assert w.requeue_at is not None
+    if w.requeue_at > now:
+        # Early: SQS caps a delay at 15 minutes, so long backoffs arrive in legs.
+        remaining = w.requeue_at - now
+        return Decision(w, (Requeue(w.key, w.requeue_count, remaining, w.requeue_at),))
+    pending = replace(w, phase=Phase.PENDING, requeue_at=None, reason=str(Reason.BACKOFF_FINISHED))
+    return Decision(
+        pending,
+        (
+            Publish(LogEvent.BACKOFF_FINISHED, w.key, {"count": w.requeue_count}),
+            RunAdmission("backoff finished"),
+        ),
+    )
+
+
+def _pod_detail(p: Pod, found: PodDiagnosis | None = None) -> dict[str, Any]:
+    detail: dict[str, Any] = {
+        "pod": p.name,
+        "phase": p.phase,
+        "node": p.node,
+        "reason": p.reason,
+        "message": p.message,
+    }
+    if found is None:
+        found = classify(p)
+    detail["class"] = str(found.cls)
+    if p.restarts:
+        detail["restarts"] = p.restarts
+    if p.exit_code is not None:
+        detail["exitCode"] = p.exit_code
+    if p.terminated is not None:
+        detail["terminated"] = p.terminated
+    return detail

@@ -1,0 +1,169 @@
+"""The gang's readiness: whole, no longer whole, or failing on its own.
+
+Every event that changes a gang's pods ends here: a gang that became whole runs
+(its deadline stops), one that stopped being whole waits for recovery (a recovery
+deadline starts), and one whose not-ready pods all fail on their own is watched
+by `workloadFaults.evictAfter`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from muster.core.copying import replace
+from muster.core.diagnosis import fails_on_its_own
+from muster.core.model import (
+    ACTIVE_PHASES,
+    NOT_READY_PHASES,
+    Admit,
+    Decision,
+    Effect,
+    Kind,
+    LogEvent,
+    Outcome,
+    Phase,
+    Publish,
+    Reason,
+    RunAdmission,
+    StartTimer,
+    StopTimer,
+    Timer,
+    TimerKind,
+    Workload,
+)
+from muster.core.settings import QueueSettings, Settings
+
+
+def incarnation(w: Workload) -> str:
+    """What tells this object's timers from those of an earlier object under its key.
+
+    A short digest of the uid (uids of one key may share a prefix), so that an
+    execution name stays within Step Functions' 80 characters.
+    """
+    return hashlib.blake2s(w.uid.encode(), digest_size=4).hexdigest() if w.uid else ""
+
+
+def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
+    """The transitions that follow from the gang's pods as they are now.
+
+    For shells that store pods apart from the workload: after writing one pod they
+    re-read the gang and ask again, so that of two concurrent "last" pods the one
+    written second notices that the gang became whole. Outcome IGNORED when
+    nothing follows.
+    """
+    decision = readiness(workload, workload, settings.for_queue(workload.queue), now)
+    if decision.workload == workload and not decision.effects:
+        return Decision(workload, outcome=Outcome.IGNORED, note="readiness unchanged")
+    return decision
+
+
+def readiness(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
+    """Transitions that follow from the gang becoming whole or losing a pod."""
+    return _watch_faults(_whole_or_not(before, w, qs, now), qs, now)
+
+
+def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
+    """Arm `workloadFaults.evictAfter` while every not-ready pod fails on its own.
+
+    The timer runs from the moment the gang is in that state; any change out of it
+    (a pod Ready, starting, or waiting for room) stops it, and the next time starts
+    a new episode. It is armed only when it would fire before the readiness deadline.
+    """
+    w = d.workload
+    if w is None or (qs.fault_evict_after is None and w.fault_timer is None):
+        return d
+    armed = w.fault_timer
+    wanted = (
+        qs.fault_evict_after is not None
+        and w.phase in NOT_READY_PHASES
+        and not w.dry_run_evicted  # reported once per attempt in dry run
+        and fails_on_its_own(w)
+    )
+    if wanted and armed is None:
+        assert qs.fault_evict_after is not None
+        deadline = now + qs.fault_evict_after
+        if w.timer is not None and deadline >= w.timer.deadline:
+            return d
+        episode = w.fault_episodes + 1
+        timer = Timer(TimerKind.FAULT, w.attempt, episode, deadline, incarnation(w))
+        watched = replace(w, fault_timer=timer, fault_episodes=episode)
+        return replace(d, workload=watched, effects=(*d.effects, StartTimer(w.key, timer)))
+    if not wanted and armed is not None:
+        return replace(
+            d,
+            workload=replace(w, fault_timer=None),
+            effects=(*d.effects, StopTimer(w.key, armed)),
+        )
+    return d
+
+
+def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
+    effects: list[Effect] = []
+    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
+        # Replacement pods of an admitted group arrive gated: release them too.
+        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
+    if w.phase is Phase.ADMITTED and w.whole:
+        return became_ready(w, effects, now)
+    if w.phase is Phase.RECOVERING and w.whole:
+        return became_ready(w, effects, now)
+    if w.phase is Phase.RUNNING and not w.whole:
+        lost = _lost_readiness(w, qs, now)
+        return replace(lost, effects=(*effects, *lost.effects))
+    if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and before.live_pods != w.live_pods:
+        return Decision(w, (RunAdmission("replacement pods"),))
+    return Decision(w, tuple(effects))
+
+
+def became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
+    """The gang is whole: Running, its deadline stopped (`effects` are added to)."""
+    recovered = w.phase is Phase.RECOVERING
+    if w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    reason = Reason.RECOVERED if recovered else Reason.STARTED
+    detail: dict[str, Any] = {"attempt": w.attempt, "reason": str(reason)}
+    if not recovered and w.admitted_at is not None:
+        detail["secondsSinceAdmission"] = now - w.admitted_at
+    ready = replace(
+        w,
+        phase=Phase.RUNNING,
+        timer=None,
+        ready_at=now if not recovered else w.ready_at,
+        first_evicted_at=None,
+        ever_ready=True,
+        reason=str(reason),
+        message=None,
+    )
+    effects.append(Publish(LogEvent.PODS_READY, w.key, detail))
+    effects.append(RunAdmission("pods ready"))
+    return Decision(ready, tuple(effects))
+
+
+def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
+    timeout = qs.effective_recovery_timeout
+    episode = w.recovery_episodes + 1
+    timer = (
+        Timer(TimerKind.RECOVERY, w.attempt, episode, now + timeout, incarnation(w))
+        if timeout > 0
+        else None
+    )
+    missing = [p.name for p in w.not_ready_pods()]
+    recovering = replace(
+        w,
+        phase=Phase.RECOVERING,
+        timer=timer,
+        recovery_episodes=episode,
+        reason=str(Reason.WAIT_FOR_RECOVERY),
+        message=f"{w.ready_pods}/{w.gang_size} pods ready",
+    )
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+        "notReady": missing[:20],
+        "deadline": timer.deadline if timer else None,
+    }
+    effects: list[Effect] = [Publish(LogEvent.WAIT_FOR_RECOVERY, w.key, detail)]
+    if timer is not None:
+        effects.insert(0, StartTimer(w.key, timer))
+    return Decision(recovering, tuple(effects))

@@ -1,0 +1,208 @@
+"""Pod events: one pod's new record, and for shells that store pods apart, whether
+the gang is worth counting again.
+
+A pod event is applied only if it is newer than what is known of the pod (its
+revision, its incarnation, its deletion, a complete listing); what follows for
+the gang is `muster.core.gang`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from muster.core.copying import replace
+from muster.core.diagnosis import classify
+from muster.core.gang import readiness
+from muster.core.model import (
+    NOT_READY_PHASES,
+    Decision,
+    Kind,
+    Outcome,
+    Phase,
+    Pod,
+    PodChange,
+    PodObserved,
+    PodsListed,
+    Workload,
+)
+from muster.core.settings import QueueSettings, Settings
+
+
+def observe_pod(
+    w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
+) -> Decision:
+    """A pod event for a workload that holds its pods: the pod, then the gang."""
+    outcome, pod, note = pod_update(
+        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
+    )
+    if outcome is not Outcome.APPLIED:
+        return Decision(w, outcome=outcome, note=note)
+    pods = dict(w.pods)
+    if pod is None:
+        del pods[e.pod]
+    else:
+        pods[e.pod] = pod
+    updated = replace(w, pods=pods)
+    return readiness(w, updated, qs, now)
+
+
+def pod_update(
+    known: Pod | None,
+    e: PodObserved,
+    *,
+    born: int = 0,
+    listed: tuple[int, Mapping[str, str]] = (0, {}),
+) -> tuple[Outcome, Pod | None, str]:
+    """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
+
+    A deletion leaves a tombstone (a pod with `deleted`), so that a late or
+    redelivered event of the deleted pod is stale. Shells that store pods apart
+    from the workload use this to write one pod without loading the whole gang.
+    `born` is the revision the workload object was first seen at: a pod event
+    older than that is of an earlier object under the same name.
+    """
+    refused = _older_than_the_workload(known, e, born, listed)
+    if refused is None and known is not None:
+        refused = _not_newer(known, e)
+    if refused is not None:
+        outcome, note = refused
+        return outcome, known, note
+    if e.deleted:
+        return Outcome.APPLIED, _tombstone(known, e), ""
+    return Outcome.APPLIED, _reported(known, e), ""
+
+
+def _older_than_the_workload(
+    known: Pod | None, e: PodObserved, born: int, listed: tuple[int, Mapping[str, str]]
+) -> tuple[Outcome, str] | None:
+    """Why a pod event predates what the workload knows: its object, or a listing."""
+    if born and e.seq < born and not e.deleted:
+        return Outcome.STALE, f"pod {e.pod} of an earlier object of this name"
+    listed_seq, listed_pods = listed
+    news = known is None or known.deleted or (e.uid and known.uid and e.uid != known.uid)
+    if news and not e.deleted and e.seq < listed_seq and listed_pods.get(e.pod) != e.uid:
+        # Older than a complete listing that did not hold it: it was gone by then.
+        return Outcome.STALE, f"pod {e.pod} was not in the listing at {listed_seq}"
+    return None
+
+
+def _not_newer(known: Pod, e: PodObserved) -> tuple[Outcome, str] | None:
+    """Why a pod event does not supersede the pod's record, or None if it does."""
+    same_incarnation = not e.uid or not known.uid or e.uid == known.uid
+    if same_incarnation and e.seq <= known.seq:
+        outcome = Outcome.DUPLICATE if e.seq == known.seq else Outcome.STALE
+        return outcome, ""
+    if same_incarnation and known.deleted:
+        return Outcome.STALE, f"pod {e.pod} was deleted"
+    if not same_incarnation and e.seq <= known.seq:
+        # `seq` is the cluster-wide revision: the newer object of this name wins.
+        return Outcome.STALE, f"an earlier pod named {e.pod}"
+    if same_incarnation and known.retired and not e.deleted:
+        # The pod belongs to an evicted attempt; only its deletion matters now.
+        return Outcome.IGNORED, f"pod {e.pod} of an evicted attempt"
+    return None
+
+
+def _tombstone(known: Pod | None, e: PodObserved) -> Pod:
+    """A deleted pod's record: late and redelivered events of it are recognised as stale.
+
+    It keeps the pod's last revision while it lived: a pod of the same name can
+    only be created after this one was deleted, so its events are all newer than
+    that, and an earlier object's all older (a deletion found by a listing
+    carries the listing's revision, which may be later than the new pod's).
+    """
+    return Pod(
+        name=e.pod,
+        seq=known.seq if known is not None and not known.deleted else e.seq,
+        uid=e.uid or (known.uid if known else ""),
+        phase=e.phase,
+        deleted=True,
+    )
+
+
+def _reported(known: Pod | None, e: PodObserved) -> Pod:
+    """A live pod's record as the event reports it."""
+    # A report older than the NotReady of the node it names does not override that.
+    node_down = (
+        known is not None and known.node_down and known.node_seq > e.seq and known.node == e.node
+    )
+    return Pod(
+        name=e.pod,
+        seq=e.seq,
+        uid=e.uid,
+        phase=e.phase,
+        ready=e.ready,
+        node=e.node,
+        reason="NodeNotReady" if node_down else e.reason,
+        message=e.message,
+        node_down=node_down,
+        node_seq=known.node_seq if node_down and known else 0,
+        scheduled=e.scheduled,
+        waiting=e.waiting,
+        restarts=e.restarts,
+        terminated=e.terminated,
+        exit_code=e.exit_code,
+    )
+
+
+def observe_stored_pod(
+    w: Workload, known: Pod | None, e: PodObserved, settings: Settings
+) -> PodChange:
+    """A pod event for a shell that stores each pod apart from its workload.
+
+    `w` is the workload without its pods and `known` the one pod's record; the
+    gang's transitions follow once the shell has written the pod and counted the
+    gang again (`gang_may_have_moved`, then `decide` with `PodsCounted`).
+    """
+    if w.kind is Kind.POD_GROUP:
+        return PodChange(Outcome.APPLIED, known, whole_gang=True)
+    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
+    if outcome is not Outcome.APPLIED:
+        # A redelivery after a crash between the pod write and the gang's transition:
+        # count the gang again.
+        return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
+    delta = _counts_ready(pod) - _counts_ready(known)
+    faults = not delta and _fault_watch_moved(w, settings, known, pod)
+    return PodChange(outcome, pod, note, delta, recount=bool(delta) or faults, faults=faults)
+
+
+def gang_may_have_moved(w: Workload, ready_count: int, *, faults: bool = False) -> bool:
+    """Whether a gang with `ready_count` Ready pods may have become whole, stopped
+    being whole, or (with `faults`) moved its `workloadFaults` watch: only then is
+    the whole gang worth loading."""
+    if w.phase in NOT_READY_PHASES and (faults or ready_count >= w.gang_size):
+        return True
+    return w.phase is Phase.RUNNING and ready_count < w.gang_size
+
+
+def _counts_ready(pod: Pod | None) -> int:
+    return int(pod is not None and pod.counts_ready)
+
+
+def _fault_watch_moved(
+    w: Workload, settings: Settings, before: Pod | None, after: Pod | None
+) -> bool:
+    """Whether one pod's new record may start or stop the gang's `evictAfter` timer."""
+    if w.phase not in NOT_READY_PHASES:
+        return False
+    if settings.for_queue(w.queue).fault_evict_after is None and w.fault_timer is None:
+        return False
+    if before is None or after is None or before.retired or before.deleted or after.deleted:
+        return True
+    return classify(before).cls is not classify(after).cls
+
+
+def pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> Decision:
+    """A complete listing of pods: those it lacks (and older than it) are deleted."""
+    if e.revision <= w.listed_seq:
+        return Decision(w, outcome=Outcome.STALE, note="an older listing")
+    pods = dict(w.pods)
+    for p in w.pods.values():
+        listed = e.pods.get(p.name)
+        gone = listed is None or bool(p.uid and listed and listed != p.uid)
+        if not p.deleted and gone and p.seq < e.revision:
+            pods[p.name] = Pod(name=p.name, seq=p.seq, uid=p.uid, phase=p.phase, deleted=True)
+    listing = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
+    if w.phase is Phase.FINISHED:
+        return Decision(listing)
+    return readiness(w, listing, qs, now)

@@ -1,0 +1,261 @@
+"""A workload's lifecycle: submitted, changed, re-created, admitted, finished, reactivated."""
+
+from __future__ import annotations
+
+from muster.core.copying import replace
+from muster.core.gang import became_ready, incarnation
+from muster.core.model import (
+    ACTIVE_PHASES,
+    AdmissionGranted,
+    Admit,
+    Decision,
+    Effect,
+    Kind,
+    LogEvent,
+    Outcome,
+    Phase,
+    Publish,
+    Reason,
+    RunAdmission,
+    StartTimer,
+    StopTimer,
+    Timer,
+    TimerKind,
+    Workload,
+    WorkloadFinished,
+    WorkloadObserved,
+)
+from muster.core.settings import QueueSettings, Settings
+from muster.core.spec import priority_of, spec_of, with_spec
+
+# Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
+INADMISSIBLE = "Inadmissible"
+
+
+def inadmissible(w: Workload, settings: Settings) -> str | None:
+    """Why the cluster's or the administrator's rules keep `w` from admission, or None.
+
+    A PriorityClass that does not exist is refused whatever `queueAccess` says, as
+    Kueue refuses it: the API server would refuse the workload's pods anyway.
+    """
+    if w.priority_class_missing:
+        return f"PriorityClass {w.priority_class} does not exist"
+    return settings.access.refusal(w.queue, w.key, w.priority, w.priority_class)
+
+
+def admissible(w: Workload, now: float) -> bool:
+    """May the admission pass pick this workload now?"""
+    if w.phase is not Phase.PENDING:
+        return False
+    if w.requeue_at is not None and w.requeue_at > now:
+        return False
+    # A pod group is held by scheduling gates on pods that exist; after an eviction
+    # deleted them it waits for its controller to create replacements.
+    return not (w.kind is Kind.POD_GROUP and w.live_pods < w.gang_size)
+
+
+def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
+    """The workload object as the cluster reports it: new, changed, or a new object
+    under a known name."""
+    if e.gang_size < 1:
+        return Decision(w, outcome=Outcome.IGNORED, note=f"gang size {e.gang_size} is below 1")
+    if w is not None and e.uid and w.uid and e.uid != w.uid:
+        if e.seq and e.seq < w.spec_seq:
+            return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
+        return _new_incarnation(w, e, settings)
+    if w is None:
+        return _submitted(e, (), settings)
+    if e.seq <= w.spec_seq:
+        outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
+        return Decision(w, outcome=outcome)
+    updated = _refresh_admissibility(_changed(w, e), settings)
+    effects: tuple[Effect, ...] = ()
+    if _admission_may_differ(w, updated):
+        effects = (RunAdmission("workload changed"),)
+    return Decision(updated, effects)
+
+
+def _changed(w: Workload, e: WorkloadObserved) -> Workload:
+    """`w` with the newer spec of `e`: at once, or at the next eviction if it holds pods."""
+    updated = replace(w, spec_seq=e.seq, uid=w.uid or e.uid, **priority_of(e))
+    spec = spec_of(e)
+    if w.phase in ACTIVE_PHASES:
+        # What it asks for, and whose quota pays for it, only change while it holds
+        # nothing on the cluster: the change waits for the next eviction.
+        return replace(updated, next_spec=None if spec == spec_of(w) else spec)
+    return with_spec(updated, spec)
+
+
+def _refresh_admissibility(w: Workload, settings: Settings) -> Workload:
+    """Whether it may be admitted can change with its class or queue: say so."""
+    if w.phase is not Phase.PENDING:
+        return w
+    refusal = inadmissible(w, settings)
+    if refusal is not None:
+        return replace(w, reason=INADMISSIBLE, message=refusal)
+    if w.reason == INADMISSIBLE:
+        return replace(w, reason=None, message=None)
+    return w
+
+
+def _admission_may_differ(before: Workload, after: Workload) -> bool:
+    """Whether a pending workload's change may change what the admission pass chooses."""
+    return after.phase is Phase.PENDING and (
+        after.priority != before.priority
+        or after.queue != before.queue
+        or after.gpus != before.gpus
+        or after.shape != before.shape
+        or after.placement != before.placement
+        or after.reason != before.reason
+    )
+
+
+def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settings) -> Decision:
+    new = Workload(
+        key=e.workload,
+        queue=e.queue,
+        gang_size=e.gang_size,
+        gpus=e.gpus,
+        kind=e.kind,
+        created_at=e.created_at,
+        timeout_override=e.timeout_override,
+        spec_seq=e.seq,
+        uid=e.uid,
+        born_seq=e.seq if e.uid else 0,
+        queued_at=e.created_at,
+        shape=e.shape,
+        placement=e.placement,
+        **priority_of(e),
+    )
+    detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": new.priority}
+    if new.priority_class is not None:
+        detail["priorityClass"] = new.priority_class
+    refusal = inadmissible(new, settings)
+    if refusal is not None:
+        # Kept and listed, never admitted while the administrator's rules say no.
+        new = replace(new, reason=INADMISSIBLE, message=refusal)
+        detail = {**detail, "inadmissible": refusal}
+    return Decision(
+        new,
+        (*before, Publish(LogEvent.SUBMITTED, e.workload, detail), RunAdmission("submitted")),
+    )
+
+
+def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision:
+    """A new object under a known key: the old one is gone, the new one starts afresh.
+
+    New attempt numbering, new timer names (they carry the uid), no pods of the
+    old object (shells keep pods per incarnation).
+    """
+    ended: list[Effect] = []
+    if w.phase is not Phase.FINISHED:
+        if w.timer is not None:
+            ended.append(StopTimer(w.key, w.timer))
+        if w.fault_timer is not None:
+            ended.append(StopTimer(w.key, w.fault_timer))
+        ended.append(
+            Publish(
+                LogEvent.FINISHED,
+                w.key,
+                {"reason": str(Reason.DELETED), "attempt": w.attempt, "uid": w.uid},
+            )
+        )
+    return replace(_submitted(e, tuple(ended), settings), reborn=True)
+
+
+def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
+    """The workload object is gone or done: its timers stop and what it held is free."""
+    if e.uid and w.uid and e.uid != w.uid:
+        if not e.seq or e.seq < w.spec_seq:
+            return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
+        if w.phase is Phase.FINISHED:
+            # A later object under this name ended too: remember it, so its own late
+            # events are recognised.
+            return Decision(replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq)))
+    elif w.phase is Phase.FINISHED:
+        return Decision(w, outcome=Outcome.DUPLICATE)
+    elif e.seq and e.seq < w.spec_seq:
+        # A listing older than the workload's last change cannot say it is gone.
+        return Decision(w, outcome=Outcome.STALE, note="older than the workload's last change")
+    effects: list[Effect] = []
+    if w.timer is not None:
+        effects.append(StopTimer(w.key, w.timer))
+    if w.fault_timer is not None:
+        effects.append(StopTimer(w.key, w.fault_timer))
+    held = w.phase in ACTIVE_PHASES
+    done = replace(
+        w,
+        phase=Phase.FINISHED,
+        reason=str(e.reason),
+        timer=None,
+        fault_timer=None,
+        requeue_at=None,
+        uid=e.uid or w.uid,
+    )
+    effects.append(
+        Publish(LogEvent.FINISHED, w.key, {"reason": str(e.reason), "attempt": w.attempt})
+    )
+    if held:
+        effects.append(RunAdmission("finished"))
+    return Decision(done, tuple(effects))
+
+
+def reactivate(w: Workload, now: float) -> Decision:
+    """A deactivated workload queued again with its requeuing counts reset."""
+    if w.phase is not Phase.DEACTIVATED:
+        return Decision(w, outcome=Outcome.IGNORED, note=f"{w.key} is {w.phase}, not Deactivated")
+    revived = replace(
+        w,
+        phase=Phase.PENDING,
+        reason=str(Reason.REACTIVATED),
+        requeue_count=0,
+        requeue_at=None,
+        first_evicted_at=None,
+        fault_evictions=0,
+    )
+    return Decision(
+        revived,
+        (
+            Publish(LogEvent.REACTIVATED, w.key, {"reason": "Reactivated"}),
+            RunAdmission("reactivated"),
+        ),
+    )
+
+
+def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> Decision:
+    """The admission pass chose `w`: release its pods and start the startup deadline."""
+    if e.attempt <= w.attempt:
+        outcome = Outcome.DUPLICATE if w.phase in ACTIVE_PHASES else Outcome.STALE
+        return Decision(w, outcome=outcome)
+    if not admissible(w, now) or e.attempt != w.attempt + 1:
+        return Decision(w, outcome=Outcome.STALE, note=f"{w.key} is not admissible ({w.phase})")
+    timeout = qs.startup_timeout(w.timeout_override)
+    timer = Timer(TimerKind.STARTUP, e.attempt, 1, now + timeout, incarnation(w))
+    admitted = replace(
+        w,
+        phase=Phase.ADMITTED,
+        attempt=e.attempt,
+        admitted_at=now,
+        ready_at=None,
+        requeue_at=None,
+        timer=timer,
+        recovery_episodes=0,
+        reason=None,
+        message=None,
+        dry_run_evicted=False,
+        fault_timer=None,
+        fault_episodes=0,
+    )
+    effects: list[Effect] = [
+        Admit(w.key, e.attempt, w.kind, w.uid),
+        StartTimer(w.key, timer),
+        Publish(
+            LogEvent.ADMITTED,
+            w.key,
+            {"attempt": e.attempt, "deadline": timer.deadline, "timeoutSeconds": timeout},
+        ),
+    ]
+    if admitted.whole:
+        # A pod group can be whole the moment its gate is lifted (e.g. pods already running).
+        return became_ready(admitted, effects, now)
+    return Decision(admitted, tuple(effects))
