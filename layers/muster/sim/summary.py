@@ -34,6 +34,7 @@ def summarize(
     outcomes: Mapping[str, int],
     wall: float,
 ) -> dict[str, Any]:
+    """The figures `muster simulate` reports for one run (docs/simulator.md, "Outputs")."""
     finished = [t for t in tracking.values() if t.finished is not None]
     deactivated = sum(1 for t in tracking.values() if t.deactivated)
     useful = kube.useful_gpu_seconds / 3600.0
