@@ -10,15 +10,8 @@ import pytest
 from muster.cli import main
 from muster.core import load_settings_text
 from muster.sim.scenario import load_scenario
-from muster.sim.tune import (
-    OBJECTIVES,
-    UNSET_VALUE,
-    parse_grid,
-    rank,
-    recommended_document,
-    run_grid,
-    settings_document,
-)
+from muster.sim.tune_grid import UNSET_VALUE, parse_grid, run_grid, settings_document
+from muster.sim.tune_ranking import OBJECTIVES, rank, recommended_document
 
 # A healthy gang that takes 3 minutes to start and a broken one that never does.
 # A 1-minute timeout with no retries deactivates the healthy one (it finishes under

@@ -97,26 +97,26 @@ def classify(pod: Pod) -> PodDiagnosis:
     if waiting in IMAGE_REASONS and pod.message:
         found = _IMAGE.search(pod.message)
         image = found.group(1) if found else None
+    cls, reason = _class_and_reason(pod, waiting)
+    return PodDiagnosis(pod.name, cls, reason, pod.node, pod.restarts, pod.exit_code, image=image)
 
-    def of(cls: PodClass, reason: str | None) -> PodDiagnosis:
-        return PodDiagnosis(
-            pod.name, cls, reason, pod.node, pod.restarts, pod.exit_code, image=image
-        )
 
+def _class_and_reason(pod: Pod, waiting: str | None) -> tuple[PodClass, str | None]:
+    """The first rule that holds: the node, a failed pod, placement, the containers."""
     if pod.node_down or pod.reason in NODE_REASONS or pod.phase == "Unknown":
-        return of(PodClass.NODE_FAULT, pod.reason or "NodeNotReady")
+        return PodClass.NODE_FAULT, pod.reason or "NodeNotReady"
     if pod.phase == "Failed":
         if pod.reason in NODE_FAILED_REASONS:
-            return of(PodClass.NODE_FAULT, pod.reason)
-        return of(PodClass.WORKLOAD_FAULT, pod.terminated or pod.reason or "Failed")
+            return PodClass.NODE_FAULT, pod.reason
+        return PodClass.WORKLOAD_FAULT, pod.terminated or pod.reason or "Failed"
     placed = pod.node is not None or pod.scheduled is True
     if not placed:
-        return of(PodClass.CAPACITY, pod.reason or "Unscheduled")
+        return PodClass.CAPACITY, pod.reason or "Unscheduled"
     if waiting in WORKLOAD_FAULT_REASONS:
-        return of(PodClass.WORKLOAD_FAULT, waiting)
+        return PodClass.WORKLOAD_FAULT, waiting
     if pod.restarts >= REPEATED_RESTARTS:
-        return of(PodClass.WORKLOAD_FAULT, pod.terminated or "Restarting")
-    return of(PodClass.STARTING, pod.waiting or pod.reason)
+        return PodClass.WORKLOAD_FAULT, pod.terminated or "Restarting"
+    return PodClass.STARTING, pod.waiting or pod.reason
 
 
 @dataclass(frozen=True, slots=True)

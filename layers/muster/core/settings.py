@@ -357,6 +357,31 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         strategy = {}
     spath = f"{path}requeuingStrategy."
     check_keys(strategy, _STRATEGY_KEYS, spath)
+    timeout, recovery, max_timeout = _parse_timeouts(doc, base, path)
+    requeuing = _parse_requeuing(strategy, base, spath)
+    gpu_quota = base.gpu_quota
+    if "gpuQuota" in doc and path:
+        gpu_quota = whole_number(doc, "gpuQuota", None, path, minimum=0)
+    fault_limit, evict_after = _parse_faults(doc, base, path)
+    return QueueSettings(
+        timeout=timeout,
+        recovery_timeout=recovery,
+        **requeuing,
+        max_timeout=max_timeout,
+        gpu_quota=gpu_quota if path else None,
+        dry_run=boolean(doc, "dryRun", base.dry_run, path),
+        node_replacement_eviction=boolean(
+            doc, "nodeReplacementEviction", base.node_replacement_eviction, path
+        ),
+        fault_limit_count=fault_limit,
+        fault_evict_after=evict_after,
+    )
+
+
+def _parse_timeouts(
+    doc: Mapping[str, Any], base: QueueSettings, path: str
+) -> tuple[float, float | None, float | None]:
+    """`timeout`, `recoveryTimeout` and `maxTimeout`; null unsets the last two."""
     timeout = _duration(doc, "timeout", base.timeout, path)
     if timeout <= 0:
         problem(f"{path}timeout: must be greater than 0s")
@@ -369,6 +394,13 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     max_timeout = base.max_timeout
     if "maxTimeout" in doc:
         max_timeout = None if doc["maxTimeout"] is None else _duration(doc, "maxTimeout", 0, path)
+    return timeout, recovery, max_timeout
+
+
+def _parse_requeuing(
+    strategy: Mapping[str, Any], base: QueueSettings, spath: str
+) -> dict[str, Any]:
+    """`requeuingStrategy`, as the `QueueSettings` fields it sets."""
     stamp = strategy.get("timestamp", base.timestamp.value)
     try:
         timestamp = Timestamp(stamp)
@@ -400,28 +432,14 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
     if jitter > 1:
         problem(f"{spath}backoffJitter: must be between 0 and 1, got {jitter:g}")
         jitter = base.backoff_jitter
-    gpu_quota = base.gpu_quota
-    if "gpuQuota" in doc and path:
-        gpu_quota = whole_number(doc, "gpuQuota", None, path, minimum=0)
-    fault_limit, evict_after = _parse_faults(doc, base, path)
-    return QueueSettings(
-        timeout=timeout,
-        recovery_timeout=recovery,
-        timestamp=timestamp,
-        backoff_limit_count=limit_count,
-        backoff_limit_timeout=limit_timeout,
-        backoff_base_seconds=base_seconds,
-        backoff_max_seconds=max_seconds,
-        backoff_jitter=jitter,
-        max_timeout=max_timeout,
-        gpu_quota=gpu_quota if path else None,
-        dry_run=boolean(doc, "dryRun", base.dry_run, path),
-        node_replacement_eviction=boolean(
-            doc, "nodeReplacementEviction", base.node_replacement_eviction, path
-        ),
-        fault_limit_count=fault_limit,
-        fault_evict_after=evict_after,
-    )
+    return {
+        "timestamp": timestamp,
+        "backoff_limit_count": limit_count,
+        "backoff_limit_timeout": limit_timeout,
+        "backoff_base_seconds": base_seconds,
+        "backoff_max_seconds": max_seconds,
+        "backoff_jitter": jitter,
+    }
 
 
 def _parse_faults(

@@ -310,7 +310,6 @@ class Harness:
 
     def _mover(self, w: Workload, outbox: bool, quarantined: set[str], named: set[str]) -> str:
         """What will move `w` on, or '' when nothing will."""
-        now = self.clock.now
         sweeps = self.sweeper_on
         if w.key in quarantined:
             return "quarantined (alarm, release)"
@@ -327,19 +326,28 @@ class Harness:
         if w.phase is Phase.REQUEUED:
             return "sweeper (requeue time)" if sweeps and w.requeue_at is not None else ""
         if w.phase is Phase.RUNNING:
-            if self.cluster.admitted.get(w.key) == w.attempt:
-                return "cluster (running)"
-            # Finished on the cluster, its event lost: the agent's resync tells.
-            return "agent resync (finished)" if w.key in self.cluster.finished else ""
+            return self._running_mover(w)
         if w.phase is Phase.PENDING:
-            active = [
-                i.workload for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
-            ]
-            plan = plan_admission([w], active, self.settings, now)
-            if admissible(w, now) and plan.admit:
-                return "sweeper (admissible)" if sweeps else ""
-            return "quota held by others" if active else ""
+            return self._pending_mover(w)
         return ""
+
+    def _running_mover(self, w: Workload) -> str:
+        """A Running gang moves on when it finishes, whether or not that was seen."""
+        if self.cluster.admitted.get(w.key) == w.attempt:
+            return "cluster (running)"
+        # Finished on the cluster, its event lost: the agent's resync tells.
+        return "agent resync (finished)" if w.key in self.cluster.finished else ""
+
+    def _pending_mover(self, w: Workload) -> str:
+        """A Pending workload moves on once admissible, or once others release quota."""
+        now = self.clock.now
+        active = [
+            i.workload for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
+        ]
+        plan = plan_admission([w], active, self.settings, now)
+        if admissible(w, now) and plan.admit:
+            return "sweeper (admissible)" if self.sweeper_on else ""
+        return "quota held by others" if active else ""
 
     def _check_nothing_waits_forever(self) -> None:
         quarantined = {k for k, _ in self.store.quarantined()}

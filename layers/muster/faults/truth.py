@@ -255,18 +255,7 @@ def run_history(
     store = store or MemoryStore()
     timers = LoopTimers(loop)
     messages = LoopMessages(loop)
-    settings = parse_settings(
-        {
-            "timeout": "60s",
-            # Every third history keeps a gang that lost a pod waiting instead of
-            # evicting it, so that a wrong readiness is not healed by an eviction.
-            "recoveryTimeout": "0s" if seed % 3 == 0 else "60s",
-            "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 60},
-            "gpuQuota": history.nodes * history.gpus_per_node,
-            "capacityCheck": capacity,
-        }
-        | ({"workloadFaults": workload_faults} if workload_faults is not None else {})
-    )
+    settings = _history_settings(seed, history, capacity, workload_faults)
     ports: dict[str, Any] = {
         "store": store,
         "timers": timers,
@@ -288,33 +277,65 @@ def run_history(
     while loop.queue and loop.queue[0][0] <= end:
         when, _, kind, payload = heapq.heappop(loop.queue)
         loop.now = max(loop.now, when)
-        if kind == "action":
-            _act(truth, payload)
-        elif kind == "wake":
-            truth.wake(payload)
-        elif kind == "deliver":
-            outcome.events += 1
-            plane.handle(payload)
-        elif kind == "timer":
-            name, event = payload
-            if name in timers.running:
-                timers.running.discard(name)
-                plane.handle(event)
-        elif kind == "requeue":
-            messages.pending.discard((payload.workload, payload.count))
-            plane.handle(payload)
-        elif kind == "admission":
-            pass
-        elif kind == "horizon":
+        if kind == "horizon":
             settling = True
             perturber.settings = NONE
             truth.relist()
+        else:
+            _play(kind, payload, truth, plane, timers, messages, outcome)
         _admit(plane, store, settings, outcome)
     outcome.faults = dict(perturber.stats)
     outcome.divergences.extend(
         check_final(store, truth, timers.running, messages.pending, settings, loop.now)
     )
     return outcome
+
+
+def _history_settings(
+    seed: int, history: History, capacity: bool, workload_faults: dict[str, Any] | None
+) -> Settings:
+    """The control plane's settings for one history: a whole cluster's quota."""
+    return parse_settings(
+        {
+            "timeout": "60s",
+            # Every third history keeps a gang that lost a pod waiting instead of
+            # evicting it, so that a wrong readiness is not healed by an eviction.
+            "recoveryTimeout": "0s" if seed % 3 == 0 else "60s",
+            "requeuingStrategy": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 60},
+            "gpuQuota": history.nodes * history.gpus_per_node,
+            "capacityCheck": capacity,
+        }
+        | ({"workloadFaults": workload_faults} if workload_faults is not None else {})
+    )
+
+
+def _play(
+    kind: str,
+    payload: Any,
+    truth: Truth,
+    plane: ControlPlane,
+    timers: LoopTimers,
+    messages: LoopMessages,
+    outcome: Outcome,
+) -> None:
+    """One item of the loop that is due: the cluster acts, or the control plane handles
+    a delivered event, a timer that was not stopped, or a requeue."""
+    if kind == "action":
+        _act(truth, payload)
+    elif kind == "wake":
+        truth.wake(payload)
+    elif kind == "deliver":
+        outcome.events += 1
+        plane.handle(payload)
+    elif kind == "timer":
+        name, event = payload
+        if name in timers.running:
+            timers.running.discard(name)
+            plane.handle(event)
+    elif kind == "requeue":
+        messages.pending.discard((payload.workload, payload.count))
+        plane.handle(payload)
+    # "admission": the pass after every item runs it
 
 
 def _act(truth: Truth, a: Action) -> None:

@@ -19,11 +19,12 @@ from muster.local.run import (
     print_event,
     run_local,
 )
-from muster.sim.engine import RunResult, Tracking, summarize
+from muster.sim.engine import RunResult
 from muster.sim.kube import GpuSample
 from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, load_builtin, load_scenario
 from muster.sim.specs import ScenarioError
+from muster.sim.summary import Tracking, summarize
 
 DEFAULT_SCENARIO = "local-story"
 

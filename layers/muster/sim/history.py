@@ -13,7 +13,7 @@ cluster's last week.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,60 +77,99 @@ def _ordered(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _row(key: str, entries: Iterable[Mapping[str, Any]], now: float) -> TraceRow | None:
+    replay = _Replay()
+    for e in entries:
+        replay.read(e["event"], float(e["at"]), e.get("detail") or {})
+    return replay.row(key, now)
+
+
+@dataclass(slots=True)
+class _Replay:
+    """One workload's history read entry by entry, into what its row reports."""
+
     submitted: Mapping[str, Any] | None = None
-    submitted_at = 0.0
+    submitted_at: float = 0.0
     admitted_at: float | None = None
     ready_at: float | None = None
     startup: float | None = None
     run: float | None = None
-    outcome = "Pending"
-    attempts = evictions = 0
-    for e in entries:
-        event, at, detail = e["event"], float(e["at"]), e.get("detail") or {}
-        if event == "Submitted" and submitted is None:
-            submitted, submitted_at = detail, at
-        elif event == "Admitted":
-            attempts += 1
-            admitted_at, ready_at = at, None
-            outcome = "Running"
-        elif event == "PodsReady" and detail.get("reason", "Started") == "Started":
-            ready_at = at
-            seconds = detail.get("secondsSinceAdmission")
-            if seconds is None and admitted_at is not None:
-                seconds = at - admitted_at
-            if seconds is not None:
-                startup = float(seconds)
-        elif event == "Evicted" and not detail.get("dryRun"):
-            evictions += 1
-            ready_at = None
-            outcome = "Pending"
-        elif event == "Deactivated":
-            outcome = "Deactivated"
-        elif event == "Reactivated":
-            outcome = "Pending"
-        elif event == "Finished":
-            outcome = str(detail.get("reason") or "Succeeded")
-            if ready_at is not None:
-                run = at - ready_at
-    if submitted is None:
-        return None  # submitted before the history we read (or its entries expired)
-    if outcome == "Running" and ready_at is not None:
-        run = now - ready_at  # still running: what it has run so far
-    elif outcome == "Running":
-        outcome = "Pending"  # admitted, not Ready yet
-    return TraceRow(
-        workload=key,
-        queue=str(submitted.get("queue") or "default"),
-        submitted=submitted_at,
-        gang_size=int(submitted.get("gangSize") or 1),
-        gpus=int(submitted.get("gpus") or 0),
-        priority=int(submitted.get("priority") or 0),
-        startup_seconds=startup,
-        run_seconds=run,
-        outcome=outcome,
-        attempts=attempts,
-        evictions=evictions,
-    )
+    outcome: str = "Pending"
+    attempts: int = 0
+    evictions: int = 0
+
+    def read(self, event: str, at: float, detail: Mapping[str, Any]) -> None:
+        reader = _READERS.get(event)
+        if reader is not None:
+            reader(self, at, detail)
+
+    def _submitted(self, at: float, detail: Mapping[str, Any]) -> None:
+        if self.submitted is None:
+            self.submitted, self.submitted_at = detail, at
+
+    def _admitted(self, at: float, detail: Mapping[str, Any]) -> None:
+        self.attempts += 1
+        self.admitted_at, self.ready_at = at, None
+        self.outcome = "Running"
+
+    def _pods_ready(self, at: float, detail: Mapping[str, Any]) -> None:
+        if detail.get("reason", "Started") != "Started":
+            return
+        self.ready_at = at
+        seconds = detail.get("secondsSinceAdmission")
+        if seconds is None and self.admitted_at is not None:
+            seconds = at - self.admitted_at
+        if seconds is not None:
+            self.startup = float(seconds)
+
+    def _evicted(self, at: float, detail: Mapping[str, Any]) -> None:
+        if not detail.get("dryRun"):
+            self.evictions += 1
+            self.ready_at = None
+            self.outcome = "Pending"
+
+    def _deactivated(self, at: float, detail: Mapping[str, Any]) -> None:
+        self.outcome = "Deactivated"
+
+    def _reactivated(self, at: float, detail: Mapping[str, Any]) -> None:
+        self.outcome = "Pending"
+
+    def _finished(self, at: float, detail: Mapping[str, Any]) -> None:
+        self.outcome = str(detail.get("reason") or "Succeeded")
+        if self.ready_at is not None:
+            self.run = at - self.ready_at
+
+    def row(self, key: str, now: float) -> TraceRow | None:
+        submitted, outcome, run = self.submitted, self.outcome, self.run
+        if submitted is None:
+            return None  # submitted before the history we read (or its entries expired)
+        if outcome == "Running" and self.ready_at is not None:
+            run = now - self.ready_at  # still running: what it has run so far
+        elif outcome == "Running":
+            outcome = "Pending"  # admitted, not Ready yet
+        return TraceRow(
+            workload=key,
+            queue=str(submitted.get("queue") or "default"),
+            submitted=self.submitted_at,
+            gang_size=int(submitted.get("gangSize") or 1),
+            gpus=int(submitted.get("gpus") or 0),
+            priority=int(submitted.get("priority") or 0),
+            startup_seconds=self.startup,
+            run_seconds=run,
+            outcome=outcome,
+            attempts=self.attempts,
+            evictions=self.evictions,
+        )
+
+
+_READERS: dict[str, Callable[[_Replay, float, Mapping[str, Any]], None]] = {
+    "Submitted": _Replay._submitted,
+    "Admitted": _Replay._admitted,
+    "PodsReady": _Replay._pods_ready,
+    "Evicted": _Replay._evicted,
+    "Deactivated": _Replay._deactivated,
+    "Reactivated": _Replay._reactivated,
+    "Finished": _Replay._finished,
+}
 
 
 def write_trace(rows: Iterable[TraceRow], handle: TextIO) -> int:

@@ -219,54 +219,13 @@ def parse_scenario(
 def _read(doc: Mapping[str, Any], base_dir: Path, seed: int | None, name: str) -> Scenario:
     """Every field of the file, each mistake recorded with its path (see `collecting`)."""
     check_keys(doc, _TOP, "", "field")
-    cluster: Mapping[str, Any] = {}
-    if "cluster" not in doc:
-        problem("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
-    else:
-        cluster = checked({}, mapping, doc["cluster"], "cluster")
-    check_keys(cluster, _CLUSTER, "cluster.", "field")
-    nodes = whole_number(cluster, "nodes", 1, "cluster.", minimum=1, required=True)
-    per_node = whole_number(cluster, "gpusPerNode", 8, "cluster.", minimum=1)
-    quota = whole_number(cluster, "gpuQuota", nodes * per_node, "cluster.", minimum=0)
-    raw_settings: Mapping[str, Any] = checked({}, mapping, doc.get("settings") or {}, "settings")
-    if "gpuQuota" in raw_settings:
-        problem("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
-    settings = DEFAULT_SETTINGS
-    try:
-        settings = parse_settings({k: v for k, v in raw_settings.items() if k != "gpuQuota"})
-    except SettingsError as exc:
-        for error in exc.errors:
-            problem(f"settings.{error}")
-    settings = replace(settings, gpu_quota=quota)
+    nodes, per_node, quota = _cluster(doc)
+    settings, raw_settings = _settings(doc, quota)
     until = duration(doc, "until", DEFAULT_UNTIL, null_is_default=True)
     file_seed = whole_number(doc, "seed", 0, minimum=0)
-
-    workloads: list[WorkloadSpec] = []
-    names: set[str] = set()
-    raw_workloads = doc.get("workloads") or []
-    if not isinstance(raw_workloads, list):
-        problem("workloads: must be a list")
-        raw_workloads = []
-    for i, raw in enumerate(raw_workloads):
-        w = checked(None, _workload, raw, f"workloads[{i}].", per_node)
-        if w is None:
-            continue
-        if w.name in names:
-            problem(f"workloads[{i}].name: {w.name!r} is used twice")
-        names.add(w.name)
-        workloads.append(w)
-
+    workloads = _workloads(doc, per_node)
     node_names = [f"node-{i}" for i in range(nodes)]
-    faults: list[FaultSpec] = []
-    raw_faults = doc.get("faults") or []
-    if not isinstance(raw_faults, list):
-        problem("faults: must be a list")
-        raw_faults = []
-    for i, raw in enumerate(raw_faults):
-        fault = checked(None, _fault, raw, f"faults[{i}].", node_names)
-        if fault is not None:
-            faults.append(fault)
-
+    faults = _faults(doc, node_names)
     trace: TraceSpec | None = None
     if doc.get("trace") is not None:
         trace = checked(None, _trace, doc["trace"], base_dir)
@@ -284,6 +243,67 @@ def _read(doc: Mapping[str, Any], base_dir: Path, seed: int | None, name: str) -
         description=str(doc.get("description") or ""),
         raw_settings=dict(raw_settings),
     )
+
+
+def _cluster(doc: Mapping[str, Any]) -> tuple[int, int, int]:
+    """`cluster`: its nodes, GPUs per node and GPU quota."""
+    cluster: Mapping[str, Any] = {}
+    if "cluster" not in doc:
+        problem("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
+    else:
+        cluster = checked({}, mapping, doc["cluster"], "cluster")
+    check_keys(cluster, _CLUSTER, "cluster.", "field")
+    nodes = whole_number(cluster, "nodes", 1, "cluster.", minimum=1, required=True)
+    per_node = whole_number(cluster, "gpusPerNode", 8, "cluster.", minimum=1)
+    quota = whole_number(cluster, "gpuQuota", nodes * per_node, "cluster.", minimum=0)
+    return nodes, per_node, quota
+
+
+def _settings(doc: Mapping[str, Any], quota: int) -> tuple[Settings, Mapping[str, Any]]:
+    """`settings` as the core reads them (under the cluster's quota), and as written."""
+    raw_settings: Mapping[str, Any] = checked({}, mapping, doc.get("settings") or {}, "settings")
+    if "gpuQuota" in raw_settings:
+        problem("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
+    settings = DEFAULT_SETTINGS
+    try:
+        settings = parse_settings({k: v for k, v in raw_settings.items() if k != "gpuQuota"})
+    except SettingsError as exc:
+        for error in exc.errors:
+            problem(f"settings.{error}")
+    return replace(settings, gpu_quota=quota), raw_settings
+
+
+def _workloads(doc: Mapping[str, Any], per_node: int) -> list[WorkloadSpec]:
+    """`workloads`, each with a name of its own."""
+    workloads: list[WorkloadSpec] = []
+    names: set[str] = set()
+    raw_workloads = doc.get("workloads") or []
+    if not isinstance(raw_workloads, list):
+        problem("workloads: must be a list")
+        raw_workloads = []
+    for i, raw in enumerate(raw_workloads):
+        w = checked(None, _workload, raw, f"workloads[{i}].", per_node)
+        if w is None:
+            continue
+        if w.name in names:
+            problem(f"workloads[{i}].name: {w.name!r} is used twice")
+        names.add(w.name)
+        workloads.append(w)
+    return workloads
+
+
+def _faults(doc: Mapping[str, Any], node_names: list[str]) -> list[FaultSpec]:
+    """`faults`, each on one of the cluster's nodes."""
+    faults: list[FaultSpec] = []
+    raw_faults = doc.get("faults") or []
+    if not isinstance(raw_faults, list):
+        problem("faults: must be a list")
+        raw_faults = []
+    for i, raw in enumerate(raw_faults):
+        fault = checked(None, _fault, raw, f"faults[{i}].", node_names)
+        if fault is not None:
+            faults.append(fault)
+    return faults
 
 
 # ---------------------------------------------------------------------- parts

@@ -152,35 +152,13 @@ def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
         rows: list[TraceJob] = []
         bad: list[str] = []
         for line, row in enumerate(reader, start=2):
-            problems: list[str] = []
-            submitted = _field(row, "submitted", parse_time, "an ISO 8601 time", problems)
-            gang = _field(row, "gangSize", int, "a whole number", problems)
-            gpus = _field(row, "gpus", int, "a whole number", problems)
-            startup = _field(row, "startupSeconds", float, "seconds", problems, optional=True)
-            run = _field(row, "runSeconds", float, "seconds", problems, optional=True)
-            priority = _field(row, "priority", int, "a whole number", problems, optional=True)
-            if gang is not None and gang < 1:
-                problems.append(f"gangSize: must be at least 1, got {gang}")
-            if gpus is not None and gpus < 0:
-                problems.append(f"gpus: must not be negative, got {gpus}")
+            problems, job = _muster_row(row)
             if problems:
                 bad += [f"trace.path: {path} line {line}: {p}" for p in problems]
                 continue
-            never_ready = startup is None and row["outcome"] == "Deactivated"
-            if run is None and not never_ready:
+            if job is None:
                 continue
-            rows.append(
-                TraceJob(
-                    submitted,
-                    gpus,
-                    run or 0.0,
-                    row.get("queue") or "default",
-                    pods=gang,
-                    startup=startup,
-                    never_ready=never_ready,
-                    priority=priority or 0,
-                )
-            )
+            rows.append(job)
             if limit is not None and len(rows) >= limit:
                 break
     _raise_row_errors(path, bad)
@@ -189,6 +167,38 @@ def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
     rows.sort(key=lambda j: j.submit_at)
     first = rows[0].submit_at
     return [replace(j, submit_at=round(j.submit_at - first, 3)) for j in rows]
+
+
+def _muster_row(row: Mapping[str, Any]) -> tuple[list[str], TraceJob | None]:
+    """One CSV row's job (None when there is nothing to replay), or what is wrong with
+    each field."""
+    problems: list[str] = []
+    submitted = _field(row, "submitted", parse_time, "an ISO 8601 time", problems)
+    gang = _field(row, "gangSize", int, "a whole number", problems)
+    gpus = _field(row, "gpus", int, "a whole number", problems)
+    startup = _field(row, "startupSeconds", float, "seconds", problems, optional=True)
+    run = _field(row, "runSeconds", float, "seconds", problems, optional=True)
+    priority = _field(row, "priority", int, "a whole number", problems, optional=True)
+    if gang is not None and gang < 1:
+        problems.append(f"gangSize: must be at least 1, got {gang}")
+    if gpus is not None and gpus < 0:
+        problems.append(f"gpus: must not be negative, got {gpus}")
+    if problems:
+        return problems, None
+    never_ready = startup is None and row["outcome"] == "Deactivated"
+    if run is None and not never_ready:
+        return problems, None
+    job = TraceJob(
+        submitted,
+        gpus,
+        run or 0.0,
+        row.get("queue") or "default",
+        pods=gang,
+        startup=startup,
+        never_ready=never_ready,
+        priority=priority or 0,
+    )
+    return problems, job
 
 
 # ---------------------------------------------------------------------- synthetic
