@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,9 @@ def instance(
     worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]], context: Any
 ) -> int:
     """One function instance: batches until none is left; how many records it failed."""
+    from aws_lambda_powertools.utilities.batch import process_partial_response
     from muster.faults.lambda_events import sqs_event
-    from muster.lambdas.records import ingest_record, process_sqs
+    from muster.lambdas.records import ingest_record
 
     control_plane, processor = worker
     failed = 0
@@ -198,11 +200,11 @@ def instance(
             batch = batches.get_nowait()
         except queue.Empty:
             return failed
-        response = process_sqs(
-            sqs_event(*batch),
-            context,
-            processor,
-            lambda body: ingest_record(control_plane, CLUSTER, body),
+        response = process_partial_response(
+            event=sqs_event(*batch),
+            record_handler=partial(ingest_record, control_plane, CLUSTER),
+            processor=processor,
+            context=context,
         )
         failed += len(response["batchItemFailures"])
 
