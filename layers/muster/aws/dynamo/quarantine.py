@@ -1,4 +1,4 @@
-"""Quarantine: the failed tries at a workload's outbox, its flag, and the index of quarantined workloads."""
+"""Quarantine: failed tries at a workload's outbox, its flag, the index of quarantined ones."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def is_conflict(exc: ClientError) -> bool:
 
 
 class Table:
-    """One DynamoDB table and the lifetimes of what expires in it; each item kind adds its reads and writes."""
+    """One table and how long what expires in it lives; each kind of item adds its requests."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The workload item: state, version, epoch, ready count and outbox, with its pods in one transaction."""
+"""The workload item (state, version, epoch, ready count, outbox), written with its pods."""
 
 from __future__ import annotations
 
