@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,11 @@ def run(args: argparse.Namespace) -> int:
     import boto3
     from muster.aws.config import RuntimeConfig
     from muster.faults.lambda_events import LambdaContext, sqs_event
-    from muster.lambdas.records import ingest_record, process_sqs, sqs_processor
+    from muster.lambdas.records import sqs_processor
     from muster.lambdas.wiring import build_control_plane
     from muster.local.resources import create_resources
     from muster.ports import RecordingCluster
-    from muster.schema import POD_OBSERVED, WORKLOAD_OBSERVED, pod_detail, workload_detail
+    from muster.schema import WORKLOAD_OBSERVED, workload_detail
 
     from functions.ingest.handler import handler
 
@@ -112,9 +113,6 @@ def run(args: argparse.Namespace) -> int:
         p.store.client.meta.events.register("before-call.dynamodb.*", count)
         return p
 
-    def envelope(detail_type: str, detail: dict[str, Any]) -> dict[str, Any]:
-        return {"source": "muster.agent", "detail-type": detail_type, "detail": detail}
-
     context = LambdaContext()
     # The workload is submitted and admitted before its pods report.
     setup = plane(inline=True)
@@ -127,7 +125,25 @@ def run(args: argparse.Namespace) -> int:
     assert setup.admission_pass() == [KEY], "the gang was not admitted"
     calls.clear()
 
-    names = [f"gang-1024-worker-{i}" for i in range(args.pods)]
+    waves = pod_waves(args.pods, args.batch)
+    # One control plane and one batch processor per function instance: like Lambda
+    # instances, they share nothing but the AWS services.
+    workers = [(plane(), sqs_processor()) for _ in range(args.workers)]
+    started = time.perf_counter()
+    failures = replay(waves, workers, context)
+    elapsed = time.perf_counter() - started
+    return report(args, elapsed, calls, workers, setup, failures)
+
+
+def envelope(detail_type: str, detail: dict[str, Any]) -> dict[str, Any]:
+    return {"source": "muster.agent", "detail-type": detail_type, "detail": detail}
+
+
+def pod_waves(pods: int, batch: int) -> list[list[list[dict[str, Any]]]]:
+    """Every pod Pending, then Running, then Ready: three waves of SQS batches."""
+    from muster.schema import POD_OBSERVED, pod_detail
+
+    names = [f"gang-1024-worker-{i}" for i in range(pods)]
     waves = []
     for seq, (phase, ready) in enumerate(
         (("Pending", False), ("Running", False), ("Running", True)), 1
@@ -149,38 +165,58 @@ def run(args: argparse.Namespace) -> int:
             )
             for i, name in enumerate(names)
         ]
-        waves.append([events[i : i + args.batch] for i in range(0, len(events), args.batch)])
+        waves.append([events[i : i + batch] for i in range(0, len(events), batch)])
+    return waves
 
-    # One control plane and one batch processor per function instance: like Lambda
-    # instances, they share nothing but the AWS services.
-    workers = [(plane(), sqs_processor()) for _ in range(args.workers)]
+
+def replay(
+    waves: list[list[list[dict[str, Any]]]], workers: list[tuple[Any, Any]], context: Any
+) -> int:
+    """Each wave's batches taken by the function instances at once; the records that failed."""
     failures = 0
-
-    def instance(worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]]) -> int:
-        control_plane, processor = worker
-        failed = 0
-        while True:
-            try:
-                batch = batches.get_nowait()
-            except queue.Empty:
-                return failed
-            response = process_sqs(
-                sqs_event(*batch),
-                context,
-                processor,
-                lambda body: ingest_record(control_plane, CLUSTER, body),
-            )
-            failed += len(response["batchItemFailures"])
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
         for wave in waves:  # every pod Pending, then Running, then Ready
             batches: queue.SimpleQueue[list[dict[str, Any]]] = queue.SimpleQueue()
             for batch in wave:
                 batches.put(batch)
-            failures += sum(pool.map(instance, workers, [batches] * len(workers)))
-    elapsed = time.perf_counter() - started
+            failures += sum(
+                pool.map(instance, workers, [batches] * len(workers), [context] * len(workers))
+            )
+    return failures
 
+
+def instance(
+    worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]], context: Any
+) -> int:
+    """One function instance: batches until none is left; how many records it failed."""
+    from aws_lambda_powertools.utilities.batch import process_partial_response
+    from muster.faults.lambda_events import sqs_event
+    from muster.lambdas.records import ingest_record
+
+    control_plane, processor = worker
+    failed = 0
+    while True:
+        try:
+            batch = batches.get_nowait()
+        except queue.Empty:
+            return failed
+        response = process_partial_response(
+            event=sqs_event(*batch),
+            record_handler=partial(ingest_record, control_plane, CLUSTER),
+            processor=processor,
+            context=context,
+        )
+        failed += len(response["batchItemFailures"])
+
+
+def report(
+    args: argparse.Namespace,
+    elapsed: float,
+    calls: Counter[str],
+    workers: list[tuple[Any, Any]],
+    setup: Any,
+    failures: int,
+) -> int:
     pod_events = 3 * args.pods
     writes = sum(n for op, n in calls.items() if op in WRITES)
     conflicts = sum(w.stats.conflicts for w, _ in workers)

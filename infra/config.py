@@ -103,54 +103,17 @@ def load_config(get: Callable[[str], Any]) -> MusterConfig:
 
 
 def _read(get: Callable[[str], Any]) -> MusterConfig:
-    cluster = _string(get, c.CTX_CLUSTER_NAME, None)
-    if not cluster:
-        problem(
-            f"{c.CTX_CLUSTER_NAME}: required; the name of the EKS cluster Muster manages "
-            f"(set it in cdk.json or pass -c {c.CTX_CLUSTER_NAME}=NAME)"
-        )
-    elif not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", cluster):
-        problem(f"{c.CTX_CLUSTER_NAME}: {cluster!r} is not a valid EKS cluster name")
-    stack_name = _string(get, c.CTX_STACK_NAME, c.DEFAULT_STACK_NAME) or c.DEFAULT_STACK_NAME
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", stack_name):
-        problem(f"{c.CTX_STACK_NAME}: {stack_name!r} is not a valid stack name")
-
+    cluster, stack_name = _cluster_and_stack(get)
     settings = _document(get, c.CTX_SETTINGS)
     check_settings(settings)
-
-    email = _string(get, c.CTX_ALARM_EMAIL, None) or None
-    if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
-        problem(f"{c.CTX_ALARM_EMAIL}: {email!r} is not an e-mail address")
-    topic_arn = _string(get, c.CTX_ALARM_TOPIC_ARN, None) or None
-    if topic_arn is not None and not re.fullmatch(r"arn:aws[a-z-]*:sns:[^:]+:\d{12}:.+", topic_arn):
-        problem(f"{c.CTX_ALARM_TOPIC_ARN}: {topic_arn!r} is not an SNS topic ARN")
-
+    email, topic_arn = _alarm_targets(get)
     thresholds = _thresholds(_document(get, c.CTX_ALARM_THRESHOLDS))
-
-    retention = _integer(get, c.CTX_LOG_RETENTION_DAYS, 30)
-    if retention not in LOG_RETENTION_DAYS:
-        problem(
-            f"{c.CTX_LOG_RETENTION_DAYS}: {retention} is not a CloudWatch Logs retention; "
-            f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}"
-        )
-    removal = (_string(get, c.CTX_REMOVAL_POLICY, "retain") or "retain").lower()
-    if removal not in REMOVAL_POLICIES:
-        problem(f"{c.CTX_REMOVAL_POLICY}: must be one of {REMOVAL_POLICIES}, got {removal!r}")
-    level = (_string(get, c.CTX_LOG_LEVEL, "INFO") or "INFO").upper()
-    if level not in LOG_LEVELS:
-        problem(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
-    sweep = _integer(get, c.CTX_SWEEP_MINUTES, c.DEFAULT_SWEEP_MINUTES)
-    if not 1 <= sweep <= 1440:
-        problem(f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}")
-    ttl = _integer(get, c.CTX_HISTORY_TTL_DAYS, 30)
-    if ttl < 1:
-        problem(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
-    namespace = _string(get, c.CTX_AGENT_NAMESPACE, c.DEFAULT_AGENT_NAMESPACE)
-    account = _string(get, c.CTX_AGENT_SERVICE_ACCOUNT, c.DEFAULT_AGENT_SERVICE_ACCOUNT)
-    for key, value in ((c.CTX_AGENT_NAMESPACE, namespace), (c.CTX_AGENT_SERVICE_ACCOUNT, account)):
-        if not value or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
-            problem(f"{key}: {value!r} is not a Kubernetes name")
-
+    retention = _log_retention(get)
+    removal = _removal_policy(get)
+    level = _log_level(get)
+    sweep = _sweep_minutes(get)
+    ttl = _history_ttl(get)
+    namespace, account = _agent_identity(get)
     return MusterConfig(
         cluster_name=cluster or "",
         stack_name=stack_name,
@@ -168,6 +131,82 @@ def _read(get: Callable[[str], Any]) -> MusterConfig:
         sweep_minutes=sweep,
         network=_network(get),
     )
+
+
+# ---------------------------------------------------------------- the values, each checked
+
+
+def _cluster_and_stack(get: Callable[[str], Any]) -> tuple[str | None, str]:
+    cluster = _string(get, c.CTX_CLUSTER_NAME, None)
+    if not cluster:
+        problem(
+            f"{c.CTX_CLUSTER_NAME}: required; the name of the EKS cluster Muster manages "
+            f"(set it in cdk.json or pass -c {c.CTX_CLUSTER_NAME}=NAME)"
+        )
+    elif not re.fullmatch(r"[0-9A-Za-z][A-Za-z0-9\-_]{0,99}", cluster):
+        problem(f"{c.CTX_CLUSTER_NAME}: {cluster!r} is not a valid EKS cluster name")
+    stack_name = _string(get, c.CTX_STACK_NAME, c.DEFAULT_STACK_NAME) or c.DEFAULT_STACK_NAME
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", stack_name):
+        problem(f"{c.CTX_STACK_NAME}: {stack_name!r} is not a valid stack name")
+    return cluster, stack_name
+
+
+def _alarm_targets(get: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    email = _string(get, c.CTX_ALARM_EMAIL, None) or None
+    if email is not None and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", email):
+        problem(f"{c.CTX_ALARM_EMAIL}: {email!r} is not an e-mail address")
+    topic_arn = _string(get, c.CTX_ALARM_TOPIC_ARN, None) or None
+    if topic_arn is not None and not re.fullmatch(r"arn:aws[a-z-]*:sns:[^:]+:\d{12}:.+", topic_arn):
+        problem(f"{c.CTX_ALARM_TOPIC_ARN}: {topic_arn!r} is not an SNS topic ARN")
+    return email, topic_arn
+
+
+def _log_retention(get: Callable[[str], Any]) -> int:
+    retention = _integer(get, c.CTX_LOG_RETENTION_DAYS, 30)
+    if retention not in LOG_RETENTION_DAYS:
+        problem(
+            f"{c.CTX_LOG_RETENTION_DAYS}: {retention} is not a CloudWatch Logs retention; "
+            f"use one of {', '.join(map(str, LOG_RETENTION_DAYS))}"
+        )
+    return retention
+
+
+def _removal_policy(get: Callable[[str], Any]) -> str:
+    removal = (_string(get, c.CTX_REMOVAL_POLICY, "retain") or "retain").lower()
+    if removal not in REMOVAL_POLICIES:
+        problem(f"{c.CTX_REMOVAL_POLICY}: must be one of {REMOVAL_POLICIES}, got {removal!r}")
+    return removal
+
+
+def _log_level(get: Callable[[str], Any]) -> str:
+    level = (_string(get, c.CTX_LOG_LEVEL, "INFO") or "INFO").upper()
+    if level not in LOG_LEVELS:
+        problem(f"{c.CTX_LOG_LEVEL}: must be one of {LOG_LEVELS}, got {level!r}")
+    return level
+
+
+def _sweep_minutes(get: Callable[[str], Any]) -> int:
+    sweep = _integer(get, c.CTX_SWEEP_MINUTES, c.DEFAULT_SWEEP_MINUTES)
+    if not 1 <= sweep <= 1440:
+        problem(f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}")
+    return sweep
+
+
+def _history_ttl(get: Callable[[str], Any]) -> int:
+    ttl = _integer(get, c.CTX_HISTORY_TTL_DAYS, 30)
+    if ttl < 1:
+        problem(f"{c.CTX_HISTORY_TTL_DAYS}: must be at least 1 day, got {ttl}")
+    return ttl
+
+
+def _agent_identity(get: Callable[[str], Any]) -> tuple[str | None, str | None]:
+    """The agent's namespace and service account, each a Kubernetes name."""
+    namespace = _string(get, c.CTX_AGENT_NAMESPACE, c.DEFAULT_AGENT_NAMESPACE)
+    account = _string(get, c.CTX_AGENT_SERVICE_ACCOUNT, c.DEFAULT_AGENT_SERVICE_ACCOUNT)
+    for key, value in ((c.CTX_AGENT_NAMESPACE, namespace), (c.CTX_AGENT_SERVICE_ACCOUNT, account)):
+        if not value or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+            problem(f"{key}: {value!r} is not a Kubernetes name")
+    return namespace, account
 
 
 # ---------------------------------------------------------------- settings

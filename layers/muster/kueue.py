@@ -117,6 +117,44 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
     errors: list[str] = []
     notes: list[str] = []
     explicit = "apiVersion" in doc or "kind" in doc
+    version, source, block_path, found = _locate(doc, explicit, api_version, errors, notes)
+    prefix = f"{block_path}." if block_path else ""
+    block = _block(found, block_path, prefix, version, explicit, errors)
+    enabled = _enabled(doc, block, version, block_path, errors, notes)
+    settings: dict[str, Any] = dict(_DEFAULTS[version])
+    for key in ("timeout", "recoveryTimeout", "blockAdmission"):
+        if block.get(key) is not None:
+            settings[key] = block[key]
+    settings["requeuingStrategy"] = _requeuing_strategy(block, prefix, errors)
+    if not enabled:
+        settings["dryRun"] = True
+        notes.append(
+            "waitForPodsReady is off in this Configuration, so Kueue never evicts on a "
+            "pods-ready timeout; the settings keep its values with dryRun: true (Muster "
+            "reports what it would evict and evicts nothing); set dryRun: false to enforce"
+        )
+    if not errors:
+        try:
+            parse_settings(settings)
+        except SettingsError as exc:
+            errors += [f"{prefix}{e}" for e in exc.errors]
+    if errors:
+        raise SettingsError(*errors)
+    notes.append(
+        "Kueue adds a random jitter of at most 0.01% to each backoff; Muster's "
+        "requeuingStrategy.backoffJitter (0 here) spreads requeues by a fraction you choose"
+    )
+    return Imported(settings, source, notes)
+
+
+def _locate(
+    doc: Mapping[str, Any],
+    explicit: bool,
+    api_version: str | None,
+    errors: list[str],
+    notes: list[str],
+) -> tuple[str, str, str, Any]:
+    """(version, source, path of the waitForPodsReady block, the block) of a document."""
     if api_version is None:
         inner = doc.get("waitForPodsReady", doc)
         api_version = "v1beta1" if isinstance(inner, Mapping) and "enable" in inner else "v1beta2"
@@ -140,7 +178,13 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
         block = doc
     if version not in VERSIONS:
         version = "v1beta2"
-    prefix = f"{block_path}." if block_path else ""
+    return version, source, block_path, block
+
+
+def _block(
+    block: Any, block_path: str, prefix: str, version: str, explicit: bool, errors: list[str]
+) -> Mapping[str, Any]:
+    """The waitForPodsReady block ({} if absent or not a mapping), its unknown keys reported."""
     if block is None:
         block = {}
     if not isinstance(block, Mapping):
@@ -149,11 +193,11 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
     for key in block:
         if key not in _BLOCK_KEYS or (key == "enable" and version == "v1beta2" and explicit):
             errors.append(_unknown(prefix, key, _BLOCK_KEYS))
-    enabled = _enabled(doc, block, version, block_path, errors, notes)
-    settings: dict[str, Any] = dict(_DEFAULTS[version])
-    for key in ("timeout", "recoveryTimeout", "blockAdmission"):
-        if block.get(key) is not None:
-            settings[key] = block[key]
+    return block
+
+
+def _requeuing_strategy(block: Mapping[str, Any], prefix: str, errors: list[str]) -> dict[str, Any]:
+    """Kueue's requeuingStrategy with its defaults filled in (Muster's field names are Kueue's)."""
     strategy = block.get("requeuingStrategy") or {}
     if not isinstance(strategy, Mapping):
         errors.append(f"{prefix}requeuingStrategy: must be a mapping")
@@ -161,32 +205,14 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
     for key in strategy:
         if key not in _STRATEGY_KEYS:
             errors.append(_unknown(f"{prefix}requeuingStrategy.", key, _STRATEGY_KEYS))
-    settings["requeuingStrategy"] = {
+    requeuing = {
         "timestamp": strategy.get("timestamp") or "Eviction",
         "backoffBaseSeconds": _or(strategy.get("backoffBaseSeconds"), 60),
         "backoffMaxSeconds": _or(strategy.get("backoffMaxSeconds"), 3600),
     }
     if strategy.get("backoffLimitCount") is not None:
-        settings["requeuingStrategy"]["backoffLimitCount"] = strategy["backoffLimitCount"]
-    if not enabled:
-        settings["dryRun"] = True
-        notes.append(
-            "waitForPodsReady is off in this Configuration, so Kueue never evicts on a "
-            "pods-ready timeout; the settings keep its values with dryRun: true (Muster "
-            "reports what it would evict and evicts nothing); set dryRun: false to enforce"
-        )
-    if not errors:
-        try:
-            parse_settings(settings)
-        except SettingsError as exc:
-            errors += [f"{prefix}{e}" for e in exc.errors]
-    if errors:
-        raise SettingsError(*errors)
-    notes.append(
-        "Kueue adds a random jitter of at most 0.01% to each backoff; Muster's "
-        "requeuingStrategy.backoffJitter (0 here) spreads requeues by a fraction you choose"
-    )
-    return Imported(settings, source, notes)
+        requeuing["backoffLimitCount"] = strategy["backoffLimitCount"]
+    return requeuing
 
 
 def _version(doc: Mapping[str, Any], errors: list[str]) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from muster.aws.dynamo import DynamoStore, _is_conflict
+from muster.aws.dynamo import DynamoStore
+from muster.aws.dynamo.table import is_conflict
 from muster.core import (
     DeadlineReached,
     Kind,
@@ -151,7 +152,7 @@ def _client_error(code: str, reasons: list[str] | None = None, message: str = ""
     ],
 )
 def test_only_failed_conditions_and_transaction_conflicts_are_conflicts(error, conflict):
-    assert _is_conflict(error) is conflict
+    assert is_conflict(error) is conflict
 
 
 def test_a_real_failed_condition_in_a_transaction_on_moto_is_a_conflict(aws: ControlPlaneOnMoto):
@@ -168,7 +169,7 @@ def test_a_real_failed_condition_in_a_transaction_on_moto_is_a_conflict(aws: Con
                 {"Update": store._workload_update(snap, w, 0, (), 3.0, 0)},
             ]
         )
-    assert _is_conflict(caught.value)
+    assert is_conflict(caught.value)
 
 
 @pytest.mark.slow

@@ -15,8 +15,9 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
-from muster.agent.agent import Agent, SeqSource
+from muster.agent.agent import Agent
 from muster.agent.mapping import pod_view, workload_view
+from muster.agent.memory import SeqSource
 from muster.agent.sender import Entry, EventBridgeSender, Outbox, batches
 from muster.agent.watch import Change, Reflector, Sync
 from muster.core.model import Kind, NodeObserved, PodObserved, WorkloadFinished, WorkloadObserved

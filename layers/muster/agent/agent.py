@@ -8,60 +8,13 @@ the lease, after a watch expires, every resync) the agent also sends what the
 list holds, as a `Cluster Snapshot` in parts under EventBridge's limits, so that
 the control plane notices deletions that no watch event told it of.
 
-**Memory** holds only what Muster manages: its labelled workloads, their pods
-(kept until their deletion is sent, even after the workload is gone), pod
-groups, nodes, and, for at most `waiting_ttl` seconds, pods that arrived before
-their workload (a list of pods processed before the list of Jobs). Of other
-pods it keeps only the node and GPUs of those bound with GPUs, summed per node
-for the capacity check (`foreignGpus` on node events).
-
-**Sequence numbers.** An event's `seq` is the object's `resourceVersion`. On every
-etcd-backed API server (EKS included) it is the decimal etcd revision at which the
-object last changed: one counter for the whole cluster, so a newer state of an
-object always has a larger number, whoever observes it (after an agent restart, a
-leader change or a relist). A relist re-sends objects with the numbers they already
-had, so the control plane drops them as duplicates unless it missed them. A
-deletion carries the deletion's revision (watch) or the list's revision (relist).
-A pod group's workload event carries the revision of the pod change that produced
-it; a workload re-sent because the PriorityClasses changed carries the revision of
-that change (the listing's, for a relist) when it is the newer. Should an API
-server ever hand out a non-numeric resourceVersion, the agent falls back to
-microseconds since the epoch, strictly increasing within a process.
-
-**Priority classes.** Until the PriorityClasses are first listed, workloads are
-reported without one (their annotation orders them); the listing then re-sends
-those it alters. A class change that races a change of the workload itself, seen
-in the other order, can leave the older view at the control plane until the
-workload changes again.
+What it keeps, its sequence numbers and the PriorityClasses: `muster.agent.memory`.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from collections import Counter
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any
-
-from muster.agent.mapping import (
-    TOLERATED_TAINTS,
-    NodeView,
-    PodView,
-    PriorityClasses,
-    WorkloadView,
-    compact_pod,
-    meta,
-    node_view,
-    object_key,
-    pod_gpus,
-    pod_group_view,
-    pod_view,
-    pod_workload,
-    with_priority_class,
-    workload_view,
-)
-from muster.agent.sender import Entry, Outbox, Sender
+from muster.agent.mapping import meta, object_key, pod_workload, workload_view
+from muster.agent.memory import Memory
 from muster.agent.watch import Change, Sync
 from muster.core.model import Kind
 from muster.core.reconcile import POD_SCOPE
@@ -75,18 +28,7 @@ from muster.kube.conventions import (
     QUEUE_LABEL,
     Resource,
 )
-from muster.schema import (
-    CLUSTER_SNAPSHOT,
-    NODE_OBSERVED,
-    POD_OBSERVED,
-    WORKLOAD_OBSERVED,
-    node_detail,
-    pod_detail,
-    snapshot_details,
-    workload_detail,
-)
-
-log = logging.getLogger("muster.agent")
+from muster.schema import CLUSTER_SNAPSHOT, POD_OBSERVED, pod_detail, snapshot_details
 
 WORKLOAD_RESOURCES: dict[str, Kind] = {
     JOB_RESOURCE.plural: Kind.JOB,
@@ -105,71 +47,11 @@ WATCHED: tuple[tuple[Resource, str | None], ...] = (
 )
 
 
-class SeqSource:
-    """`seq` from resourceVersion; a time-based fallback for non-numeric versions."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
-        self.last_fallback = 0
-        self.warned = False
-
-    def __call__(self, version: object) -> int:
-        text = str(version or "")
-        if text.isdigit():
-            return int(text)
-        if not self.warned:
-            log.warning("non-numeric resourceVersion %r; using a time-based seq", text)
-            self.warned = True
-        self.last_fallback = max(self.last_fallback + 1, int(self.clock() * 1_000_000))
-        return self.last_fallback
-
-
-class Agent:
-    """The agent's memory and its mapping from watch messages to outgoing events.
+class Agent(Memory):
+    """Watch messages in, events out; a relist also sends what it listed.
 
     Single-threaded: reflector threads hand messages over a queue (see `AgentRunner`).
     """
-
-    def __init__(
-        self,
-        cluster: str,
-        outbox: Outbox,
-        sender: Sender,
-        *,
-        clock: Callable[[], float] = time.time,
-        may_send: Callable[[], bool] = lambda: True,
-        waiting_ttl: float = 60.0,
-        max_waiting: int = 10_000,
-        tolerated_taints: frozenset[str] = TOLERATED_TAINTS,
-    ) -> None:
-        self.cluster = cluster
-        # Taint keys every workload tolerates, for the capacity check's reports.
-        self.tolerated = tolerated_taints
-        self.waiting_ttl = waiting_ttl
-        self.max_waiting = max_waiting
-        self.waiting_since: dict[str, float] = {}  # workload -> when its first pod waited
-        self.snapshots = 0
-        self.outbox = outbox
-        self.sender = sender
-        self.clock = clock
-        self.may_send = may_send
-        self.seq = SeqSource(clock)
-        self.stats: Counter[str] = Counter()
-        self.workloads: dict[str, WorkloadView] = {}  # labelled Jobs, JobSets, PyTorchJobs, groups
-        self.workload_seq: dict[str, int] = {}
-        self.pods: dict[str, tuple[Kind, str, PodView]] = {}  # "ns/pod" -> (kind, workload, view)
-        self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
-        self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
-        self.nodes: dict[str, NodeView] = {}
-        self.node_seq: dict[str, int] = {}  # the seq of the last event sent per node
-        # Pods Muster does not manage that hold GPUs: "ns/pod" -> (node, GPUs); sums per node.
-        self.foreign: dict[str, tuple[str, int]] = {}
-        self.foreign_on: dict[str, int] = {}
-        self.problems: dict[str, tuple[str, ...]] = {}  # bad annotations already logged
-        self.invalid: set[str] = set()  # workloads that cannot be reported as they are
-        # The cluster's PriorityClasses (None until listed: workloads go without one).
-        self.classes: PriorityClasses | None = None
-        self.class_objects: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -204,99 +86,7 @@ class Agent:
                 objects[name] = message.obj
             self._classes(objects, self.seq(meta(message.obj).get("resourceVersion")))
 
-    # ------------------------------------------------------------------ priority classes
-
-    def _classes(self, objects: dict[str, dict[str, Any]], seq: int) -> None:
-        """A new map of PriorityClasses: re-send the workloads whose class it changes."""
-        self.class_objects = objects
-        self.classes = PriorityClasses.of(objects.values())
-        for key, view in list(self.workloads.items()):
-            if with_priority_class(view, self.classes) != view:
-                self._send_workload(view, max(self.workload_seq[key], seq))
-
-    # ------------------------------------------------------------------ workloads
-
-    def _workload(
-        self, kind: Kind, obj: Mapping[str, Any], *, deleted: bool, force: bool = False
-    ) -> None:
-        key = object_key(obj)
-        seq = self.seq(meta(obj).get("resourceVersion"))
-        view = workload_view(kind, obj, self.tolerated)
-        if view is None:
-            return
-        if deleted:
-            self._workload_gone(key, kind, seq)
-            return
-        known = key in self.workloads
-        self._send_workload(view, seq, force=force)
-        if not known:
-            self.waiting_since.pop(key, None)
-            for pod in self.waiting.pop(key, {}).values():
-                self._pod(pod, deleted=False)
-
-    def _send_workload(self, view: WorkloadView, seq: int, *, force: bool = False) -> None:
-        view = with_priority_class(view, self.classes)
-        if not force and self.workloads.get(view.key) == view:
-            return
-        if view.problems and self.problems.get(view.key) != view.problems:
-            self.problems[view.key] = view.problems  # log each distinct problem set once
-            for problem in view.problems:
-                self.stats["invalid_annotations"] += 1
-                log.warning("%s %s: %s (ignored)", view.kind, view.key, problem)
-        if view.gang_size < 1:
-            if view.key not in self.invalid:
-                self.invalid.add(view.key)
-                self.stats["invalid_workloads"] += 1
-                log.error("%s %s: no gang size; not reported until fixed", view.kind, view.key)
-            return
-        self.invalid.discard(view.key)
-        self.workloads[view.key] = view
-        self.workload_seq[view.key] = seq
-        detail = workload_detail(
-            cluster=self.cluster,
-            workload=view.key,
-            kind=view.kind,
-            queue=view.queue,
-            gang_size=view.gang_size,
-            seq=seq,
-            gpus=view.gpus,
-            priority=view.priority,
-            created_at=view.created_at,
-            timeout=view.timeout,
-            status=view.status,
-            observed_at=self._now(),
-            uid=view.uid,
-            priority_class=view.priority_class,
-            class_priority=view.class_priority,
-            shape=view.shape,
-            placement=view.placement,
-        )
-        self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
-
-    def _workload_gone(self, key: str, kind: Kind, seq: int) -> None:
-        view = self.workloads.pop(key, None)
-        self.workload_seq.pop(key, None)
-        self.problems.pop(key, None)
-        self.invalid.discard(key)
-        if view is None:
-            return
-        # Its pods stay known until their own deletions (garbage collection) are sent,
-        # so that the control plane's items of them expire as tombstones.
-        detail = workload_detail(
-            cluster=self.cluster,
-            workload=key,
-            kind=kind,
-            queue=view.queue,
-            gang_size=view.gang_size,
-            seq=seq,
-            gpus=view.gpus,
-            priority=view.priority,
-            created_at=view.created_at,
-            status="Deleted",
-            observed_at=self._now(),
-            uid=view.uid,
-        )
-        self._put(f"workload:{key}", WORKLOAD_OBSERVED, detail)
+    # ------------------------------------------------------------------ relists
 
     def _sync_workloads(self, kind: Kind, sync: Sync) -> None:
         present = set()
@@ -335,139 +125,6 @@ class Agent:
         self.stats["snapshot_parts"] += len(details)
         for detail in details:
             self._put(f"snapshot:{scope}:{detail['part']}", CLUSTER_SNAPSHOT, detail)
-
-    # ------------------------------------------------------------------ pods
-
-    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
-        owner = pod_workload(pod)
-        name = object_key(pod)
-        if owner is None:
-            self._foreign_pod(name, pod, deleted=deleted, mine=False)
-            return
-        kind, workload = owner
-        seq = self.seq(meta(pod).get("resourceVersion"))
-        if kind is Kind.POD_GROUP:
-            self._foreign_pod(name, pod, deleted=deleted, mine=True)
-            self._group_member(workload, pod, seq, deleted=deleted, force=force)
-            if workload not in self.workloads and not deleted:
-                return  # the group is not valid (see the log); its pods mean nothing yet
-        elif workload not in self.workloads or self.workloads[workload].kind is not kind:
-            self._foreign_pod(name, pod, deleted=deleted, mine=name in self.pods)
-            if name in self.pods:
-                # A pod of a workload that is gone: only its deletion still matters.
-                if deleted:
-                    self._send_pod(kind, workload, name, pod, seq, deleted=True)
-                return
-            # Not (yet) a known labelled workload: remember it for a while, in case its
-            # workload shows up (most pods waiting here are of other teams' Jobs).
-            waiting = self.waiting.setdefault(workload, {})
-            self.waiting_since.setdefault(workload, self.clock())
-            if deleted:
-                waiting.pop(name, None)
-                if not waiting:
-                    del self.waiting[workload]
-                    self.waiting_since.pop(workload, None)
-            else:
-                waiting[name] = compact_pod(pod)
-            return
-        else:
-            self._foreign_pod(name, pod, deleted=deleted, mine=True)
-        self._send_pod(kind, workload, name, pod, seq, deleted=deleted, force=force)
-
-    def _foreign_pod(
-        self, name: str, pod: Mapping[str, Any], *, deleted: bool, mine: bool, seq: int = 0
-    ) -> None:
-        """Keep the GPUs that pods Muster does not manage hold, summed per node.
-
-        A pod counts while it is bound, not finished, asks for GPUs and belongs to
-        no workload Muster knows (a pod that arrives before its workload counts
-        until the workload shows up). A change of a node's sum is a node event,
-        coalesced per node by the outbox: a busy cluster sends at most one per node
-        per window, not one per pod.
-        """
-        spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
-        gpus = pod_gpus(pod)
-        held = (
-            (str(node), gpus)
-            if node and gpus and not deleted and not mine and phase not in ("Succeeded", "Failed")
-            else None
-        )
-        old = self.foreign.get(name)
-        if old == held:
-            return
-        seq = seq or self.seq(meta(pod).get("resourceVersion"))
-        if old is not None:
-            del self.foreign[name]
-            self.foreign_on[old[0]] -= old[1]
-        if held is not None:
-            self.foreign[name] = held
-            self.foreign_on[held[0]] = self.foreign_on.get(held[0], 0) + held[1]
-        for changed in {old[0] if old else "", held[0] if held else ""} - {""}:
-            if not self.foreign_on.get(changed):
-                self.foreign_on.pop(changed, None)
-            if changed in self.nodes:
-                self._send_node(changed, max(self.node_seq.get(changed, 0), seq))
-
-    def _send_pod(
-        self,
-        kind: Kind,
-        workload: str,
-        name: str,
-        pod: Mapping[str, Any],
-        seq: int,
-        *,
-        deleted: bool,
-        force: bool = False,
-    ) -> None:
-        view = pod_view(workload, pod)
-        known = self.pods.get(name)
-        if deleted:
-            self.pods.pop(name, None)
-        elif not force and known is not None and known[2] == view:
-            return
-        else:
-            self.pods[name] = (kind, workload, view)
-        detail = pod_detail(
-            cluster=self.cluster,
-            workload=workload,
-            pod=view.pod,
-            seq=seq,
-            uid=view.uid,
-            phase=view.phase,
-            ready=view.ready and not deleted,
-            node=view.node,
-            deleted=deleted,
-            reason=view.reason,
-            message=view.message,
-            observed_at=self._now(),
-            scheduled=view.scheduled,
-            waiting=view.waiting,
-            restarts=view.restarts,
-            terminated=view.terminated,
-            exit_code=view.exit_code,
-        )
-        self._put(f"pod:{name}", POD_OBSERVED, detail)
-
-    def _group_member(
-        self, group: str, pod: Mapping[str, Any], seq: int, *, deleted: bool, force: bool = False
-    ) -> None:
-        members = self.groups.setdefault(group, {})
-        name = str(meta(pod).get("name"))
-        if deleted:
-            members.pop(name, None)
-        else:
-            members[name] = compact_pod(pod)
-        view = pod_group_view(group, members.values(), self.tolerated)
-        if view is not None:
-            # Newer than every member's own version, so a re-derived view is never stale.
-            seq = max([seq, *(self.seq(meta(p).get("resourceVersion")) for p in members.values())])
-            self._send_workload(view, seq, force=force)
-        if not members:
-            # The pods were deleted (an eviction, or the user); the group stays known
-            # to the control plane until its controller creates replacements.
-            del self.groups[group]
 
     def _sync_pods(self, sync: Sync) -> None:
         present = set()
@@ -514,53 +171,6 @@ class Agent:
                 self.waiting_since.pop(workload, None)
         self._snapshot(POD_SCOPE, seq, pods=listed)
 
-    def _forget_waiting(self) -> None:
-        """Pods whose workload did not show up in time are not Muster's (or a relist heals)."""
-        cutoff = self.clock() - self.waiting_ttl
-        total = sum(len(w) for w in self.waiting.values())
-        for workload, since in list(self.waiting_since.items()):
-            if since > cutoff and total <= self.max_waiting:
-                break  # oldest first: the rest are younger
-            total -= len(self.waiting.pop(workload, {}))
-            del self.waiting_since[workload]
-            self.stats["waiting_forgotten"] += 1
-
-    # ------------------------------------------------------------------ nodes
-
-    def _node(self, node: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
-        name = str(meta(node).get("name"))
-        view = node_view(node, self.tolerated)
-        # Never below what was sent for the node: a foreign pod's change may be newer
-        # than the node's own revision.
-        seq = max(self.seq(meta(node).get("resourceVersion")), self.node_seq.get(name, 0))
-        if deleted:
-            view = NodeView(False, view.health, 0, "deleted")
-            self.nodes.pop(name, None)
-            self.node_seq.pop(name, None)
-        elif not force and self.nodes.get(name) == view:
-            return
-        else:
-            self.nodes[name] = view
-        self._send_node(name, seq, view)
-
-    def _send_node(self, name: str, seq: int, view: NodeView | None = None) -> None:
-        """The node's condition and capacity, with the foreign GPUs summed on it."""
-        view = view or self.nodes[name]
-        if name in self.nodes:
-            self.node_seq[name] = seq
-        detail = node_detail(
-            cluster=self.cluster,
-            node=name,
-            seq=seq,
-            ready=view.ready,
-            health=view.health,
-            gpus=view.gpus,
-            unschedulable=view.unschedulable,
-            foreign_gpus=self.foreign_on.get(name, 0) if name in self.nodes else 0,
-            observed_at=self._now(),
-        )
-        self._put(f"node:{name}", NODE_OBSERVED, detail)
-
     def _sync_nodes(self, sync: Sync) -> None:
         present = set()
         for node in sync.items:
@@ -573,12 +183,6 @@ class Agent:
 
     # ------------------------------------------------------------------ output
 
-    def _now(self) -> datetime:
-        return datetime.fromtimestamp(self.clock(), UTC)
-
-    def _put(self, key: str, detail_type: str, detail: dict[str, Any]) -> None:
-        self.outbox.put(Entry(key, detail_type, detail), self.clock())
-
     def flush(self, *, everything: bool = False) -> int:
         """Send what is due; returns how many entries went to the sender."""
         self._forget_waiting()
@@ -589,23 +193,5 @@ class Agent:
             self.sender.send(due)
         return len(due)
 
-    def reset(self) -> None:
-        """Forget everything (leadership lost); the next leader relists."""
-        self.workloads.clear()
-        self.workload_seq.clear()
-        self.pods.clear()
-        self.waiting.clear()
-        self.waiting_since.clear()
-        self.groups.clear()
-        self.nodes.clear()
-        self.node_seq.clear()
-        self.foreign.clear()
-        self.foreign_on.clear()
-        self.problems.clear()
-        self.invalid.clear()
-        self.classes = None
-        self.class_objects = {}
-        self.outbox.clear()
 
-
-__all__ = ["WATCHED", "Agent", "SeqSource"]
+__all__ = ["WATCHED", "Agent"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from muster.aws.dynamo import HISTORY_PREFIX
+from muster.aws.dynamo.table import HISTORY_PREFIX
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

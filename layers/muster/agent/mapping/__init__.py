@@ -1,0 +1,52 @@
+"""From Kubernetes objects to what Muster needs to know about them (pure functions).
+
+One module per kind of object (`workloads`, `pods`, `nodes`); `objects` holds
+what they all read.
+"""
+
+from muster.agent.mapping.nodes import SCHEDULABLE_HEALTH, NodeView, node_view
+from muster.agent.mapping.objects import (
+    TOLERATED_TAINTS,
+    labels,
+    meta,
+    notes_of,
+    object_key,
+    parse_k8s_time,
+    pod_gpus,
+)
+from muster.agent.mapping.pods import PodView, compact_pod, pod_view, pod_workload
+from muster.agent.mapping.workloads import (
+    FINISHED_CONDITIONS,
+    PriorityClasses,
+    WorkloadView,
+    placement_rules,
+    pod_group_view,
+    pod_shape_of,
+    with_priority_class,
+    workload_view,
+)
+
+__all__ = [
+    "FINISHED_CONDITIONS",
+    "SCHEDULABLE_HEALTH",
+    "TOLERATED_TAINTS",
+    "NodeView",
+    "PodView",
+    "PriorityClasses",
+    "WorkloadView",
+    "compact_pod",
+    "labels",
+    "meta",
+    "node_view",
+    "notes_of",
+    "object_key",
+    "parse_k8s_time",
+    "placement_rules",
+    "pod_gpus",
+    "pod_group_view",
+    "pod_shape_of",
+    "pod_view",
+    "pod_workload",
+    "with_priority_class",
+    "workload_view",
+]

@@ -1,0 +1,66 @@
+"""What the mapping of every kind of object reads: metadata, times, GPU requests, counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from muster.kube.conventions import GPU_RESOURCE
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("labels") or {}
+
+
+def notes_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return meta(obj).get("annotations") or {}
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    return f"{m.get('namespace')}/{m.get('name')}" if m.get("namespace") else str(m.get("name"))
+
+
+def parse_k8s_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+# Taints a GPU pod tolerates as a matter of course: the capacity check treats nodes
+# with only these as open to Muster's workloads, and tolerations of only these keys
+# as nothing to evaluate. The agent's `--tolerated-taints` adds a cluster's own.
+TOLERATED_TAINTS = frozenset({"nvidia.com/gpu"})
+
+
+def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
+    """GPUs one pod requests: its containers together, or its largest init container."""
+    spec = pod_or_template.get("spec") or {}
+
+    def gpus(container: Mapping[str, Any]) -> int:
+        resources = container.get("resources") or {}
+        values = [(resources.get(part) or {}).get(GPU_RESOURCE) for part in ("requests", "limits")]
+        return max((count_of(v, 0) for v in values if v is not None), default=0)
+
+    regular = sum(gpus(c) for c in spec.get("containers") or [])
+    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(regular, init)
+
+
+def count_of(value: Any, default: int) -> int:
+    """A count from an object (never below 0); `default` when absent or not a number."""
+    if value is None:
+        return default
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,208 @@
+"""Pods: which workload a pod belongs to, what is reported of it, and what the agent keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from muster.agent.mapping.objects import count_of, labels, meta, notes_of
+from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
+from muster.core.model import Kind
+from muster.kube.conventions import (
+    JOB_NAME_LABELS,
+    JOBSET_NAME_LABEL,
+    KUBEFLOW_JOB_NAME_LABEL,
+    POD_GROUP_LABEL,
+    QUEUE_LABEL,
+)
+from muster.schema import POD_PHASES
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """The fields of a `Pod Observed` event (without cluster, seq and time)."""
+
+    workload: str
+    pod: str
+    uid: str
+    phase: str
+    ready: bool
+    node: str | None
+    reason: str | None
+    message: str | None
+    scheduled: bool | None = None
+    waiting: str | None = None
+    restarts: int = 0
+    terminated: str | None = None
+    exit_code: int | None = None
+
+
+def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Only what the mapping reads: the agent keeps many pods in memory."""
+    m = meta(pod)
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {
+            key: m[key]
+            for key in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "labels",
+            )
+            if key in m
+        }
+        | {"annotations": {k: v for k, v in notes_of(pod).items() if k.startswith("muster.io/")}},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "priorityClassName": spec.get("priorityClassName"),
+            "priority": spec.get("priority"),
+            "containers": [
+                {"resources": c.get("resources") or {}} for c in spec.get("containers") or []
+            ],
+            "initContainers": [
+                {"resources": c.get("resources") or {}} for c in spec.get("initContainers") or []
+            ],
+        }
+        | {
+            key: spec[key]
+            for key in ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+            if spec.get(key)
+        },
+        "status": {
+            key: status[key]
+            for key in (
+                "phase",
+                "conditions",
+                "containerStatuses",
+                "initContainerStatuses",
+                "reason",
+                "message",
+            )
+            if key in status
+        },
+    }
+
+
+def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
+    """(kind, "namespace/name") of the workload a pod belongs to, from its labels."""
+    namespace = meta(pod).get("namespace")
+    found = labels(pod)
+    if not namespace:
+        return None
+    if found.get(POD_GROUP_LABEL) and found.get(QUEUE_LABEL):
+        return Kind.POD_GROUP, f"{namespace}/{found[POD_GROUP_LABEL]}"
+    if found.get(JOBSET_NAME_LABEL):
+        return Kind.JOBSET, f"{namespace}/{found[JOBSET_NAME_LABEL]}"
+    if found.get(KUBEFLOW_JOB_NAME_LABEL):
+        return Kind.PYTORCHJOB, f"{namespace}/{found[KUBEFLOW_JOB_NAME_LABEL]}"
+    for label in JOB_NAME_LABELS:
+        if found.get(label):
+            return Kind.JOB, f"{namespace}/{found[label]}"
+    return None
+
+
+def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase not in POD_PHASES:
+        phase = "Unknown"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    reason, message = (None, None) if ready else _not_ready_reason(status, conditions)
+    node = (pod.get("spec") or {}).get("nodeName")
+    scheduled_status = (conditions.get("PodScheduled") or {}).get("status")
+    scheduled = {"True": True, "False": False}.get(str(scheduled_status))
+    if node:
+        scheduled = True
+    waiting, restarts, terminated, exit_code = _container_health(status)
+    return PodView(
+        workload=workload,
+        pod=str(meta(pod).get("name")),
+        uid=str(meta(pod).get("uid") or ""),
+        phase=phase,
+        ready=ready,
+        node=node,
+        reason=reason,
+        message=message,
+        scheduled=scheduled,
+        waiting=waiting,
+        restarts=restarts,
+        terminated=terminated,
+        exit_code=exit_code,
+    )
+
+
+def _container_health(status: Mapping[str, Any]) -> tuple[str | None, int, str | None, int | None]:
+    """(waiting reason, restarts, last termination reason, its exit code) of the pod's
+    most troubled container: one whose waiting reason says the workload is at fault
+    first, then the one that restarted most. Bounded whatever the container count."""
+    statuses = [
+        cs
+        for cs in list(status.get("initContainerStatuses") or [])
+        + list(status.get("containerStatuses") or [])
+        if isinstance(cs, Mapping)
+    ]
+    worst: Mapping[str, Any] | None = None
+    for cs in statuses:
+        if worst is None or count_of(cs.get("restartCount"), 0) > count_of(
+            worst.get("restartCount"), 0
+        ):
+            worst = cs
+    if worst is None:
+        return _waiting_reason(statuses), 0, None, None
+    terminated, exit_code = _termination(worst)
+    return _waiting_reason(statuses), count_of(worst.get("restartCount"), 0), terminated, exit_code
+
+
+def _waiting_reason(statuses: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first waiting reason that blames the workload, else the first one at all."""
+    waiting: str | None = None
+    for cs in statuses:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if isinstance(reason, str) and reason:
+            if reason in WORKLOAD_FAULT_REASONS:
+                waiting = reason
+                break
+            waiting = waiting or reason
+    return waiting
+
+
+def _termination(container: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """(reason, exit code) of the container's current or last termination, unless it completed."""
+    ended = (container.get("state") or {}).get("terminated") or (
+        (container.get("lastState") or {}).get("terminated")
+    )
+    if not isinstance(ended, Mapping):
+        return None, None
+    reason = ended.get("reason")
+    terminated = reason if isinstance(reason, str) and reason else None
+    code = ended.get("exitCode")
+    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if terminated == "Completed" and exit_code == 0:
+        return None, None
+    return terminated, exit_code
+
+
+def _not_ready_reason(
+    status: Mapping[str, Any], conditions: Mapping[str, Mapping[str, Any]]
+) -> tuple[str | None, str | None]:
+    """The most telling reason a pod is not Ready, for "why was my job evicted?"."""
+    for cs in list(status.get("initContainerStatuses") or []) + list(
+        status.get("containerStatuses") or []
+    ):
+        state = cs.get("state") or {}
+        for kind in ("waiting", "terminated"):
+            detail = state.get(kind)
+            if detail and detail.get("reason") and detail.get("reason") != "Completed":
+                return detail["reason"], detail.get("message")
+    scheduled = conditions.get("PodScheduled") or {}
+    if scheduled.get("status") == "False":
+        return scheduled.get("reason"), scheduled.get("message")
+    if status.get("reason"):
+        return status["reason"], status.get("message")
+    return None, None

@@ -1,0 +1,344 @@
+"""Workloads: a labelled Job, JobSet or PyTorchJob, or a pod group from its pods.
+
+The gang size comes from the spec (a Job's parallelism, capped by its completions;
+a JobSet's replicas x parallelism; a PyTorchJob's replicas summed over its replica
+types) unless `muster.io/min-available` asks for fewer; a pod group's from
+`muster.io/min-available` on its pods. GPUs are `nvidia.com/gpu` per pod times pods.
+A bad annotation is reported in `problems` and ignored, never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from muster.agent.mapping.objects import (
+    TOLERATED_TAINTS,
+    count_of,
+    labels,
+    meta,
+    notes_of,
+    object_key,
+    parse_k8s_time,
+    pod_gpus,
+)
+from muster.core.copying import replace
+from muster.core.durations import DurationError, parse_duration
+from muster.core.model import Kind
+from muster.kube.conventions import (
+    JOBSET_NAME_LABEL,
+    MIN_AVAILABLE_ANNOTATION,
+    PRIORITY_ANNOTATION,
+    QUEUE_LABEL,
+    TIMEOUT_ANNOTATION,
+)
+
+# Which condition on each kind says the workload has ended, and how.
+FINISHED_CONDITIONS: dict[Kind, dict[str, str]] = {
+    Kind.JOB: {"Complete": "Succeeded", "Failed": "Failed"},
+    Kind.JOBSET: {"Completed": "Succeeded", "Failed": "Failed"},
+    Kind.PYTORCHJOB: {"Succeeded": "Succeeded", "Failed": "Failed"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """The fields of a `Workload Observed` event (without cluster, seq and time)."""
+
+    key: str
+    kind: Kind
+    queue: str
+    gang_size: int
+    gpus: int = 0
+    priority: int = 0
+    created_at: datetime | None = None
+    timeout: str | None = None
+    status: str = "Active"
+    problems: tuple[str, ...] = field(default=(), compare=False)
+    uid: str = ""  # the object's uid (a pod group has no object of its own)
+    # The PriorityClass each pod template names ("" for none); the class the pods run
+    # at and its value once resolved (`with_priority_class`; a pod group's pods come
+    # resolved by the API server).
+    class_names: tuple[str, ...] = ()
+    priority_class: str | None = None
+    class_priority: int | None = None
+    # For the capacity check: (pods, GPUs each) groups, and the placement rules of
+    # its pod templates the check does not evaluate ("" when none).
+    shape: tuple[tuple[int, int], ...] = ()
+    placement: str = ""
+
+
+def workload_view(
+    kind: Kind, obj: Mapping[str, Any], tolerated: frozenset[str] | None = None
+) -> WorkloadView | None:
+    """The view of a labelled Job / JobSet / PyTorchJob; None if it is not Muster's.
+
+    `tolerated`: the taint keys the capacity check treats as tolerated by every
+    workload (default `TOLERATED_TAINTS`).
+    """
+    queue = labels(obj).get(QUEUE_LABEL)
+    if not queue:
+        return None
+    if kind is Kind.JOB and labels(obj).get(JOBSET_NAME_LABEL):
+        return None  # a JobSet's child Job: the JobSet is the workload
+    spec = obj.get("spec") or {}
+    problems: list[str] = []
+    parts = _WORKLOAD_PODS.get(kind)
+    if parts is None:
+        raise ValueError(f"kind: {kind} has no workload object")
+    pods, gpus, templates, groups = parts(spec)
+    gang = _min_available(notes_of(obj), pods, problems)
+    return WorkloadView(
+        key=object_key(obj),
+        kind=kind,
+        queue=queue,
+        gang_size=gang,
+        gpus=gpus,
+        priority=_priority(notes_of(obj), problems),
+        created_at=parse_k8s_time(meta(obj).get("creationTimestamp")),
+        timeout=_timeout(notes_of(obj), problems),
+        status=_finished(kind, obj) or "Active",
+        problems=tuple(problems),
+        uid=str(meta(obj).get("uid") or ""),
+        class_names=tuple(_class_name(t) for t in templates),
+        shape=pod_shape_of(groups),
+        placement=placement_rules(templates, tolerated),
+    )
+
+
+# (pods running at once, the GPUs they request, their pod templates, (pods, GPUs per pod) groups)
+_WorkloadPods = tuple[int, int, list[Mapping[str, Any]], list[tuple[int, int]]]
+
+
+def _job_workload_pods(spec: Mapping[str, Any]) -> _WorkloadPods:
+    pods, gpus = _job_pods(spec)
+    return pods, gpus, [spec.get("template") or {}], [(pods, pod_gpus(spec.get("template") or {}))]
+
+
+def _jobset_workload_pods(spec: Mapping[str, Any]) -> _WorkloadPods:
+    pods, gpus = 0, 0
+    templates: list[Mapping[str, Any]] = []
+    groups: list[tuple[int, int]] = []
+    for rj in spec.get("replicatedJobs") or []:
+        job_spec = ((rj.get("template") or {}).get("spec")) or {}
+        n, g = _job_pods(job_spec)
+        replicas = count_of(rj.get("replicas"), 1)
+        pods, gpus = pods + replicas * n, gpus + replicas * g
+        templates.append(job_spec.get("template") or {})
+        groups.append((replicas * n, pod_gpus(job_spec.get("template") or {})))
+    return pods, gpus, templates, groups
+
+
+def _pytorchjob_workload_pods(spec: Mapping[str, Any]) -> _WorkloadPods:
+    pods, gpus = 0, 0
+    templates: list[Mapping[str, Any]] = []
+    groups: list[tuple[int, int]] = []
+    for rs in (spec.get("pytorchReplicaSpecs") or {}).values():
+        replicas = count_of((rs or {}).get("replicas"), 1)
+        pods += replicas
+        gpus += replicas * pod_gpus((rs or {}).get("template") or {})
+        templates.append((rs or {}).get("template") or {})
+        groups.append((replicas, pod_gpus((rs or {}).get("template") or {})))
+    return pods, gpus, templates, groups
+
+
+# The kinds whose object is the workload (a pod group has none).
+_WORKLOAD_PODS: dict[Kind, Callable[[Mapping[str, Any]], _WorkloadPods]] = {
+    Kind.JOB: _job_workload_pods,
+    Kind.JOBSET: _jobset_workload_pods,
+    Kind.PYTORCHJOB: _pytorchjob_workload_pods,
+}
+
+
+def _class_name(pod_or_template: Mapping[str, Any]) -> str:
+    name = (pod_or_template.get("spec") or {}).get("priorityClassName")
+    return name if isinstance(name, str) else ""
+
+
+def _job_pods(job_spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(pods running at once, GPUs they request) for a batch/v1 Job spec."""
+    parallelism = count_of(job_spec.get("parallelism"), 1)
+    completions = job_spec.get("completions")
+    if isinstance(completions, int) and completions > 0:
+        parallelism = min(parallelism, completions)
+    return parallelism, parallelism * pod_gpus(job_spec.get("template") or {})
+
+
+def _finished(kind: Kind, obj: Mapping[str, Any]) -> str | None:
+    wanted = FINISHED_CONDITIONS[kind]
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in wanted:
+            return wanted[condition["type"]]
+    return None
+
+
+def pod_group_view(
+    key: str, pods: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+) -> WorkloadView | None:
+    """The view of a plain pod group from the pods that exist; None without pods."""
+    members = sorted(pods, key=lambda p: str(meta(p).get("name")))
+    if not members:
+        return None
+    first = members[0]
+    problems: list[str] = []
+    size = _group_size(first, problems)
+    created = [t for t in (parse_k8s_time(meta(p).get("creationTimestamp")) for p in members) if t]
+    status = _group_status(members, size)
+    # The API server has resolved the pods' class (the default one included) and value.
+    name, value = _class_name(first), (first.get("spec") or {}).get("priority")
+    resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
+    return WorkloadView(
+        key=key,
+        kind=Kind.POD_GROUP,
+        queue=labels(first).get(QUEUE_LABEL, ""),
+        gang_size=size,
+        gpus=size * pod_gpus(first),
+        priority=_priority(notes_of(first), problems),
+        created_at=min(created) if created else None,
+        timeout=_timeout(notes_of(first), problems),
+        status=status,
+        problems=tuple(problems),
+        class_names=(name,),
+        priority_class=name if resolved else None,
+        class_priority=value if resolved else None,
+        shape=pod_shape_of([(size, pod_gpus(first))]),
+        placement=placement_rules([first], tolerated),
+    )
+
+
+def _group_size(first: Mapping[str, Any], problems: list[str]) -> int:
+    """The gang size the pods' annotation asks for (0, with a problem, without one)."""
+    size = _int_annotation(notes_of(first), MIN_AVAILABLE_ANNOTATION, problems)
+    if size is None or size < 1:
+        problems.append(f"{MIN_AVAILABLE_ANNOTATION}: required on the pods of a pod group")
+        size = 0
+    return size
+
+
+def _group_status(members: Sequence[Mapping[str, Any]], size: int) -> str:
+    """Succeeded once a gang's worth of pods succeeded and none is left running."""
+    succeeded = sum(1 for p in members if (p.get("status") or {}).get("phase") == "Succeeded")
+    live = sum(
+        1 for p in members if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+    return "Succeeded" if size and succeeded >= size and live == 0 else "Active"
+
+
+# --------------------------------------------------------------------------- priority classes
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClasses:
+    """The cluster's `scheduling.k8s.io/v1` PriorityClasses: name -> value, and the
+    `globalDefault` one (the lowest-valued if several, as the API server picks)."""
+
+    values: Mapping[str, int] = field(default_factory=dict)
+    default: str | None = None
+
+    @classmethod
+    def of(cls, items: Iterable[Mapping[str, Any]]) -> PriorityClasses:
+        values: dict[str, int] = {}
+        defaults: list[tuple[int, str]] = []
+        for obj in items:
+            name, value = meta(obj).get("name"), obj.get("value")
+            if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
+                continue
+            values[name] = value
+            if obj.get("globalDefault") is True:
+                defaults.append((value, name))
+        return cls(values, min(defaults)[1] if defaults else None)
+
+
+def with_priority_class(view: WorkloadView, classes: PriorityClasses | None) -> WorkloadView:
+    """The view with the PriorityClass its pods run at and that class's value.
+
+    A template that names none gets the cluster's default class, as its pods would.
+    Of several classes the highest-valued counts; a class that does not exist comes
+    first (value None), so that the control plane says why the workload waits.
+    Without a listing of the classes (`None`), none is reported.
+    """
+    if view.kind is Kind.POD_GROUP and view.class_priority is not None:
+        return view
+    found: list[tuple[int, str]] = []
+    for named in view.class_names or ("",):
+        name = named or (classes.default if classes is not None else None)
+        if name is None or classes is None:
+            continue
+        value = classes.values.get(name)
+        if value is None:
+            return replace(view, priority_class=name, class_priority=None)
+        found.append((value, name))
+    value, name = max(found) if found else (None, None)
+    return replace(view, priority_class=name, class_priority=value)
+
+
+def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(pods, GPUs each) groups merged by size, largest pods first; empty groups dropped."""
+    merged: dict[int, int] = {}
+    for count, gpus in groups:
+        if count > 0:
+            merged[gpus] = merged.get(gpus, 0) + count
+    return tuple((count, gpus) for gpus, count in sorted(merged.items(), reverse=True))
+
+
+def placement_rules(
+    templates: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+) -> str:
+    """The placement rules of pod templates the capacity check does not evaluate.
+
+    The check knows each node's free GPUs and whether Muster's pods may land on it;
+    a template that narrows or widens where its pods go (a node selector, an
+    affinity, spread constraints, tolerations of other taints) makes
+    the check fall back to quota for the workload. Returns "" when there are none.
+    """
+    known = TOLERATED_TAINTS if tolerated is None else tolerated
+    found: set[str] = set()
+    for template in templates:
+        spec = template.get("spec") or {}
+        for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
+            if spec.get(key):
+                found.add(key)
+        for toleration in spec.get("tolerations") or []:
+            if (toleration or {}).get("key") not in known:
+                found.add("tolerations")
+    return ", ".join(sorted(found))
+
+
+def _min_available(notes: Mapping[str, str], spec_pods: int, problems: list[str]) -> int:
+    wanted = _int_annotation(notes, MIN_AVAILABLE_ANNOTATION, problems)
+    if wanted is None:
+        return spec_pods
+    if wanted < 1:
+        problems.append(f"{MIN_AVAILABLE_ANNOTATION}: must be at least 1, got {wanted}")
+        return spec_pods
+    return min(wanted, spec_pods) if spec_pods else wanted
+
+
+def _priority(notes: Mapping[str, str], problems: list[str]) -> int:
+    value = _int_annotation(notes, PRIORITY_ANNOTATION, problems)
+    return value if value is not None else 0
+
+
+def _timeout(notes: Mapping[str, str], problems: list[str]) -> str | None:
+    text = notes.get(TIMEOUT_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        parse_duration(text)
+    except DurationError as exc:
+        problems.append(f"{TIMEOUT_ANNOTATION}: {exc}")
+        return None
+    return text
+
+
+def _int_annotation(notes: Mapping[str, str], name: str, problems: list[str]) -> int | None:
+    text = notes.get(name)
+    if text is None:
+        return None
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        problems.append(f"{name}: expected a whole number, got {text!r}")
+        return None

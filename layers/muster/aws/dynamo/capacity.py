@@ -1,0 +1,67 @@
+"""Node capacity for `capacityCheck`: one item per node, the newest report by `seq` wins."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from muster.aws.dynamo.table import NODES_PK, Table, is_conflict, number, string
+from muster.core.capacity import NodeCapacity
+
+
+def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
+    return NodeCapacity(
+        node=item["sk"]["S"].removeprefix("NODE#"),
+        seq=int(item["seq"]["N"]),
+        gpus=int(item["gpus"]["N"]),
+        schedulable=bool(item["schedulable"]["BOOL"]),
+        unschedulable=item["unschedulable"]["S"] if "unschedulable" in item else None,
+        foreign_gpus=int(item["foreignGpus"]["N"]),
+    )
+
+
+class NodeItems(Table):
+    """The capacity view the admission pass reads."""
+
+    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+        """One item per node, written only over an older report (a reordered one loses)."""
+        values: dict[str, Any] = {
+            ":seq": number(node.seq),
+            ":gpus": number(node.gpus),
+            ":sched": {"BOOL": node.schedulable},
+            ":foreign": number(node.foreign_gpus),
+        }
+        update = "SET seq = :seq, gpus = :gpus, schedulable = :sched, foreignGpus = :foreign"
+        if node.unschedulable:
+            values[":why"] = string(node.unschedulable)
+            update += ", unschedulable = :why"
+        else:
+            update += " REMOVE unschedulable"
+        try:
+            reply = self.client.update_item(
+                TableName=self.table,
+                Key={"pk": string(NODES_PK), "sk": string(f"NODE#{node.node}")},
+                UpdateExpression=update,
+                ConditionExpression="attribute_not_exists(seq) OR seq < :seq",
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if is_conflict(exc):
+                return False, None
+            raise
+        old = reply.get("Attributes")
+        return True, _node_of(old) if old and "seq" in old else None
+
+    def nodes(self) -> list[NodeCapacity]:
+        """The capacity view: one Query (paged) of the nodes' items."""
+        return [
+            _node_of(item)
+            for item in self._query(
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": string(NODES_PK)},
+                ConsistentRead=True,
+            )
+        ]

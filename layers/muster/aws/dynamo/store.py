@@ -1,0 +1,26 @@
+"""`DynamoStore`: the workload store on one table, each kind of item from its own module."""
+
+from __future__ import annotations
+
+from muster.aws.dynamo.capacity import NodeItems
+from muster.aws.dynamo.history import HistoryItems
+from muster.aws.dynamo.indexes import IndexReads
+from muster.aws.dynamo.ledger import AdmissionLedger
+from muster.aws.dynamo.listings import ListingItems
+from muster.aws.dynamo.quarantine import QuarantineItems
+from muster.aws.dynamo.settings import SettingsRecord
+
+
+class DynamoStore(
+    AdmissionLedger,
+    QuarantineItems,
+    ListingItems,
+    NodeItems,
+    IndexReads,
+    HistoryItems,
+    SettingsRecord,
+):
+    """`WorkloadStore` on one DynamoDB table (the layout: `muster.aws.dynamo`).
+
+    The admission ledger builds on the workload items, and they on the pod items.
+    """

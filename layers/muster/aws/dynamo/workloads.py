@@ -1,0 +1,236 @@
+"""The workload item (state, version, epoch, ready count, outbox), written with its pods."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from muster.aws.dynamo.pods import PodItems
+from muster.aws.dynamo.quarantine import decode_quarantine
+from muster.aws.dynamo.table import (
+    MAX_TRANSACTION,
+    POD_PREFIX,
+    STATE,
+    is_conflict,
+    number,
+    string,
+    workload_pk,
+)
+from muster.core import Effect, Phase, Pod, Workload
+from muster.runtime.codec import (
+    decode_effect,
+    decode_pod,
+    decode_workload,
+    dumps,
+    encode_effect,
+    encode_workload,
+)
+from muster.runtime.ports import Conflict, PodWrite, Snapshot, belongs, settle_pod
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import UpdateTypeDef
+
+
+def _ready_delta(writes: Sequence[PodWrite], before: Snapshot | None) -> int:
+    """How a chunk of pod writes changes the number of pods counting ready."""
+    pods = before.workload.pods if before else {}
+    delta = 0
+    for w in writes:
+        old = pods.get(w.name)
+        delta += int(bool(w.pod and w.pod.counts_ready)) - int(bool(old and old.counts_ready))
+    return delta
+
+
+class WorkloadItems(PodItems):
+    """A workload with its pods: loaded in one Query, written on its version."""
+
+    def load(self, key: str) -> Snapshot | None:
+        state: dict[str, Any] | None = None
+        pods: list[dict[str, Any]] = []
+        for item in self._query(
+            KeyConditionExpression="pk = :pk AND sk >= :from",
+            ExpressionAttributeValues={
+                ":pk": string(workload_pk(key)),
+                ":from": string(POD_PREFIX),
+            },
+            ConsistentRead=True,
+        ):
+            if item["sk"]["S"] == STATE:
+                state = item
+            elif item["sk"]["S"].startswith(POD_PREFIX):
+                pods.append(item)
+        if state is None:
+            return None
+        epoch = int(state["epoch"]["N"])
+        workload = decode_workload(json.loads(state["state"]["S"]))
+        settled: dict[str, Pod] = {}
+        revs: dict[str, int] = {}
+        for item in pods:
+            pod = decode_pod(json.loads(item["pod"]["S"]))
+            revs[pod.name] = int(item["rev"]["N"])
+            if belongs(item.get("owner", {}).get("S", ""), workload.uid):
+                settled[pod.name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
+        outbox = tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]")))
+        return Snapshot(
+            replace(workload, pods=settled),
+            int(state["version"]["N"]),
+            epoch,
+            revs,
+            outbox,
+            int(state.get("readyCount", {}).get("N", "0")),
+            int(state.get("failures", {}).get("N", "0")),
+            decode_quarantine(state),
+        )
+
+    def _workload_update(
+        self,
+        before: Snapshot | None,
+        after: Workload,
+        epoch: int,
+        outbox: Sequence[Effect],
+        now: float,
+        ready_delta: int,
+    ) -> UpdateTypeDef:
+        """An Update of the workload item on its version (transaction form).
+
+        An update, not a put: the ready count is changed only by deltas, so a
+        concurrent pod write's count is never overwritten; an eviction (a new
+        epoch) resets it, since every pod of the attempt is then retired.
+        """
+        version = (before.version if before else 0) + 1
+        values: dict[str, Any] = {
+            ":workload": string(after.key),
+            ":version": number(version),
+            ":epoch": number(epoch),
+            ":phase": string(after.phase.value),
+            ":queue": string(after.queue),
+            ":state": string(dumps(encode_workload(after))),
+            ":now": number(now),
+            ":g1pk": string(f"PHASE#{after.phase.value}"),
+            ":g1sk": string(after.key),
+        }
+        sets = [
+            "#workload = :workload",
+            "#version = :version",
+            "#epoch = :epoch",
+            "#phase = :phase",
+            "#queue = :queue",
+            "#state = :state",
+            "#updatedAt = :now",
+            "gsi1pk = :g1pk",
+            "gsi1sk = :g1sk",
+        ]
+        names = {
+            f"#{n}": n
+            for n in ("workload", "version", "epoch", "phase", "queue", "state", "updatedAt")
+        }
+        removes = []
+        if outbox:
+            sets.append("outbox = :outbox")
+            values[":outbox"] = string(dumps([encode_effect(e) for e in outbox]))
+        else:
+            removes.append("outbox")
+        if after.phase is Phase.FINISHED:
+            sets.append("expiresAt = :expires")
+            values[":expires"] = number(int(now) + self.history_ttl)
+        else:
+            removes.append("expiresAt")  # a new incarnation under a finished one's key
+        adds = []
+        if before is None or epoch != before.epoch:
+            sets.append("readyCount = :ready")
+            values[":ready"] = number(ready_delta)
+        else:
+            adds.append("readyCount :delta")
+            values[":delta"] = number(ready_delta)
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        if adds:
+            expression += " ADD " + ", ".join(adds)
+        update: UpdateTypeDef = {
+            "TableName": self.table,
+            "Key": {"pk": string(workload_pk(after.key)), "sk": string(STATE)},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if before is None:
+            update["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            update["ConditionExpression"] = "#version = :expected"
+            values[":expected"] = number(before.version)
+        return update
+
+    def write_workload(
+        self,
+        before: Snapshot | None,
+        after: Workload,
+        epoch: int,
+        outbox: Sequence[Effect],
+        now: float,
+        pods: Sequence[PodWrite] = (),
+        ready_delta: int = 0,
+    ) -> int:
+        update = self._workload_update(before, after, epoch, outbox, now, ready_delta)
+        try:
+            if not pods:
+                self.client.update_item(**update)
+            else:
+                # At most 100 items per transaction: a node rarely holds that many
+                # pods of one gang, and each chunk keeps pods and count in step.
+                chunks = [
+                    list(pods[i : i + MAX_TRANSACTION - 1])
+                    for i in range(0, len(pods), MAX_TRANSACTION - 1)
+                ]
+                for chunk in chunks[:-1]:
+                    delta = _ready_delta(chunk, before)
+                    ready_delta -= delta
+                    self.client.transact_write_items(
+                        TransactItems=[
+                            *(self._pod_operation(after.key, w, epoch, now) for w in chunk),
+                            {"Update": self._count_update(after.key, before, delta)},
+                        ]
+                    )
+                last = self._workload_update(before, after, epoch, outbox, now, ready_delta)
+                self.client.transact_write_items(
+                    TransactItems=[
+                        *(self._pod_operation(after.key, w, epoch, now) for w in chunks[-1]),
+                        {"Update": last},
+                    ]
+                )
+        except ClientError as exc:
+            if is_conflict(exc):
+                raise Conflict(after.key) from exc
+            raise
+        return (before.version if before else 0) + 1
+
+    def _count_update(self, key: str, before: Snapshot | None, delta: int) -> UpdateTypeDef:
+        return {
+            "TableName": self.table,
+            "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
+            "UpdateExpression": "ADD readyCount :d",
+            "ConditionExpression": "#version = :expected",
+            "ExpressionAttributeNames": {"#version": "version"},
+            "ExpressionAttributeValues": {
+                ":d": number(delta),
+                ":expected": number(before.version if before else 0),
+            },
+        }
+
+    def clear_outbox(self, key: str, version: int) -> None:
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"pk": string(workload_pk(key)), "sk": string(STATE)},
+                UpdateExpression="REMOVE outbox, failures, lastError",
+                ConditionExpression="version = :v",
+                ExpressionAttributeValues={":v": number(version)},
+            )
+        except ClientError as exc:
+            if is_conflict(exc):
+                raise Conflict(key) from exc
+            raise
