@@ -1,4 +1,4 @@
-"""`muster agent-image`: build the agent's image and push it to the stack's repository.
+"""The agent's image, built and pushed to the stack's repository (`muster agent-image`).
 
 The Dockerfile (`deploy/agent.Dockerfile`) is the image's only source; the stack
 creates the repository (output `AgentImageRepositoryUri`), and the image is tagged
@@ -9,7 +9,6 @@ MUSTER_DOCKER) on the machine that runs it.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import shutil
@@ -17,15 +16,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from muster.admin import AdminError, reporting_handler
-from muster.manifests import (
-    OUT_AGENT_IMAGE_REPOSITORY_URI,
-    agent_image_tag,
-    shipped_manifests_dir,
-    stack_outputs,
-)
+from muster.admin.deployment import Stack
+from muster.admin.errors import AdminError
+from muster.manifests import OUT_AGENT_IMAGE_REPOSITORY_URI, shipped_manifests_dir, stack_outputs
 
 DOCKER_ENV = "MUSTER_DOCKER"
 
@@ -61,35 +56,33 @@ def docker(argv: Sequence[str], *, step: str, stdin: str | None = None) -> None:
         raise AdminError(f"{step} failed: {program} exited with {code}")
 
 
-def agent_image_command(args: argparse.Namespace, out: TextIO) -> int:
-    root = Path(args.context) if args.context else checkout_root()
+def agent_dockerfile(root: Path) -> Path:
+    """`deploy/agent.Dockerfile` under the build context `root`."""
     dockerfile = root / "deploy" / "agent.Dockerfile"
     if not dockerfile.is_file():
         raise AdminError(f"no {dockerfile}: run from a checkout of Muster or give --context")
-    tag = args.tag or agent_image_tag()
-    stack = None
-    if args.repository:
-        repository = args.repository
-    else:
-        stack = stack_outputs(args.stack, args.region, args.endpoint)
-        repository = stack.outputs.get(OUT_AGENT_IMAGE_REPOSITORY_URI, "")
-        if not repository:
-            raise AdminError(
-                f"stack {stack.name} has no output {OUT_AGENT_IMAGE_REPOSITORY_URI}; "
-                "deploy this version of the stack, or give --repository"
-            )
-    image = f"{repository}:{tag}"
-    docker(["build", "-f", str(dockerfile), "-t", image, str(root)], step="the build")
-    if args.no_push:
-        print(image, file=out)
-        return 0
-    registry = repository.split("/", 1)[0]
-    if stack is None:
-        import boto3
+    return dockerfile
 
-        session: Any = boto3.session.Session(region_name=args.region)
-    else:
-        session = stack.session
+
+def stack_repository(stack: str | None, region: str | None, endpoint: str | None) -> Stack:
+    """The stack, checked to name the agent's image repository in its outputs."""
+    found = stack_outputs(stack, region, endpoint)
+    if not found.outputs.get(OUT_AGENT_IMAGE_REPOSITORY_URI, ""):
+        raise AdminError(
+            f"stack {found.name} has no output {OUT_AGENT_IMAGE_REPOSITORY_URI}; "
+            "deploy this version of the stack, or give --repository"
+        )
+    return found
+
+
+def build(dockerfile: Path, root: Path, image: str) -> None:
+    """`docker build` of the agent's Dockerfile with `root` as the context."""
+    docker(["build", "-f", str(dockerfile), "-t", image, str(root)], step="the build")
+
+
+def push(image: str, repository: str, session: Any) -> None:
+    """Log in to the repository's ECR registry with `session`'s credentials, then push."""
+    registry = repository.split("/", 1)[0]
     password = registry_login(session, registry)
     docker(
         ["login", "--username", "AWS", "--password-stdin", registry],
@@ -97,25 +90,3 @@ def agent_image_command(args: argparse.Namespace, out: TextIO) -> int:
         stdin=password,
     )
     docker(["push", image], step="the push")
-    print(image, file=out)
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "agent-image",
-        help="build the agent image from deploy/agent.Dockerfile and push it to the stack's repository",
-        description=(
-            "Build the agent's image (docker build -f deploy/agent.Dockerfile), log in to the "
-            "stack's ECR registry and push it, tagged with this version, where "
-            "`muster manifests` expects it. Needs Docker."
-        ),
-    )
-    p.add_argument("--stack", help="CloudFormation stack (default Muster)")
-    p.add_argument("--region", help="AWS region of the stack (default: your AWS configuration's)")
-    p.add_argument("--endpoint", metavar="URL", help="a local deployment's AWS endpoint")
-    p.add_argument("--repository", help="push here instead of the stack's repository")
-    p.add_argument("--tag", help=f"image tag (default {agent_image_tag()}, this version)")
-    p.add_argument("--context", metavar="DIR", help="build context (default: this checkout)")
-    p.add_argument("--no-push", action="store_true", help="build only")
-    p.set_defaults(handler=reporting_handler(agent_image_command))

@@ -1,8 +1,8 @@
-"""`muster manifests`: the cluster side, rendered from the deployed stack's outputs.
+"""The cluster side, rendered from the deployed stack's outputs (`muster manifests`).
 
 The stack creates every AWS-side piece (the bus, the agent's role, its Pod Identity
 association, the functions' access entries, the agent's image repository) and says
-what it created in its outputs. This command reads them (CloudFormation
+what it created in its outputs. `muster manifests` reads them (CloudFormation
 DescribeStacks) and fills them into the shipped manifests in `deploy/kubernetes/`,
 so nobody copies a bus name, region or image by hand: the stack is the one source
 of truth for the install.
@@ -10,9 +10,7 @@ of truth for the install.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,10 +18,9 @@ from typing import Any, TextIO
 import yaml
 
 import muster
-from muster.admin.command import AdminError, reporting_handler
 from muster.admin.deployment import Stack, read_stack
+from muster.admin.errors import AdminError
 from muster.contract import (
-    DEFAULT_STACK_NAME,
     OUT_AGENT_IMAGE_REPOSITORY_URI,
     OUT_AGENT_NAMESPACE,
     OUT_AGENT_SERVICE_ACCOUNT,
@@ -198,62 +195,3 @@ def dump(documents: Sequence[Mapping[str, Any]], stack: str, out: TextIO) -> Non
         "# stack's outputs and deploy/kubernetes/. Apply with `kubectl apply -f`.\n"
     )
     out.write(yaml.safe_dump_all(list(documents), sort_keys=False, explicit_start=True))
-
-
-# --------------------------------------------------------------------------- command
-
-
-def manifests_command(args: argparse.Namespace, out: TextIO) -> int:
-    params = None
-    if args.settings:
-        from muster.core.settings import SettingsError, load_settings_text
-        from muster.kube.policy_params import render as render_params
-
-        try:
-            settings = load_settings_text(Path(args.settings).read_text(), args.settings)
-        except OSError as exc:
-            raise AdminError(f"{args.settings}: {exc.strerror or exc}", exit_code=2) from None
-        except SettingsError as exc:
-            raise AdminError(str(exc), exit_code=2) from None
-        params = render_params(settings)
-    directory = Path(args.manifests) if args.manifests else shipped_manifests_dir()
-    documents = load_documents(directory)
-    stack = stack_outputs(args.stack, args.region, args.endpoint)
-    rendered = render(documents, stack.outputs, image=args.image, params=params)
-    if args.output:
-        with open(args.output, "w") as f:
-            dump(rendered, stack.name, f)
-        print(f"wrote {args.output} ({len(rendered)} objects)", file=sys.stderr)
-    else:
-        dump(rendered, stack.name, out)
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "manifests",
-        help="the cluster-side manifests with the deployed stack's outputs filled in",
-        description=(
-            "Read the stack's outputs (bus, region, cluster, the agent's namespace, service "
-            "account and image repository) and print the manifests of deploy/kubernetes/ "
-            "with them filled in, in the order `kubectl apply -f` needs."
-        ),
-    )
-    p.add_argument("--stack", help=f"CloudFormation stack (default {DEFAULT_STACK_NAME})")
-    p.add_argument("--region", help="AWS region of the stack (default: your AWS configuration's)")
-    p.add_argument(
-        "--endpoint", metavar="URL", help="a local deployment's AWS endpoint (muster local --port)"
-    )
-    p.add_argument(
-        "--image",
-        help="the agent image (default: the stack's repository, tagged "
-        f"{agent_image_tag()}, as `make agent-image` pushes it)",
-    )
-    p.add_argument(
-        "--settings", help="render the policies' params from this settings file's queueAccess"
-    )
-    p.add_argument(
-        "--manifests", metavar="DIR", help="the manifests to fill in (deploy/kubernetes)"
-    )
-    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    p.set_defaults(handler=reporting_handler(manifests_command))

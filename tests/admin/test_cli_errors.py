@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from muster import cli
-from muster.admin import settings as settings_command
-from muster.agent.cli import KubeConfigMissing, kube_configuration
+from muster.agent.kubeconfig import KubeConfigMissing, kube_configuration
 from muster.cli import main
-from muster.local.cli import hold_message, scaled_time_note
+from muster.cli import settings as settings_command
+from muster.cli.local import hold_message, scaled_time_note
 from muster.sim.scenario import load_builtin
 
 KUBECONFIG = """\

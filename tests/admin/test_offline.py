@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from muster import admin
 from muster.admin import deployment
-from muster.admin.command import AdminError
+from muster.admin.errors import AdminError
 from muster.admin.render import annotated_yaml, format_status
 from muster.admin.settings import settings_changes
-from muster.cli import main
+from muster.cli import EXIT_BAD_INPUT, main
+from muster.cli.command import exit_code
 
 
 def test_validate_accepts_a_good_document_and_prints_it_resolved(
@@ -103,7 +103,7 @@ def test_malformed_assignments_are_refused_with_exit_2(pairs: list[str], message
     with pytest.raises(AdminError) as caught:
         settings_changes(None, pairs)
     assert message in str(caught.value)
-    assert caught.value.exit_code == admin.EXIT_BAD_INPUT
+    assert exit_code(caught.value) == EXIT_BAD_INPUT
 
 
 def test_settings_set_without_changes_exits_2_before_any_aws_call(

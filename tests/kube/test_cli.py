@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from muster.agent.cli import agent_api
+from muster.agent.kubeconfig import agent_api
 from muster.cli import main
 
 

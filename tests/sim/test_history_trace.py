@@ -126,7 +126,7 @@ def test_export_refuses_a_bad_since_before_calling_aws(capsys: pytest.CaptureFix
 
 
 def test_since_takes_a_duration_or_a_time():
-    from muster.history_export import since_epoch
+    from muster.cli.history import since_epoch
 
     assert since_epoch("7d", now=T0) == T0 - 7 * 86400
     assert since_epoch(format_time(T0), now=0) == T0

@@ -9,7 +9,6 @@ command.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster import contract
-from muster.admin.command import AdminError, listed
+from muster.admin.errors import AdminError, listed
 from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core import Settings, SettingsError
 
@@ -176,11 +175,6 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
     except ConfigError as exc:
         raise AdminError(f"the environment of function {function}: {exc}") from None
     return Deployment(name, session, config, function)
-
-
-def connect_to(args: argparse.Namespace) -> Deployment:
-    """The deployment that `--stack`, `--region` and `--endpoint` name."""
-    return connect(args.stack, args.region, args.endpoint)
 
 
 def workload_key(store: Any, name: str) -> str:

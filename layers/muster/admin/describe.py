@@ -1,31 +1,24 @@
-"""`muster describe`: one workload's state and history, or "why was my job evicted?"."""
+"""`muster describe`'s view: one workload's state and history, or "why was my job evicted?"."""
 
 from __future__ import annotations
 
-import argparse
-import json
-from typing import TextIO
+from typing import Any
 
-from muster.admin import deployment as found
-from muster.admin.command import AdminError
-from muster.admin.render import format_describe, ordered
-from muster.cli import EXIT_OK
+from muster.admin.deployment import Deployment, workload_key
+from muster.admin.errors import AdminError
+from muster.admin.render import ordered
 
 
-def command(args: argparse.Namespace, out: TextIO) -> int:
+def describe_view(deployment: Deployment, workload: str) -> dict[str, Any]:
+    """The workload's state and its history oldest first; an `AdminError` if there is none."""
     from muster.runtime.views import describe
 
-    deployment = found.connect_to(args)
     store = deployment.store()
-    doc = describe(store, found.workload_key(store, args.workload))
+    doc = describe(store, workload_key(store, workload))
     if doc is None:
         raise AdminError(
-            f"no workload {args.workload} in cluster {deployment.config.cluster_name} "
+            f"no workload {workload} in cluster {deployment.config.cluster_name} "
             f"(workloads are named namespace/name; `muster status` lists them)"
         )
     doc["history"] = ordered(doc["history"])
-    if args.json:
-        out.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    else:
-        out.write(format_describe(doc))
-    return EXIT_OK
+    return doc

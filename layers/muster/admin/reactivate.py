@@ -1,14 +1,11 @@
-"""`muster reactivate`: return a Deactivated workload to its queue, through the control plane."""
+"""`muster reactivate`'s work: a Deactivated workload back to its queue, by the control plane."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
-from typing import TextIO
 
-from muster.admin import deployment as found
-from muster.admin.command import AdminError
-from muster.cli import EXIT_OK
+from muster.admin.deployment import Deployment, workload_key
+from muster.admin.errors import AdminError
 from muster.core import Admit, Evict, Kind, Outcome, Reactivate
 
 
@@ -54,10 +51,13 @@ class QuietMetrics:
         return None
 
 
-def command(args: argparse.Namespace, out: TextIO) -> int:
+def reactivate(deployment: Deployment, workload: str) -> tuple[str, bool]:
+    """Pending again with its requeue count reset, and an admission pass requested.
+
+    Returns the workload's key and whether its muster.io status on the cluster
+    object still says Deactivated (until the admission function admits it)."""
     from muster.lambdas.wiring import build_control_plane
 
-    deployment = found.connect_to(args)
     cluster = NoClusterAccess()
     plane = build_control_plane(
         deployment.config, cluster=lambda _config: cluster, session=deployment.session
@@ -65,7 +65,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
     plane.metrics = QuietMetrics()
     settings = deployment.settings(plane.store).effective()
     plane.settings = lambda: settings
-    key = found.workload_key(plane.store, args.workload)
+    key = workload_key(plane.store, workload)
     current = plane.store.load(key)
     if current is not None and current.quarantine is not None:
         raise AdminError(
@@ -75,16 +75,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
     outcomes = plane.handle(Reactivate(key))
     outcome = outcomes[0] if outcomes else Outcome.IGNORED
     if outcome is Outcome.APPLIED:
-        out.write(
-            f"{key} reactivated: Pending again with its requeue count reset; "
-            "admission requested (the admission function admits it when there is room)\n"
-        )
-        if cluster.skipped_views:
-            out.write(
-                "  its muster.io status on the cluster object still says Deactivated until "
-                "the admission function admits it\n"
-            )
-        return EXIT_OK
+        return key, bool(cluster.skipped_views)
     if outcome is Outcome.UNKNOWN_WORKLOAD:
         raise AdminError(f"no workload {key} in cluster {deployment.config.cluster_name}")
     snap = plane.store.load(key)

@@ -20,59 +20,82 @@ PHASE_ORDER = [p.value for p in Phase]
 
 def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> str:
     """Workloads by queue and phase, counts per queue, and who holds admission."""
+    lines = [f"Cluster {doc.get('cluster', '?')}"]
+    lines += workload_lines(doc, include_finished)
+    lines += queue_count_lines(doc)
+    lines += quarantined_lines(doc)
+    lines += admission_lines(doc)
+    return "\n".join(lines) + "\n"
+
+
+def workload_lines(doc: Mapping[str, Any], include_finished: bool) -> list[str]:
+    """One row per workload, by queue then phase, with a word on the two counts if it matters."""
     rows: list[dict[str, Any]] = [
         w
         for phase in PHASE_ORDER
         for w in doc["phases"].get(phase, [])
         if include_finished or phase != Phase.FINISHED.value
     ]
+    if not rows:
+        return ["", "No workloads" + ("" if include_finished else " (besides finished ones)")]
     rows.sort(key=lambda w: (w["queue"], PHASE_ORDER.index(w["phase"]), w["workload"]))
-    lines = [f"Cluster {doc.get('cluster', '?')}"]
-    if rows:
-        lines.append("")
-        lines += table(
-            ["WORKLOAD", "QUEUE", "PHASE", "ATTEMPT", "REQUEUES", "READY", "EVICTIONS", "REASON"],
+    lines = [""]
+    lines += table(
+        ["WORKLOAD", "QUEUE", "PHASE", "ATTEMPT", "REQUEUES", "READY", "EVICTIONS", "REASON"],
+        [
             [
-                [
-                    w["workload"],
-                    w["queue"],
-                    w["phase"],
-                    str(w["attempt"]),
-                    str(w["requeueCount"]),
-                    f"{w['readyPods']}/{w['gangSize']}",
-                    str(w.get("evictions", 0)),
-                    status_reason(w),
-                ]
-                for w in rows
-            ],
-        )
-        if any(w["phase"] == Phase.DEACTIVATED.value for w in rows):
-            lines += [
-                "",
-                "REQUEUES counts requeues since the workload was last activated, as Kueue "
-                "does (deactivation resets it); EVICTIONS counts every eviction it had.",
+                w["workload"],
+                w["queue"],
+                w["phase"],
+                str(w["attempt"]),
+                str(w["requeueCount"]),
+                f"{w['readyPods']}/{w['gangSize']}",
+                str(w.get("evictions", 0)),
+                status_reason(w),
             ]
-    else:
-        lines += ["", "No workloads" + ("" if include_finished else " (besides finished ones)")]
-    queues = sorted({w["queue"] for p in doc["phases"].values() for w in p})
-    if queues:
-        counts = [
-            [q, *(str(sum(w["queue"] == q for w in doc["phases"].get(p, []))) for p in PHASE_ORDER)]
-            for q in queues
+            for w in rows
+        ],
+    )
+    if any(w["phase"] == Phase.DEACTIVATED.value for w in rows):
+        lines += [
+            "",
+            "REQUEUES counts requeues since the workload was last activated, as Kueue "
+            "does (deactivation resets it); EVICTIONS counts every eviction it had.",
         ]
-        totals = ["all", *(str(doc["counts"].get(p, 0)) for p in PHASE_ORDER)]
-        lines += ["", *table(["QUEUE", *PHASE_ORDER], [*counts, totals])]
+    return lines
+
+
+def queue_count_lines(doc: Mapping[str, Any]) -> list[str]:
+    """How many workloads each queue has in each phase, and all of them together."""
+    queues = sorted({w["queue"] for p in doc["phases"].values() for w in p})
+    if not queues:
+        return []
+    counts = [
+        [q, *(str(sum(w["queue"] == q for w in doc["phases"].get(p, []))) for p in PHASE_ORDER)]
+        for q in queues
+    ]
+    totals = ["all", *(str(doc["counts"].get(p, 0)) for p in PHASE_ORDER)]
+    return ["", *table(["QUEUE", *PHASE_ORDER], [*counts, totals])]
+
+
+def quarantined_lines(doc: Mapping[str, Any]) -> list[str]:
+    lines: list[str] = []
     for q in doc.get("quarantined") or []:
         lines.append("")
         lines.append(
             f"QUARANTINED: {q['workload']} after {q['tries']} failed tries ({q['error']}); "
             f"fix the cause, then: muster release {q['workload']}"
         )
+    return lines
+
+
+def admission_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Who holds admission, what blockAdmission waits for, and the planner's outlook."""
     admitted = doc.get("admitted") or []
-    lines.append("")
-    lines.append(
-        "Admission held by: " + (", ".join(admitted) if admitted else "nobody (all quota free)")
-    )
+    lines = [
+        "",
+        "Admission held by: " + (", ".join(admitted) if admitted else "nobody (all quota free)"),
+    ]
     outlook = doc.get("admission") or {}
     blocker = outlook.get("blockedBy") or (
         outlook.get("notReady") if doc.get("blockAdmission") else None
@@ -91,7 +114,7 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
         lines.append(f"Waiting: {key}: {why}")
     for key, why in sorted((outlook.get("unchecked") or {}).items()):
         lines.append(f"Unchecked: {key}: {why}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def status_reason(w: Mapping[str, Any]) -> str:
@@ -107,6 +130,15 @@ def status_reason(w: Mapping[str, Any]) -> str:
 
 def format_describe(doc: Mapping[str, Any]) -> str:
     """The workload's state and history, readable: "why was my job evicted?"."""
+    lines = state_lines(doc)
+    lines += quarantine_detail_lines(doc)
+    lines += eviction_lines(doc)
+    lines += not_ready_lines(doc)
+    lines += history_lines(doc["history"])
+    return "\n".join(lines) + "\n"
+
+
+def state_lines(doc: Mapping[str, Any]) -> list[str]:
     lines = [
         f"Workload {doc['workload']}",
         f"  queue      {doc['queue']}",
@@ -120,16 +152,26 @@ def format_describe(doc: Mapping[str, Any]) -> str:
         lines.append(f"  gpus       {doc['gpus']}")
     if doc.get("deadline"):
         lines.append(f"  deadline   {timestamp(doc['deadline'])}")
+    return lines
+
+
+def quarantine_detail_lines(doc: Mapping[str, Any]) -> list[str]:
     quarantine = doc.get("quarantine")
-    if quarantine:
-        lines += [
-            "",
-            f"QUARANTINED since {timestamp(quarantine['since'])} after {quarantine['tries']} failed "
-            "tries; nothing is done for it until it is released:",
-            f"  {quarantine['error']}",
-            "  effects waiting: " + (", ".join(doc.get("pendingEffects") or []) or "none"),
-            f"  fix the cause, then: muster release {doc['workload']}",
-        ]
+    if not quarantine:
+        return []
+    return [
+        "",
+        f"QUARANTINED since {timestamp(quarantine['since'])} after {quarantine['tries']} failed "
+        "tries; nothing is done for it until it is released:",
+        f"  {quarantine['error']}",
+        "  effects waiting: " + (", ".join(doc.get("pendingEffects") or []) or "none"),
+        f"  fix the cause, then: muster release {doc['workload']}",
+    ]
+
+
+def eviction_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Why the workload was last evicted, and how often it was evicted for each reason."""
+    lines: list[str] = []
     why = last_eviction(doc["history"])
     if why:
         lines += ["", "Why it was last evicted:", *(f"  {line}" for line in why)]
@@ -137,26 +179,35 @@ def format_describe(doc: Mapping[str, Any]) -> str:
     if evictions:
         lines += ["", "Evictions:"]
         lines += [f"  {label:<32} {n}" for label, n in sorted(evictions.items())]
+    return lines
+
+
+def not_ready_lines(doc: Mapping[str, Any]) -> list[str]:
     not_ready = doc.get("notReadyPods") or []
-    if not_ready:
-        lines += ["", "Pods not ready now:"]
-        now = doc.get("diagnosis") or {}
-        if now.get("summary"):
-            lines.append(f"  {now['summary']}")
-        lines += [f"  {line}" for line in pod_table(not_ready)]
-    lines += ["", "History:"]
-    if doc["history"]:
-        for entry in doc["history"]:
-            lines.append(f"  {history_line(entry)}")
-            detail = entry.get("detail") or {}
-            summary = (detail.get("diagnosis") or {}).get("summary")
-            if summary and entry["event"] == "Evicted":
-                lines.append(f"      diagnosis: {summary}")
-            for pod in detail.get("notReady") or []:
-                lines.append(f"      not ready: {pod_line(pod)}")
-    else:
+    if not not_ready:
+        return []
+    lines = ["", "Pods not ready now:"]
+    now = doc.get("diagnosis") or {}
+    if now.get("summary"):
+        lines.append(f"  {now['summary']}")
+    lines += [f"  {line}" for line in pod_table(not_ready)]
+    return lines
+
+
+def history_lines(history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every history entry kept, with an eviction's diagnosis and the pods not ready."""
+    lines = ["", "History:"]
+    if not history:
         lines.append("  (none kept; history entries expire after the deployment's TTL)")
-    return "\n".join(lines) + "\n"
+    for entry in history:
+        lines.append(f"  {history_line(entry)}")
+        detail = entry.get("detail") or {}
+        summary = (detail.get("diagnosis") or {}).get("summary")
+        if summary and entry["event"] == "Evicted":
+            lines.append(f"      diagnosis: {summary}")
+        for pod in detail.get("notReady") or []:
+            lines.append(f"      not ready: {pod_line(pod)}")
+    return lines
 
 
 def reason_text(doc: Mapping[str, Any]) -> str:

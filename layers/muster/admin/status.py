@@ -1,24 +1,20 @@
-"""`muster status`: every workload by queue and phase, and who may be admitted next."""
+"""`muster status`'s view: every workload by queue and phase, and who may be admitted next."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from typing import Any, TextIO
+from typing import Any
 
-from muster.admin import deployment as found
-from muster.admin.render import format_status
-from muster.cli import EXIT_OK
+from muster.admin.deployment import Deployment
 from muster.core import Phase, Settings
 from muster.core.admission import Usage
 from muster.runtime.planning import admission_inputs
 
 
-def command(args: argparse.Namespace, out: TextIO) -> int:
+def status_view(deployment: Deployment) -> dict[str, Any]:
+    """The workloads by phase with their ready pods, the admission settings and the outlook."""
     from muster.runtime.views import status
 
-    deployment = found.connect_to(args)
     store = deployment.store()
     doc = status(store)
     _fill_ready_counts(store, doc)
@@ -27,11 +23,7 @@ def command(args: argparse.Namespace, out: TextIO) -> int:
     doc["blockAdmission"] = settings.block_admission
     doc["capacityCheck"] = settings.capacity_check
     doc["admission"] = admission_outlook(store, settings)
-    if args.json:
-        out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    else:
-        out.write(format_status(doc, include_finished=args.all))
-    return EXIT_OK
+    return doc
 
 
 def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:

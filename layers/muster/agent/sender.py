@@ -6,6 +6,7 @@
 - `EventBridgeSender` sends in PutEvents batches of at most 10 entries and under
   the 256 KB request limit, retries only the entries that failed, with backoff,
   and logs and counts what it finally cannot send.
+- `PrintSender` writes them to stdout instead, for trying the agent out.
 """
 
 from __future__ import annotations
@@ -233,3 +234,11 @@ class EventBridgeSender:
             code,
             message,
         )
+
+
+class PrintSender:
+    """Writes events to stdout: for trying the agent out without a bus."""
+
+    def send(self, entries: Sequence[Any]) -> None:
+        for e in entries:
+            print(json.dumps({"detail-type": e.detail_type, "detail": e.detail}), flush=True)

@@ -98,7 +98,7 @@ class QueueSettings:
 # Which namespaces may use which queue, and how high a workload's priority may be on
 # it: Kueue's LocalQueue → ClusterQueue mapping, as data. Off unless `restrict` is
 # true. The cluster's admission policy enforces the same rules at creation (its
-# params are rendered from this block by `muster kube policy-params`); the core
+# params are rendered from this block by `muster policy-params`); the core
 # refuses whatever reaches it anyway, and says why.
 
 

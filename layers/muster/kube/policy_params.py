@@ -1,4 +1,4 @@
-"""`muster policy-params`: the admission policies' params, rendered from Muster's settings.
+"""The admission policies' params, rendered from Muster's settings (`muster policy-params`).
 
 The cluster's policies (deploy/kubernetes/admission-policy.yaml) read the ConfigMap
 muster-system/muster-policy-params; rendering it from the same `queueAccess` block
@@ -8,15 +8,10 @@ creation is what the control plane would refuse to admit.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from muster.core.settings import Settings, SettingsError, load_settings_text
+from muster.core.settings import Settings
 
 PARAMS_NAME = "muster-policy-params"
 PARAMS_NAMESPACE = "muster-system"
@@ -51,34 +46,3 @@ def render(
         },
         "data": data,
     }
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "policy-params",
-        help="render the admission policies' params ConfigMap from a settings file",
-        description=(
-            "Print the ConfigMap muster-system/muster-policy-params for the settings' "
-            "queueAccess block; pipe it to `kubectl apply -f -`."
-        ),
-    )
-    p.add_argument("--settings", required=True, help="settings file (YAML or JSON)")
-    p.add_argument(
-        "--owner-controller",
-        action="append",
-        default=None,
-        help="user name of a controller whose children are exempt (repeatable; "
-        "default: the JobSet and Kubeflow training operator service accounts)",
-    )
-    p.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings_text(Path(args.settings).read_text(), args.settings)
-    except (OSError, SettingsError) as exc:
-        print(f"muster policy-params: {exc}", file=sys.stderr)
-        return 2
-    owners = args.owner_controller or DEFAULT_OWNER_CONTROLLERS
-    yaml.safe_dump(render(settings, owners), sys.stdout, sort_keys=False)
-    return 0

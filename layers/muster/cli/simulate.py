@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.cli import EXIT_BAD_INPUT
+from muster.cli import EXIT_BAD_INPUT, EXIT_OK
 from muster.sim.engine import POLICIES, RunResult, simulate
 from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, builtin_names, load_builtin, load_scenario
@@ -73,7 +73,7 @@ def run_command(
             files = write_outputs(results, target, picture=not args.no_picture)
             print("wrote " + ", ".join(str(f) for f in files), file=out)
         print(file=out)
-    return 0
+    return EXIT_OK
 
 
 def _policies(args: argparse.Namespace) -> list[str]:

@@ -1,4 +1,9 @@
-"""The `muster` command line: one subcommand module per concern.
+"""The `muster` command line: one module per subcommand, one set of exit codes.
+
+Each command module parses its arguments and turns them into calls of the
+library (`muster.sim`, `muster.local`, `muster.agent`, `muster.admin`, ...) and
+an exit code; `command` holds what the commands share: the deployment options,
+the handler that reports failures, and which exit code an error ends with.
 
 Every command ends with one of the documented exit codes and, when it fails, a
 message on stderr; a traceback is shown only with `--debug` (or MUSTER_DEBUG=1).
@@ -15,17 +20,25 @@ from collections.abc import Sequence
 
 # Each module has `register(subparsers)`, which adds its subcommands and sets
 # `handler` (a function of the parsed arguments returning an exit code).
-COMMAND_MODULES: tuple[str, ...] = (
-    "muster.sim.cli",
-    "muster.sim.tune",
-    "muster.sim.trace_cut",
-    "muster.local.cli",
-    "muster.agent.cli",
-    "muster.kube.policy_params",
-    "muster.admin",
-    "muster.history_export",
-    "muster.manifests",
-    "muster.agent_image",
+# In the order `muster --help` lists them.
+COMMAND_MODULES: tuple[str, ...] = tuple(
+    f"muster.cli.{name}"
+    for name in (
+        "simulate",
+        "tune",
+        "trace_cut",
+        "local",
+        "agent",
+        "policy_params",
+        "status",
+        "describe",
+        "settings",
+        "reactivate",
+        "release",
+        "history",
+        "manifests",
+        "agent_image",
+    )
 )
 
 EXIT_OK = 0
@@ -83,7 +96,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return EXIT_FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

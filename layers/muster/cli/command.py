@@ -1,4 +1,4 @@
-"""What every command shares: exit codes, its error, the handler that reports it, its parser."""
+"""What the commands share: the deployment options, the handler that reports failures, exit codes."""
 
 from __future__ import annotations
 
@@ -7,24 +7,17 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from muster.cli import EXIT_FAILED
+from muster import contract
+from muster.admin import deployment as found
+from muster.admin.errors import AdminError, BadInput
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED
 
 Command = Callable[[argparse.Namespace, TextIO], int]
 
 
-class AdminError(Exception):
-    """A command cannot go on; the message says why, `exit_code` how it ends."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def listed(errors: Sequence[str]) -> str:
-    """One error inline; several, one per line, so that each names its field."""
-    if len(errors) == 1:
-        return errors[0]
-    return f"{len(errors)} errors:" + "".join(f"\n  {e}" for e in errors)
+def exit_code(error: AdminError) -> int:
+    """How a command that failed with `error` ends."""
+    return EXIT_BAD_INPUT if isinstance(error, BadInput) else EXIT_FAILED
 
 
 def reporting_handler(
@@ -42,7 +35,7 @@ def reporting_handler(
             return command(args, sys.stdout)
         except AdminError as exc:
             print(f"{prefix}: {exc}", file=sys.stderr)
-            return exc.exit_code
+            return exit_code(exc)
         except ClientError as exc:  # e.g. AccessDenied on the table: name the call
             error = exc.response.get("Error", {})
             print(
@@ -76,3 +69,28 @@ def add_command(
         p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=reporting_handler(command))
     return p
+
+
+def deployment_arguments() -> argparse.ArgumentParser:
+    """The options that choose the deployment, shared by every command that reads it."""
+    target = argparse.ArgumentParser(add_help=False)
+    where = target.add_argument_group("deployment")
+    where.add_argument(
+        "--stack",
+        help=(
+            f"CloudFormation stack (default {contract.DEFAULT_STACK_NAME}; "
+            f"{contract.LOCAL_STACK_NAME} with --endpoint)"
+        ),
+    )
+    where.add_argument("--region", help="AWS region (default: your AWS configuration's)")
+    where.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="a local deployment's AWS endpoint, e.g. http://127.0.0.1:4566 (muster local --port)",
+    )
+    return target
+
+
+def connect_to(args: argparse.Namespace) -> found.Deployment:
+    """The deployment that `--stack`, `--region` and `--endpoint` name."""
+    return found.connect(args.stack, args.region, args.endpoint)

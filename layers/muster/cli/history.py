@@ -1,10 +1,4 @@
-"""`muster history export`: the deployment's recent history as a trace for the simulator.
-
-It reads the history entries of the state table (see `muster.aws.history`), turns
-each workload submitted since `--since` into one row (`muster.sim.history`) and
-writes the CSV that a scenario's `trace.path` accepts, so that `muster simulate`
-and `muster tune` replay the cluster's own last week.
-"""
+"""`muster history export`: the deployment's recent history as a trace for the simulator."""
 
 from __future__ import annotations
 
@@ -13,12 +7,12 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.admin import deployment_arguments
-from muster.admin.command import AdminError, reporting_handler
-from muster.admin.deployment import connect_to
-from muster.cli import EXIT_BAD_INPUT
+from muster.admin.errors import BadInput
+from muster.admin.history import recent_trace
+from muster.cli import EXIT_OK
+from muster.cli.command import connect_to, deployment_arguments, reporting_handler
 from muster.core import DurationError, parse_duration
-from muster.sim.history import parse_time, trace_rows, write_trace
+from muster.sim.history import parse_time, write_trace
 
 
 def since_epoch(text: str, now: float) -> float:
@@ -30,32 +24,26 @@ def since_epoch(text: str, now: float) -> float:
     try:
         return parse_time(text)
     except ValueError:
-        raise AdminError(
+        raise BadInput(
             f"--since: expected a duration like 7d or 36h, or a time like "
-            f"2026-11-24T00:00:00Z, got {text!r}",
-            EXIT_BAD_INPUT,
+            f"2026-11-24T00:00:00Z, got {text!r}"
         ) from None
 
 
 def export_command(args: argparse.Namespace, out: TextIO) -> int:
-    from muster.aws.history import scan_history
-    from muster.botocore_config import BOTOCORE_RETRIES
-
     now = time.time()
     since = since_epoch(args.since, now)
     deployment = connect_to(args)
-    client = deployment.session.client("dynamodb", config=BOTOCORE_RETRIES)
-    histories = scan_history(client, deployment.config.table_name, since)
-    rows = trace_rows(histories, since, now)
+    rows = recent_trace(deployment, since, now)
     if args.out == "-":
         write_trace(rows, out)
-        return 0
+        return EXIT_OK
     path = Path(args.out)
     try:
         with path.open("w", newline="", encoding="utf-8") as handle:
             written = write_trace(rows, handle)
     except OSError as exc:
-        raise AdminError(f"--out {path}: {exc.strerror or exc}", EXIT_BAD_INPUT) from None
+        raise BadInput(f"--out {path}: {exc.strerror or exc}") from None
     outcomes: dict[str, int] = {}
     for r in rows:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
@@ -64,7 +52,7 @@ def export_command(args: argparse.Namespace, out: TextIO) -> int:
         f"wrote {written} workloads of cluster {deployment.config.cluster_name} "
         f"submitted since {args.since} to {path}" + (f" ({counts})" if counts else "") + "\n"
     )
-    return 0
+    return EXIT_OK
 
 
 def register(subparsers: Any) -> None:

@@ -10,14 +10,12 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from muster import contract
+from muster.agent.kubeconfig import KubeConfigMissing, agent_api
+from muster.cli import EXIT_BAD_INPUT, EXIT_OK
 from muster.core.durations import DurationError, parse_duration
-
-if TYPE_CHECKING:
-    from muster.kube.http import KubeApi
 
 
 def register(subparsers: Any) -> None:
@@ -98,93 +96,30 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run_agent)
 
 
-class KubeConfigMissing(Exception):
-    """No way to reach a Kubernetes API server was found; the message says where it looked."""
-
-
-def kube_configuration(kubeconfig: str | None, environ: Any = None) -> Any:
-    """Where to reach the API server, found as kubectl finds it.
-
-    An explicit kubeconfig first; inside a pod, the service account; otherwise
-    the default kubeconfig (the KUBECONFIG list, else ~/.kube/config).
-    """
-    from kubernetes import client as k8s
-    from kubernetes import config as k8s_config
-
-    environ = os.environ if environ is None else environ
-    configuration = k8s.Configuration()
-    try:
-        if kubeconfig:
-            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        elif environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        else:
-            k8s_config.load_kube_config(
-                config_file=environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config"),
-                client_configuration=configuration,
-            )
-    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or environ.get("KUBECONFIG") or "~/.kube/config"
-        raise KubeConfigMissing(
-            f"cannot reach a Kubernetes API server: {where}: {exc}; give --kubeconfig FILE "
-            "(or set KUBECONFIG), or run inside the cluster"
-        ) from None
-    return configuration
-
-
-class PrintSender:
-    """Writes events to stdout: for trying the agent out without a bus."""
-
-    def send(self, entries: Sequence[Any]) -> None:
-        for e in entries:
-            print(json.dumps({"detail-type": e.detail_type, "detail": e.detail}), flush=True)
-
-
-def agent_api(kubeconfig: str | None) -> KubeApi:
-    """The agent's API client: its credentials as the kubernetes client loads them.
-
-    The official client (the `agent` extra) reads the in-cluster service account
-    or a kubeconfig, with its refreshing tokens and exec plugins; requests then go
-    through Muster's own `KubeApi`, like the control plane's.
-    """
-    from muster.kube.http import KubeApi
-
-    configuration = kube_configuration(kubeconfig)  # KubeConfigMissing when none is found
-    return KubeApi(
-        configuration.host,
-        # The loaders store the whole header value ("Bearer ..."), refreshed by their hook.
-        authorization=lambda: configuration.get_api_key_with_prefix("BearerToken"),
-        ca_file=configuration.ssl_ca_cert,
-        cert_file=configuration.cert_file,
-        key_file=configuration.key_file,
-        verify=configuration.verify_ssl,
-    )
-
-
 def run_agent(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if not args.cluster:
         print("muster agent: --cluster (or MUSTER_CLUSTER_NAME) is required", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         window = parse_duration(args.coalesce)
         resync = parse_duration(args.resync)
     except DurationError as exc:
         print(f"muster agent: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
     from muster.agent.agent import Agent
     from muster.agent.leader import LeaseElector
     from muster.agent.mapping import TOLERATED_TAINTS
     from muster.agent.runner import AgentRunner
-    from muster.agent.sender import EventBridgeSender, Outbox
+    from muster.agent.sender import EventBridgeSender, Outbox, PrintSender
     from muster.agent.watch import KubeWatchSource
 
     try:
         api = agent_api(args.kubeconfig)
     except KubeConfigMissing as exc:
         print(f"muster agent: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
 
     sender: Any = PrintSender() if args.print_only else EventBridgeSender.for_bus(args.event_bus)
     tolerated = TOLERATED_TAINTS | {
@@ -211,4 +146,4 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     runner.run(stop)
     logging.getLogger("muster.agent").info(json.dumps({"agentStats": runner.stats()}))
-    return 0
+    return EXIT_OK

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from muster.cli import EXIT_BAD_INPUT
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from muster.core.durations import format_duration
 from muster.local.moto_server import Endpoint, PortInUse
+from muster.local.report import as_run_result
 from muster.local.run import (
     STACK,
     LocalModeError,
@@ -19,12 +20,9 @@ from muster.local.run import (
     print_event,
     run_local,
 )
-from muster.sim.engine import RunResult
-from muster.sim.kube import GpuSample
 from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, load_builtin, load_scenario
 from muster.sim.specs import ScenarioError
-from muster.sim.summary import Tracking, summarize
 
 DEFAULT_SCENARIO = "local-story"
 
@@ -122,15 +120,15 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     except LocalModeError as exc:
         print(f"muster local: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("muster local: interrupted; everything it started is stopped", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if args.hold:
         print("muster local: stopped, with everything it started", file=sys.stderr)
     else:
         report(result)
-    return 0
+    return EXIT_OK
 
 
 def scaled_time_note(scenario: Scenario, scale: float) -> str:
@@ -171,61 +169,3 @@ def _scenario(args: argparse.Namespace) -> Scenario:
     if args.scenario:
         return load_scenario(Path(args.scenario))
     return load_builtin(args.builtin or DEFAULT_SCENARIO)
-
-
-def as_run_result(scenario: Scenario, result: LocalResult) -> RunResult:
-    """The local run in the simulator's terms (scenario time), for the same reports."""
-    cluster = result.cluster
-    assert cluster is not None
-    scale = result.scale
-    tracking = {w.name: Tracking(w.submit_at / scale) for w in scenario.workloads}
-    evictions = requeues = 0
-    for e in result.events:
-        t = e["t"] / scale
-        track = tracking.get(e.get("workload", ""))  # node lines name no workload
-        if track is None:
-            continue
-        if e["event"] == "PodsReady" and track.first_ready is None:
-            track.first_ready = t
-        elif e["event"] == "Finished":
-            track.finished = t
-        elif e["event"] == "Deactivated":
-            track.deactivated = True
-        elif e["event"] == "Evicted" and not e.get("dryRun"):
-            evictions += 1
-        elif e["event"] == "Requeued":
-            requeues += 1
-    end = result.end
-    kube = cluster.kube
-    kube.finish_accounting(end)
-    summary = summarize(
-        scenario,
-        kube,
-        tracking,
-        end,
-        evictions,
-        requeues,
-        len(result.events),
-        {},
-        result.wall_seconds,
-    )
-    for key in ("usefulGpuHours", "wastedGpuHours", "idleGpuHours"):
-        summary[key] = round(summary[key] * scale, 3)
-    for key in ("queueDelaySeconds", "jctSeconds"):
-        summary[key] = {
-            k: None if v is None else round(v * scale, 3) for k, v in summary[key].items()
-        }
-    summary["makespanSeconds"] = round(summary["makespanSeconds"] * scale, 3)
-    summary["policy"] = "local"
-    summary["timeScale"] = scale
-    samples = [GpuSample(s.t * scale, s.useful, s.held, s.available) for s in kube.samples]
-    return RunResult(
-        scenario.name,
-        "local",
-        scenario.seed,
-        result.events,
-        summary,
-        samples,
-        kube.total_gpus,
-        end * scale,
-    )

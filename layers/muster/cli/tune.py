@@ -1,0 +1,127 @@
+"""`muster tune`: try a grid of settings on a scenario and recommend one.
+
+The method (common random numbers, the `none` baseline, the guard rail) is in
+`muster.sim.tune`; docs/simulator.md ("Tuning") describes the objectives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from muster.cli import EXIT_BAD_INPUT, EXIT_OK
+from muster.sim.scenario import load_scenario
+from muster.sim.specs import ScenarioError
+from muster.sim.tune import format_baseline
+from muster.sim.tune_grid import combinations, parse_grid, run_grid
+from muster.sim.tune_ranking import (
+    DEFAULT_OBJECTIVE,
+    OBJECTIVES,
+    format_table,
+    rank,
+    write_outputs,
+)
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "tune",
+        help="try a grid of settings on a scenario and recommend the best",
+        description=(
+            "Run a scenario under every combination of the given settings (in parallel, "
+            "with the same random draws for every run), rank the runs by an objective and "
+            "write the ranking, a Pareto picture and the recommended settings document."
+        ),
+    )
+    p.add_argument(
+        "scenario", help="scenario file (YAML), e.g. a trace from `muster history export`"
+    )
+    p.add_argument(
+        "--grid",
+        nargs="+",
+        required=True,
+        metavar="SETTING=V1,V2",
+        help="a setting (dotted, as in the settings document) and its values; "
+        "'unset' removes it (e.g. requeuingStrategy.backoffLimitCount=unset,3,10)",
+    )
+    p.add_argument(
+        "--objective",
+        default=DEFAULT_OBJECTIVE,
+        choices=sorted(OBJECTIVES),
+        help=f"what to minimise (default {DEFAULT_OBJECTIVE}: wasted GPU-hours)",
+    )
+    p.add_argument(
+        "--policy",
+        default="gang",
+        choices=("gang", "gang+block"),
+        help="gang+block tries every combination with blockAdmission on",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="runs at once (default: cores)"
+    )
+    p.add_argument("--out", type=Path, help="write ranking.csv, pareto.png and the settings here")
+    p.add_argument("--seed", type=int, help="seed for every random draw (default: the file's)")
+    p.add_argument("--no-picture", action="store_true", help="skip the PNG")
+    p.add_argument(
+        "--progress", action="store_true", help="show the progress bar even when not a terminal"
+    )
+    p.set_defaults(handler=run_command)
+
+
+def run_command(
+    args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        if args.jobs < 1:
+            raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
+        grid = parse_grid(args.grid)
+        scenario = load_scenario(args.scenario, seed=args.seed)
+        combinations(scenario, grid)  # every combination checked before any runs
+    except ScenarioError as exc:
+        print(f"muster tune: {exc}", file=err)
+        return EXIT_BAD_INPUT
+    objective = OBJECTIVES[args.objective]
+    bar = _RunBar(err) if (args.progress or err.isatty()) else None
+    runs, baseline = run_grid(
+        scenario, grid, policy=args.policy, jobs=args.jobs, progress=bar.update if bar else None
+    )
+    if bar:
+        bar.close()
+    ranked = rank(runs, objective)
+    print(
+        f"{scenario.name} (seed {scenario.seed}): {len(runs)} settings under {args.policy}, "
+        f"ranked by {objective.label}; (x) deactivates workloads that finish under none",
+        file=out,
+    )
+    print(format_table(ranked), file=out)
+    print(format_baseline(baseline), file=out)
+    best = next((r for r in ranked if r.guarded), None)
+    if best is None:
+        print("no combination passes the guard rail: nothing recommended", file=out)
+    else:
+        print(f"recommended: {best.label}", file=out)
+    if args.out is not None:
+        files = write_outputs(ranked, baseline, objective, args.out, picture=not args.no_picture)
+        print("wrote " + ", ".join(str(f) for f in files), file=out)
+    return EXIT_OK
+
+
+class _RunBar:
+    """A one-line bar of runs finished, on stderr."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream, self.width = stream, width
+
+    def update(self, done: int, total: int) -> None:
+        filled = int(done / total * self.width)
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\rmuster tune [{bar}] {done}/{total} runs")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\r" + " " * (self.width + 40) + "\r")
+        self.stream.flush()
