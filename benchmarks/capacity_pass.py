@@ -159,10 +159,9 @@ def on_moto(nodes: int, running: int, pending: int) -> None:
     from moto import mock_aws
     from muster.aws.dynamo import DynamoStore
     from muster.local.resources import create_resources
-    from muster.ports import RecordingCluster
     from muster.runtime.codec import dumps, encode_workload
     from muster.runtime.memory import MemoryBus, MemoryMessages, MemoryMetrics, MemoryTimers
-    from muster.runtime.ports import PodWrite
+    from muster.runtime.ports import PodWrite, RecordingCluster
     from muster.runtime.service import ControlPlane
 
     for key, value in {

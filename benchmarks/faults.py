@@ -4,7 +4,7 @@ Each history is played on the simulator's cluster model (the truth) with the
 agent's events duplicated, reordered, lost, redelivered late and dropped in agent
 gaps (with deletions in them), through the real `ControlPlane` on the in-memory
 adapters; then the agent relists and everything settles, and Muster's view is
-compared with the truth (see `muster.faults`). Prints the histories that diverged
+compared with the truth (see `muster.harness`). Prints the histories that diverged
 (the goal is none), the faults injected, and the agent events per second.
 
     .venv/bin/python benchmarks/faults.py [--histories 10000] [--start 0] [--heavy]
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from muster.faults import Perturbation, run_history
+from muster.harness import Perturbation, run_history
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 Runs the functions' real record handlers, the ControlPlane and the sweeper on
 in-memory queues and a model cluster in virtual time, with every port wrapped by
-`muster.faults` (crashes between effects, conflicts, throttling, lost messages and
+`muster.harness` (crashes between effects, conflicts, throttling, lost messages and
 timers, early timers, redelivery while a first delivery runs), and prints the
 figures: invariant violations, how workloads ended, what was injected and what
 the sweeper had to send again.
@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "layers")]
 
-from muster.faults import FaultPlan  # noqa: E402
-from muster.faults.driver import run_harness  # noqa: E402
+from muster.harness import FaultPlan  # noqa: E402
+from muster.harness.driver import run_harness  # noqa: E402
 
 FAULTS = {
     "crash": 0.02,

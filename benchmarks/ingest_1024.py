@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     import boto3
     from muster.aws.config import RuntimeConfig
-    from muster.faults.lambda_events import LambdaContext, sqs_event
+    from muster.harness.lambda_events import LambdaContext, sqs_event
     from muster.lambdas.records import sqs_processor
     from muster.lambdas.wiring import build_control_plane
     from muster.local.resources import create_resources
-    from muster.ports import RecordingCluster
+    from muster.runtime.ports import RecordingCluster
     from muster.schema import WORKLOAD_OBSERVED, workload_detail
 
     from functions.ingest.handler import handler
@@ -190,7 +190,7 @@ def instance(
 ) -> int:
     """One function instance: batches until none is left; how many records it failed."""
     from aws_lambda_powertools.utilities.batch import process_partial_response
-    from muster.faults.lambda_events import sqs_event
+    from muster.harness.lambda_events import sqs_event
     from muster.lambdas.records import ingest_record
 
     control_plane, processor = worker

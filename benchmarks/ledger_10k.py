@@ -26,9 +26,9 @@ from moto import mock_aws  # noqa: E402
 from muster.aws.dynamo import DynamoStore  # noqa: E402
 from muster.core import Phase, Workload, parse_settings  # noqa: E402
 from muster.local.resources import create_resources  # noqa: E402
-from muster.ports import RecordingCluster  # noqa: E402
 from muster.runtime.codec import dumps, encode_workload  # noqa: E402
 from muster.runtime.memory import MemoryBus, MemoryMessages, MemoryMetrics, MemoryTimers  # noqa: E402
+from muster.runtime.ports import RecordingCluster  # noqa: E402
 from muster.runtime.service import ControlPlane  # noqa: E402
 
 

@@ -16,9 +16,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from muster.ports import Transient
-
 T = TypeVar("T")
+
+
+class Transient(Exception):
+    """A failure that waiting cures (the cluster unreachable, throttled, a server error).
+
+    Adapters raise a subclass of it so that the runtime retries with backoff and never
+    counts the failure towards quarantine.
+    """
 
 
 class Backoff:

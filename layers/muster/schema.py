@@ -47,7 +47,7 @@ from muster.core.settings import within_runtime
 
 SCHEMA_VERSION = 1
 
-# A listing is cut into parts whose `detail` stays under this many bytes: one
+# A snapshot is cut into parts whose `detail` stays under this many bytes: one
 # EventBridge entry (and one PutEvents request) is at most 256 KB, and an SQS
 # message of the ingest queue carries the detail with its envelope.
 MAX_SNAPSHOT_PART_BYTES = 200 * 1024
@@ -270,7 +270,7 @@ def snapshot_details(
     observed_at: datetime | None = None,
     max_bytes: int = MAX_SNAPSHOT_PART_BYTES,
 ) -> list[dict[str, Any]]:
-    """A listing of `scope` at `revision` as `Cluster Snapshot` details, each under `max_bytes`.
+    """A snapshot of `scope` at `revision` as `Cluster Snapshot` details, each under `max_bytes`.
 
     `workloads` (key -> uid) for a workload kind; `pods` (workload -> pod -> uid)
     for `Pod`. A large workload's pods may span parts; the control plane merges

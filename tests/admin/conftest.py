@@ -27,7 +27,7 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.lambdas.wiring import build_control_plane
-from muster.ports import RecordingCluster
+from muster.runtime.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 
 from infra import constants as c

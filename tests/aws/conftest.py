@@ -12,7 +12,6 @@ from muster.core import (
     WorkloadObserved,
     parse_settings,
 )
-from muster.ports import RecordingCluster
 from muster.runtime.memory import (
     MemoryBus,
     MemoryMessages,
@@ -20,6 +19,7 @@ from muster.runtime.memory import (
     MemoryStore,
     MemoryTimers,
 )
+from muster.runtime.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 
 

@@ -6,7 +6,7 @@ import pytest
 from muster.agent.sender import EventBridgeSender
 from muster.aws.config import RuntimeConfig
 from muster.lambdas.wiring import PerContainer, build_control_plane, build_sweeper
-from muster.ports import RecordingCluster
+from muster.runtime.ports import RecordingCluster
 
 CONFIG = RuntimeConfig(
     table_name="t",

@@ -8,7 +8,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from muster.core import Outcome
-from muster.faults.lambda_events import LambdaContext, sqs_event
+from muster.harness.lambda_events import LambdaContext, sqs_event
 from muster.lambdas.records import timer_record
 from muster.runtime.memory import MemoryStore
 from muster.runtime.messages import retry_delay, rfc3339

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import pytest
 from muster.core import Admit, DeadlineReached, Evict, Outcome, Phase, TimerKind, WorkloadObserved
 from muster.kube.adapter import ClusterUnavailable
-from muster.ports import RecordingCluster
 from muster.retry import is_transient
 from muster.runtime import describe, status
 from muster.runtime.memory import MemoryStore
+from muster.runtime.ports import RecordingCluster
 from muster.runtime.service import MAX_EFFECT_TRIES, EffectFailed
 
 from .conftest import Rig

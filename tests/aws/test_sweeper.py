@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from muster.core import DeadlineReached, Outcome, Phase, RequeueDue, TimerKind
-from muster.faults.lambda_events import LambdaContext
+from muster.harness.lambda_events import LambdaContext
 from muster.runtime.memory import MemoryMetrics
 from muster.runtime.service import MAX_EFFECT_TRIES, EffectFailed
 from muster.runtime.sweeper import GRACE_SECONDS, Sweeper

@@ -21,10 +21,10 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from moto import mock_aws
 from muster.aws.config import RuntimeConfig
-from muster.faults.lambda_events import LambdaContext, sqs_event_from_messages
+from muster.harness.lambda_events import LambdaContext, sqs_event_from_messages
 from muster.lambdas.wiring import build_control_plane
 from muster.local.resources import CLUSTER, create_resources
-from muster.ports import RecordingCluster
+from muster.runtime.ports import RecordingCluster
 from muster.runtime.service import ControlPlane
 from muster.schema import AGENT_SOURCE
 

@@ -13,7 +13,7 @@ import pytest
 from muster.core.model import Admit, Evict, Kind, Phase, Reason, Workload
 from muster.kube.adapter import ClusterActionError, ClusterUnavailable, KubernetesCluster
 from muster.kube.http import KubeApi
-from muster.ports import WorkloadGone
+from muster.runtime.ports import WorkloadGone
 
 kmock = pytest.importorskip("kmock")
 

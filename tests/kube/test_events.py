@@ -15,7 +15,7 @@ from muster.kube.adapter import KubernetesCluster
 from muster.kube.events import describe
 from muster.kube.http import KubeApi
 from muster.lambdas.wiring import record_reader
-from muster.ports import RecordingCluster
+from muster.runtime.ports import RecordingCluster
 
 from tests.aws.conftest import Rig
 

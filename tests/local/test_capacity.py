@@ -8,7 +8,6 @@ from dataclasses import replace
 from muster.agent.sender import Entry
 from muster.core import Outcome
 from muster.local.cluster import LocalCluster
-from muster.ports import ClusterActions
 from muster.runtime.memory import (
     MemoryBus,
     MemoryMessages,
@@ -16,6 +15,7 @@ from muster.runtime.memory import (
     MemoryStore,
     MemoryTimers,
 )
+from muster.runtime.ports import ClusterActions
 from muster.runtime.service import ControlPlane
 from muster.schema import NODE_OBSERVED, parse_agent_detail
 from muster.sim.scenario import load_builtin

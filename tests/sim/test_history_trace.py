@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
-from muster.sim.history import TraceRow, format_time, parse_time, trace_rows, write_trace
+from muster.sim.history_trace import TraceRow, format_time, parse_time, trace_rows, write_trace
 from muster.sim.specs import ScenarioError
 
 from tests.sim.conftest import scenario

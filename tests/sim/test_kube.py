@@ -165,7 +165,7 @@ def test_pods_lost_with_a_node_are_recreated_in_creation_order_after_existing_po
 
 def test_simulated_actions_carry_out_the_cores_admit_and_evict():
     from muster.core import Admit, Evict, Kind, Reason
-    from muster.ports import ClusterActions
+    from muster.runtime.ports import ClusterActions
     from muster.sim.engine import SimulatedActions
 
     c = SimulatedCluster(1, 8)

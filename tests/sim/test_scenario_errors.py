@@ -155,7 +155,7 @@ def test_a_trace_with_a_mistake_on_every_row_lists_the_first_ones(tmp_path: Path
 
 
 def test_bad_rows_of_a_muster_trace_name_the_field(tmp_path: Path) -> None:
-    from muster.sim.history import TRACE_COLUMNS
+    from muster.sim.history_trace import TRACE_COLUMNS
     from muster.sim.traces import load_muster_trace
 
     csv = tmp_path / "history.csv"

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from muster.admin.errors import BadInput
-from muster.admin.history import recent_trace
+from muster.admin.export import recent_trace
 from muster.cli import EXIT_OK
 from muster.cli.command import connect_to, deployment_arguments, reporting_handler
 from muster.core import DurationError, parse_duration
-from muster.sim.history import parse_time, write_trace
+from muster.sim.history_trace import parse_time, write_trace
 
 
 def since_epoch(text: str, now: float) -> float:

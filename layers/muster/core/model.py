@@ -162,7 +162,7 @@ class Workload:
     spec_seq: int = 0
     uid: str = ""  # the object's uid: a new object under the same key is a new incarnation
     born_seq: int = 0  # the revision it was first seen at: its pods are all newer
-    # The last complete listing of the cluster's pods: its revision, and this
+    # The last complete snapshot of the cluster's pods: its revision, and this
     # workload's pods in it (name -> uid). An older event of a pod not listed is stale.
     listed_seq: int = 0
     listed: Mapping[str, str] = field(default_factory=dict)
@@ -305,7 +305,7 @@ class PodObserved:
 
 @dataclass(frozen=True, slots=True)
 class PodsListed:
-    """A complete listing of the cluster's pods at `revision`; this workload's were `pods`."""
+    """A complete snapshot of the cluster's pods at `revision`; this workload's were `pods`."""
 
     workload: str
     revision: int

@@ -2,7 +2,7 @@
 the gang is worth counting again.
 
 A pod event is applied only if it is newer than what is known of the pod (its
-revision, its incarnation, its deletion, a complete listing); what follows for
+revision, its incarnation, its deletion, a complete snapshot); what follows for
 the gang is `muster.core.gang`'s.
 """
 
@@ -75,14 +75,14 @@ def pod_update(
 def _older_than_the_workload(
     known: Pod | None, e: PodObserved, born: int, listed: tuple[int, Mapping[str, str]]
 ) -> tuple[Outcome, str] | None:
-    """Why a pod event predates what the workload knows: its object, or a listing."""
+    """Why a pod event predates what the workload knows: its object, or a snapshot."""
     if born and e.seq < born and not e.deleted:
         return Outcome.STALE, f"pod {e.pod} of an earlier object of this name"
     listed_seq, listed_pods = listed
     news = known is None or known.deleted or (e.uid and known.uid and e.uid != known.uid)
     if news and not e.deleted and e.seq < listed_seq and listed_pods.get(e.pod) != e.uid:
-        # Older than a complete listing that did not hold it: it was gone by then.
-        return Outcome.STALE, f"pod {e.pod} was not in the listing at {listed_seq}"
+        # Older than a complete snapshot that did not hold it: it was gone by then.
+        return Outcome.STALE, f"pod {e.pod} was not in the snapshot at {listed_seq}"
     return None
 
 
@@ -108,8 +108,8 @@ def _tombstone(known: Pod | None, e: PodObserved) -> Pod:
 
     It keeps the pod's last revision while it lived: a pod of the same name can
     only be created after this one was deleted, so its events are all newer than
-    that, and an earlier object's all older (a deletion found by a listing
-    carries the listing's revision, which may be later than the new pod's).
+    that, and an earlier object's all older (a deletion found by a snapshot
+    carries the snapshot's revision, which may be later than the new pod's).
     """
     return Pod(
         name=e.pod,
@@ -193,16 +193,16 @@ def _fault_watch_moved(
 
 
 def pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> Decision:
-    """A complete listing of pods: those it lacks (and older than it) are deleted."""
+    """A complete snapshot of pods: those it lacks (and older than it) are deleted."""
     if e.revision <= w.listed_seq:
-        return Decision(w, outcome=Outcome.STALE, note="an older listing")
+        return Decision(w, outcome=Outcome.STALE, note="an older snapshot")
     pods = dict(w.pods)
     for p in w.pods.values():
         listed = e.pods.get(p.name)
         gone = listed is None or bool(p.uid and listed and listed != p.uid)
         if not p.deleted and gone and p.seq < e.revision:
             pods[p.name] = Pod(name=p.name, seq=p.seq, uid=p.uid, phase=p.phase, deleted=True)
-    listing = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
+    snapshot = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
     if w.phase is Phase.FINISHED:
-        return Decision(listing)
-    return readiness(w, listing, qs, now)
+        return Decision(snapshot)
+    return readiness(w, snapshot, qs, now)

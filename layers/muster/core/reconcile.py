@@ -1,12 +1,12 @@
-"""Reconciliation: what a complete listing of the cluster says is gone.
+"""Reconciliation: what a complete snapshot of the cluster says is gone.
 
 Watches lose events (an agent gap, a lost message, a rollout), so the agent also
 sends what the cluster holds: after every list of a resource, the workload keys
 of that kind with their uids, or every workload's pods with theirs, stamped with
-the list's revision. Here a complete listing becomes ordinary events: a deletion
-of each known workload or pod the listing lacks (or holds under another uid), at
-the listing's revision. The core's ordering rules then do the rest: anything that
-changed after the listing was taken has a higher `seq` and stays.
+the list's revision. Here a complete snapshot becomes ordinary events: a deletion
+of each known workload or pod the snapshot lacks (or holds under another uid), at
+the snapshot's revision. The core's ordering rules then do the rest: anything that
+changed after the snapshot was taken has a higher `seq` and stays.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ SCOPES = (*WORKLOAD_SCOPES, POD_SCOPE)
 
 @dataclass(frozen=True, slots=True)
 class SnapshotPart:
-    """Part `part` of `parts` of one listing (`snapshot` names it) of `scope` at `revision`.
+    """Part `part` of `parts` of one snapshot (`snapshot` is its id) of `scope` at `revision`.
 
     `scope` is a workload kind (`workloads`: key -> uid) or `Pod` (`pods`:
-    workload key -> pod name -> uid). A listing is acted on only once every part
+    workload key -> pod name -> uid). A snapshot is acted on only once every part
     of it has arrived.
     """
 
@@ -48,7 +48,7 @@ class SnapshotPart:
 
 
 def complete(parts: Iterable[SnapshotPart]) -> SnapshotPart | None:
-    """The whole listing if every part is there (and they agree), else None."""
+    """The whole snapshot if every part is there (and they agree), else None."""
     found = {p.part: p for p in parts}
     if not found:
         return None
@@ -70,20 +70,20 @@ def complete(parts: Iterable[SnapshotPart]) -> SnapshotPart | None:
     return SnapshotPart(first.snapshot, 1, 1, first.scope, first.revision, workloads, pods)
 
 
-def gone(w: Workload, listing: SnapshotPart) -> list[Event]:
-    """What a complete `listing` tells workload `w`.
+def gone(w: Workload, snapshot: SnapshotPart) -> list[Event]:
+    """What a complete `snapshot` tells workload `w`.
 
-    For pods: the listing itself (`PodsListed`), which deletes the pods it lacks
+    For pods: the snapshot itself (`PodsListed`), which deletes the pods it lacks
     and makes any older event of a pod it lacks stale. For a workload kind: the
-    deletion of `w` if the listing lacks it (or holds another object under its name).
+    deletion of `w` if the snapshot lacks it (or holds another object under its name).
     """
     if w.phase is Phase.FINISHED:
         return []
-    if listing.scope == POD_SCOPE:
-        return [PodsListed(w.key, listing.revision, dict(listing.pods.get(w.key, {})))]
-    if w.kind.value != listing.scope or not _absent(listing.workloads, w.key, w.uid):
+    if snapshot.scope == POD_SCOPE:
+        return [PodsListed(w.key, snapshot.revision, dict(snapshot.pods.get(w.key, {})))]
+    if w.kind.value != snapshot.scope or not _absent(snapshot.workloads, w.key, w.uid):
         return []
-    return [WorkloadFinished(w.key, Reason.DELETED, listing.revision, uid=w.uid)]
+    return [WorkloadFinished(w.key, Reason.DELETED, snapshot.revision, uid=w.uid)]
 
 
 def _absent(listed: Mapping[str, str], name: str, uid: str) -> bool:

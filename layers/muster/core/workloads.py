@@ -175,7 +175,7 @@ def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     elif w.phase is Phase.FINISHED:
         return Decision(w, outcome=Outcome.DUPLICATE)
     elif e.seq and e.seq < w.spec_seq:
-        # A listing older than the workload's last change cannot say it is gone.
+        # A snapshot older than the workload's last change cannot say it is gone.
         return Decision(w, outcome=Outcome.STALE, note="older than the workload's last change")
     effects: list[Effect] = []
     if w.timer is not None:

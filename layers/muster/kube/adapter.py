@@ -53,8 +53,8 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
-from muster.ports import Transient, WorkloadGone
-from muster.retry import Backoff, retry
+from muster.retry import Backoff, Transient, retry
+from muster.runtime.ports import WorkloadGone
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
@@ -88,7 +88,7 @@ class _Transient(Exception):
 
 
 class KubernetesCluster:
-    """`muster.ports.ClusterActions` over the Kubernetes API."""
+    """`muster.runtime.ports.ClusterActions` over the Kubernetes API."""
 
     def __init__(
         self,

@@ -56,7 +56,7 @@ def ingest_record(plane: ControlPlane, cluster_name: str, record: SQSRecord) -> 
         reject(plane, "agent", f"cluster: expected {cluster_name!r}, got {cluster!r}", body)
         return
     if isinstance(event, SnapshotPart):
-        subject = f"listing/{event.scope}/{event.snapshot}"
+        subject = f"snapshot/{event.scope}/{event.snapshot}"
     elif isinstance(event, NodeObserved):
         subject = f"node/{event.node}"
     else:

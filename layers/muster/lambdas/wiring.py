@@ -13,8 +13,7 @@ from muster.aws.sqs import SqsMessages
 from muster.aws.stepfunctions import StepFunctionsTimers
 from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core.model import Workload
-from muster.ports import ClusterActions
-from muster.runtime.ports import WorkloadStore
+from muster.runtime.ports import ClusterActions, WorkloadStore
 from muster.runtime.service import ControlPlane
 from muster.runtime.settings import RuntimeSettings, settings_from_json
 from muster.runtime.sweeper import Sweeper

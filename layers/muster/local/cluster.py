@@ -21,7 +21,7 @@ from typing import Any
 
 from muster.agent.sender import Entry, Outbox, Sender
 from muster.core import Admit, Evict, Kind
-from muster.ports import WorkloadGone
+from muster.runtime.ports import WorkloadGone
 from muster.schema import (
     NODE_OBSERVED,
     POD_OBSERVED,

@@ -1,6 +1,6 @@
 """The control plane's service layer: state, the core, effects, through small ports."""
 
-from muster.runtime.ports import Conflict, Ledger, PodWrite, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodWrite, Stored
 from muster.runtime.results import Stats, TooManyConflicts, WorkloadNotYetKnown
 from muster.runtime.service import ControlPlane
 from muster.runtime.views import describe, status
@@ -10,8 +10,8 @@ __all__ = [
     "ControlPlane",
     "Ledger",
     "PodWrite",
-    "Snapshot",
     "Stats",
+    "Stored",
     "TooManyConflicts",
     "WorkloadNotYetKnown",
     "describe",

@@ -39,7 +39,7 @@ from muster.runtime.ports import (
     Conflict,
     Ledger,
     Messages,
-    Snapshot,
+    Stored,
     WorkloadStore,
     workload_state,
 )
@@ -68,7 +68,7 @@ class Plane(Protocol):
     @property
     def stats(self) -> Stats: ...
 
-    def settled(self, key: str) -> Snapshot | None: ...
+    def settled(self, key: str) -> Stored | None: ...
 
     def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None: ...
 

@@ -17,7 +17,7 @@ from typing import Any
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
 from muster.runtime import ports
-from muster.runtime.ports import Conflict, Ledger, PodSnapshot, PodWrite, Quarantine, Snapshot
+from muster.runtime.ports import Conflict, Ledger, PodWrite, Quarantine, Stored, StoredPod
 
 
 @dataclass
@@ -81,7 +81,7 @@ class MemoryStore:
             self.conflict_next -= 1
             raise Conflict("injected")
 
-    def load(self, key: str) -> Snapshot | None:
+    def load(self, key: str) -> Stored | None:
         item = self.items.get(key)
         if item is None:
             return None
@@ -92,7 +92,7 @@ class MemoryStore:
             for n, (p, _, e, owner) in stored.items()
             if ports.belongs(owner, uid)
         }
-        return Snapshot(
+        return Stored(
             replace(item.workload, pods=pods),
             item.version,
             item.epoch,
@@ -103,13 +103,13 @@ class MemoryStore:
             item.quarantine,
         )
 
-    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+    def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
         item = self.items.get(key)
         if item is None:
             return None
         stored = self.pods.get(key, {}).get(pod) if pod else None
         mine = stored is not None and ports.belongs(stored[3], item.workload.uid)
-        return PodSnapshot(
+        return StoredPod(
             item.workload,
             item.version,
             item.epoch,
@@ -148,7 +148,7 @@ class MemoryStore:
 
     def write_workload(
         self,
-        before: Snapshot | None,
+        before: Stored | None,
         after: Workload,
         epoch: int,
         outbox: Sequence[Effect],
@@ -287,7 +287,7 @@ class MemoryStore:
 
     def admit(
         self,
-        before: Snapshot,
+        before: Stored,
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,

@@ -1,4 +1,4 @@
-"""The ports of the runtime: state, timers, queues, the bus and metrics.
+"""The ports of the runtime: the cluster, state, timers, queues, the bus and metrics.
 
 `ControlPlane` depends on these small interfaces only; `muster.aws` implements
 them with DynamoDB, Step Functions, SQS, EventBridge and CloudWatch EMF, and
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
+from muster.core.model import Admit, Evict, Kind
 
 # Rules every store applies to the pods it reads back, the in-memory one and DynamoDB's.
 
@@ -48,7 +49,7 @@ class Quarantine:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class Stored:
     """A workload as read (consistently), with what conditional writes need.
 
     `version` guards the workload item; `pod_revs` guard each pod item; `epoch` is
@@ -68,7 +69,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class PodSnapshot:
+class StoredPod:
     """The workload item without the gang, and one pod: what a pod event needs first.
 
     `ready_count` is maintained atomically with every pod write, so a pod event
@@ -112,9 +113,9 @@ class Ledger:
 
 
 class WorkloadStore(Protocol):
-    def load(self, key: str) -> Snapshot | None: ...
+    def load(self, key: str) -> Stored | None: ...
 
-    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+    def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
         """The workload item and (when named) one pod item, read consistently."""
         ...
 
@@ -129,7 +130,7 @@ class WorkloadStore(Protocol):
 
     def write_workload(
         self,
-        before: Snapshot | None,
+        before: Stored | None,
         after: Workload,
         epoch: int,
         outbox: Sequence[Effect],
@@ -203,7 +204,7 @@ class WorkloadStore(Protocol):
 
     def admit(
         self,
-        before: Snapshot,
+        before: Stored,
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,
@@ -270,3 +271,94 @@ class Metrics(Protocol):
 def workload_state(w: Workload | None) -> Workload | None:
     """The workload without its pods: what the workload item stores."""
     return None if w is None else replace(w, pods={})
+
+
+class WorkloadGone(Exception):
+    """The workload no longer exists in the cluster; the core should mark it Finished."""
+
+    def __init__(self, workload: str) -> None:
+        super().__init__(f"workload {workload} no longer exists")
+        self.workload = workload
+
+
+class ClusterActions(Protocol):
+    """What the control plane does to a cluster. Every call must be idempotent.
+
+    `admit` releases the workload (unsuspend, or lift the scheduling gate);
+    `evict` withdraws it (suspend, or delete a pod group's pods); `record` writes
+    Muster's view (phase, attempt, reason) onto the workload for `kubectl` users.
+    Each raises `WorkloadGone` when the workload has been deleted.
+    """
+
+    def admit(self, effect: Admit) -> None: ...
+
+    def evict(self, effect: Evict) -> None: ...
+
+    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None: ...
+
+
+@runtime_checkable
+class WorkloadAnnouncer(Protocol):
+    """Shows a lifecycle event where the workload's users look (Kubernetes Events).
+
+    Best effort: the caller logs a failure and carries on; `key` is the lifecycle
+    event's idempotency key, so a retried effect announces nothing twice.
+    """
+
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None: ...
+
+
+@dataclass
+class RecordingCluster:
+    """An in-memory `ClusterActions` for tests and the simulator: it records every call.
+
+    `gone` lists workloads that behave as deleted; `fail_next` makes the next call
+    raise the given exception once (to inject API failures).
+    """
+
+    calls: list[tuple[str, str, int]] = field(default_factory=list)
+    views: dict[str, dict[str, str]] = field(default_factory=dict)
+    announced: list[tuple[str, str]] = field(default_factory=list)  # (workload, event)
+    gone: set[str] = field(default_factory=set)
+    fail_next: Exception | None = None
+
+    def _check(self, workload: str) -> None:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        if workload in self.gone:
+            raise WorkloadGone(workload)
+
+    def admit(self, effect: Admit) -> None:
+        self._check(effect.workload)
+        self.calls.append(("admit", effect.workload, effect.attempt))
+
+    def evict(self, effect: Evict) -> None:
+        self._check(effect.workload)
+        self.calls.append(("evict", effect.workload, effect.attempt))
+
+    def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
+        self._check(workload)
+        self.views[workload] = dict(view)
+
+    def announce(
+        self,
+        workload: str,
+        kind: Kind,
+        event: LogEvent,
+        detail: Mapping[str, Any],
+        *,
+        key: str,
+        at: float,
+    ) -> None:
+        self._check(workload)
+        self.announced.append((workload, event.value))

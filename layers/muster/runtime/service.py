@@ -54,18 +54,20 @@ from muster.core import (
 )
 from muster.core.capacity import more_room, observe_node
 from muster.core.reconcile import complete, gone
-from muster.ports import ClusterActions, WorkloadAnnouncer, WorkloadGone
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
 from muster.runtime.ports import (
     Bus,
+    ClusterActions,
     Conflict,
     Messages,
     Metrics,
     PodWrite,
     Quarantine,
-    Snapshot,
+    Stored,
     Timers,
+    WorkloadAnnouncer,
+    WorkloadGone,
     WorkloadStore,
     workload_state,
 )
@@ -188,7 +190,7 @@ class ControlPlane:
         return Outcome.APPLIED
 
     def _commit(
-        self, snap: Snapshot | None, decision: Decision, settings: Settings, now: float
+        self, snap: Stored | None, decision: Decision, settings: Settings, now: float
     ) -> None:
         """Write what the core decided (only what changed), then carry out its effects."""
         before = snap.workload if snap else None
@@ -266,8 +268,8 @@ class ControlPlane:
             if snap is not None:
                 self._rederive(snap, settings, now)
 
-    def _rederive(self, snap: Snapshot, settings: Settings, now: float) -> None:
-        current: Snapshot | None = snap
+    def _rederive(self, snap: Stored, settings: Settings, now: float) -> None:
+        current: Stored | None = snap
         for _ in range(self.max_conflicts):
             if current is None:
                 return
@@ -294,7 +296,7 @@ class ControlPlane:
             return
         raise TooManyConflicts(f"{snap.workload.key}: gave up re-deriving readiness")
 
-    def settled(self, key: str) -> Snapshot | None:
+    def settled(self, key: str) -> Stored | None:
         """The workload with no effects left over from an interrupted decision.
 
         Raises `Quarantined` for a quarantined workload, and `EffectFailed` when
@@ -315,32 +317,32 @@ class ControlPlane:
     # ------------------------------------------------------------------ reconciliation
 
     def reconcile(self, part: SnapshotPart) -> list[Outcome]:
-        """Keep a part of a cluster listing; once the listing is complete, act on it.
+        """Keep a part of a cluster snapshot; once the snapshot is complete, act on it.
 
-        What a complete listing lacks is gone: each known workload (of the listed
-        kind) or pod it does not show becomes a deletion at the listing's revision,
-        applied like any other event, so whatever changed after the listing stays.
-        A partial listing, or one not newer than the last acted on, changes nothing.
+        What a complete snapshot lacks is gone: each known workload (of the listed
+        kind) or pod it does not show becomes a deletion at the snapshot's revision,
+        applied like any other event, so whatever changed after the snapshot stays.
+        A partial snapshot, or one not newer than the last acted on, changes nothing.
         """
         parts = self.store.put_snapshot_part(part, self.clock())
-        listing = complete(parts or ())
-        if listing is None:
+        snapshot = complete(parts or ())
+        if snapshot is None:
             return [Outcome.IGNORED]
-        if listing.revision <= self.store.snapshot_revision(listing.scope):
-            self._count_outcome(Outcome.STALE, "", "SnapshotPart", "an older listing")
+        if snapshot.revision <= self.store.snapshot_revision(snapshot.scope):
+            self._count_outcome(Outcome.STALE, "", "SnapshotPart", "an older snapshot")
             return [Outcome.STALE]
         outcomes: list[Outcome] = []
         for phase in Phase:
             if phase is Phase.FINISHED:
                 continue
             for w in self.store.by_phase(phase.value):
-                for event in gone(w, listing):
+                for event in gone(w, snapshot):
                     log.info(
-                        "gone from the cluster's listing",
+                        "gone from the cluster's snapshot",
                         extra={"workload": w.key, "event": type(event).__name__},
                     )
                     outcomes.extend(self.handle(event))
-        self.store.set_snapshot_revision(listing.scope, listing.revision)
+        self.store.set_snapshot_revision(snapshot.scope, snapshot.revision)
         return outcomes or [Outcome.APPLIED]
 
     # ------------------------------------------------------------------ admission
@@ -505,7 +507,7 @@ def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
 
 
-def _pod_writes(snap: Snapshot | None, after: Workload, evicted: bool) -> list[PodWrite]:
+def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[PodWrite]:
     """The pod items to put or delete; an eviction retires pods by the epoch instead."""
     before = snap.workload.pods if snap else {}
     revs = snap.pod_revs if snap else {}

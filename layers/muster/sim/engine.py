@@ -54,7 +54,7 @@ from muster.core import (
     WorkloadFinished,
     WorkloadObserved,
 )
-from muster.ports import ClusterActions
+from muster.runtime.ports import ClusterActions
 from muster.sim.agenda import (
     COMPLETE,
     DEADLINE,

@@ -39,7 +39,7 @@ from muster.sim.specs import (
     DEFAULT_BROKEN_MODES,
     FAILURES,
     NOT_READY,
-    FaultSpec,
+    NodeFaultSpec,
     ScenarioError,
     TraceSpec,
     WorkloadSpec,
@@ -59,7 +59,7 @@ class Scenario:
     settings: Settings
     until: float
     workloads: tuple[WorkloadSpec, ...]
-    faults: tuple[FaultSpec, ...] = ()
+    faults: tuple[NodeFaultSpec, ...] = ()
     trace: TraceSpec | None = None
     seed: int = 0
     description: str = ""
@@ -292,9 +292,9 @@ def _workloads(doc: Mapping[str, Any], per_node: int) -> list[WorkloadSpec]:
     return workloads
 
 
-def _faults(doc: Mapping[str, Any], node_names: list[str]) -> list[FaultSpec]:
+def _faults(doc: Mapping[str, Any], node_names: list[str]) -> list[NodeFaultSpec]:
     """`faults`, each on one of the cluster's nodes."""
-    faults: list[FaultSpec] = []
+    faults: list[NodeFaultSpec] = []
     raw_faults = doc.get("faults") or []
     if not isinstance(raw_faults, list):
         problem("faults: must be a list")
@@ -345,7 +345,7 @@ def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
     )
 
 
-def _fault(raw: Any, path: str, node_names: list[str]) -> FaultSpec:
+def _fault(raw: Any, path: str, node_names: list[str]) -> NodeFaultSpec:
     doc = mapping(raw, path[:-1])
     check_keys(doc, _FAULT, path, "field")
     node = doc.get("node")
@@ -355,7 +355,7 @@ def _fault(raw: Any, path: str, node_names: list[str]) -> FaultSpec:
         )
     if "at" not in doc:
         raise ScenarioError(f"{path}at: missing (when the node fails, e.g. 100s)")
-    return FaultSpec(
+    return NodeFaultSpec(
         at=duration(doc, "at", 0.0, path, null_is_default=True),
         node=node,
         repair_after=duration(doc, "repairAfter", math.inf, path, null_is_default=True),

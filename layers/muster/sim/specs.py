@@ -73,7 +73,9 @@ class WorkloadSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class FaultSpec:
+class NodeFaultSpec:
+    """A node that fails at `at` and is repaired `repair_after` later (a scenario's `faults`)."""
+
     at: float
     node: str
     repair_after: float

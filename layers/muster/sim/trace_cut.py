@@ -13,7 +13,7 @@ import csv
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from muster.sim.history import TRACE_COLUMNS, parse_time
+from muster.sim.history_trace import TRACE_COLUMNS, parse_time
 
 PHILLY_TIME = "%Y-%m-%d %H:%M:%S"
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from muster.core import fields
 from muster.core.fields import check_keys, collecting, problem, whole_number
-from muster.sim.history import TRACE_COLUMNS, is_muster_trace, parse_time
-from muster.sim.specs import FaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
+from muster.sim.history_trace import TRACE_COLUMNS, is_muster_trace, parse_time
+from muster.sim.specs import NodeFaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 
@@ -334,7 +334,7 @@ def expand_trace(
     nodes: int,
     until: float,
     taken: Collection[str] = (),
-) -> tuple[list[WorkloadSpec], list[FaultSpec]]:
+) -> tuple[list[WorkloadSpec], list[NodeFaultSpec]]:
     """Workloads (named job-00001, ... in submit order) and node faults for a trace."""
     if spec.path is not None and is_muster_trace(spec.path):
         jobs = load_muster_trace(spec.path, spec.limit)
@@ -380,13 +380,13 @@ def expand_trace(
                 ),
             )
         )
-    faults: list[FaultSpec] = []
+    faults: list[NodeFaultSpec] = []
     if spec.node_mtbf_hours is not None:
         fault_rng = seeded(seed, "faults")
         mean = spec.node_mtbf_hours * 3600.0
         for n in range(nodes):
             t = fault_rng.expovariate(1.0 / mean)
             while t < until:
-                faults.append(FaultSpec(round(t, 3), f"node-{n}", spec.repair_after))
+                faults.append(NodeFaultSpec(round(t, 3), f"node-{n}", spec.repair_after))
                 t += spec.repair_after + fault_rng.expovariate(1.0 / mean)
     return workloads, faults

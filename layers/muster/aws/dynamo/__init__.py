@@ -11,8 +11,8 @@ Layout (partition key `pk`, sort key `sk`; index `gsi1` on `gsi1pk`/`gsi1sk`):
 | recent admission | `ADMISSION` | `RECENT#<ns/name>` | none |
 | quarantine index | `QUARANTINE` | `WL#<ns/name>` | none |
 | settings record | `SETTINGS` | `CLUSTER#<cluster>` | none |
-| cluster listing part | `SNAPSHOT#<scope>` | `PART#<id>#<part>` | none; TTL `expiresAt` |
-| last listing acted on | `SNAPSHOT#<scope>` | `APPLIED` | none |
+| cluster snapshot part | `SNAPSHOT#<scope>` | `PART#<id>#<part>` | none; TTL `expiresAt` |
+| last snapshot acted on | `SNAPSHOT#<scope>` | `APPLIED` | none |
 | node capacity (`capacityCheck`) | `NODES` | `NODE#<node>` | none |
 
 The workload item carries `version` (every write is conditional on it), `epoch`

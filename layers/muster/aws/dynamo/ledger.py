@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from muster.aws.dynamo.table import LEDGER_KEY, RECENT_PREFIX, is_conflict, number, string
 from muster.aws.dynamo.workloads import WorkloadItems
 from muster.core import Effect, Workload
-from muster.runtime.ports import Conflict, Ledger, Snapshot
+from muster.runtime.ports import Conflict, Ledger, Stored
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import PutTypeDef
@@ -56,7 +56,7 @@ class AdmissionLedger(WorkloadItems):
 
     def admit(
         self,
-        before: Snapshot,
+        before: Stored,
         after: Workload,
         outbox: Sequence[Effect],
         ledger: Ledger,

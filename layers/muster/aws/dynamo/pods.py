@@ -23,7 +23,7 @@ from muster.aws.dynamo.table import (
 )
 from muster.core import Pod
 from muster.runtime.codec import decode_effect, decode_pod, decode_workload, dumps, encode_pod
-from muster.runtime.ports import Conflict, PodSnapshot, PodWrite, belongs, settle_pod
+from muster.runtime.ports import Conflict, PodWrite, StoredPod, belongs, settle_pod
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class PodItems(Table):
     """One pod with the workload item it counts in: read together, written on its revision."""
 
-    def load_pod(self, key: str, pod: str | None) -> PodSnapshot | None:
+    def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
         keys = [{"pk": string(workload_pk(key)), "sk": string(STATE)}]
         if pod is not None:
             keys.append({"pk": string(workload_pk(key)), "sk": string(POD_PREFIX + pod)})
@@ -56,7 +56,7 @@ class PodItems(Table):
             if pod_item and mine
             else None
         )
-        return PodSnapshot(
+        return StoredPod(
             decode_workload(json.loads(state["state"]["S"])),
             int(state["version"]["N"]),
             epoch,

@@ -6,15 +6,15 @@ from muster.aws.dynamo.capacity import NodeItems
 from muster.aws.dynamo.history import HistoryItems
 from muster.aws.dynamo.indexes import IndexReads
 from muster.aws.dynamo.ledger import AdmissionLedger
-from muster.aws.dynamo.listings import ListingItems
 from muster.aws.dynamo.quarantine import QuarantineItems
 from muster.aws.dynamo.settings import SettingsRecord
+from muster.aws.dynamo.snapshots import SnapshotItems
 
 
 class DynamoStore(
     AdmissionLedger,
     QuarantineItems,
-    ListingItems,
+    SnapshotItems,
     NodeItems,
     IndexReads,
     HistoryItems,

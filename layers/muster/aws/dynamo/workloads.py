@@ -29,13 +29,13 @@ from muster.runtime.codec import (
     encode_effect,
     encode_workload,
 )
-from muster.runtime.ports import Conflict, PodWrite, Snapshot, belongs, settle_pod
+from muster.runtime.ports import Conflict, PodWrite, Stored, belongs, settle_pod
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import UpdateTypeDef
 
 
-def _ready_delta(writes: Sequence[PodWrite], before: Snapshot | None) -> int:
+def _ready_delta(writes: Sequence[PodWrite], before: Stored | None) -> int:
     """How a chunk of pod writes changes the number of pods counting ready."""
     pods = before.workload.pods if before else {}
     delta = 0
@@ -48,7 +48,7 @@ def _ready_delta(writes: Sequence[PodWrite], before: Snapshot | None) -> int:
 class WorkloadItems(PodItems):
     """A workload with its pods: loaded in one Query, written on its version."""
 
-    def load(self, key: str) -> Snapshot | None:
+    def load(self, key: str) -> Stored | None:
         state: dict[str, Any] | None = None
         pods: list[dict[str, Any]] = []
         for item in self._query(
@@ -75,7 +75,7 @@ class WorkloadItems(PodItems):
             if belongs(item.get("owner", {}).get("S", ""), workload.uid):
                 settled[pod.name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
         outbox = tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]")))
-        return Snapshot(
+        return Stored(
             replace(workload, pods=settled),
             int(state["version"]["N"]),
             epoch,
@@ -88,7 +88,7 @@ class WorkloadItems(PodItems):
 
     def _workload_update(
         self,
-        before: Snapshot | None,
+        before: Stored | None,
         after: Workload,
         epoch: int,
         outbox: Sequence[Effect],
@@ -167,7 +167,7 @@ class WorkloadItems(PodItems):
 
     def write_workload(
         self,
-        before: Snapshot | None,
+        before: Stored | None,
         after: Workload,
         epoch: int,
         outbox: Sequence[Effect],
@@ -208,7 +208,7 @@ class WorkloadItems(PodItems):
             raise
         return (before.version if before else 0) + 1
 
-    def _count_update(self, key: str, before: Snapshot | None, delta: int) -> UpdateTypeDef:
+    def _count_update(self, key: str, before: Stored | None, delta: int) -> UpdateTypeDef:
         return {
             "TableName": self.table,
             "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},

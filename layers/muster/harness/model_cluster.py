@@ -18,8 +18,8 @@ from muster.core import (
     Evict,
     Kind,
 )
-from muster.faults.ports import FaultPlan
-from muster.faults.virtual_aws import VirtualQueues
+from muster.harness.injectors import FaultPlan
+from muster.harness.virtual_aws import VirtualQueues
 from muster.schema import (
     AGENT_SOURCE,
     NODE_OBSERVED,

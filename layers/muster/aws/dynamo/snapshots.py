@@ -1,4 +1,4 @@
-"""The parts of a cluster listing, kept until all have arrived, and the last listing acted on."""
+"""The parts of a cluster snapshot, kept until all have arrived, and the last snapshot acted on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from muster.core import SnapshotPart
 from muster.runtime.codec import decode_snapshot_part, dumps, encode_snapshot_part
 
 
-class ListingItems(Table):
+class SnapshotItems(Table):
     """A `Cluster Snapshot` arrives in parts; each is an item that expires after a day."""
 
     def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:

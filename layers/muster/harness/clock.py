@@ -1,8 +1,8 @@
 """Virtual time for the fault harnesses, and an agenda of what is due when.
 
-The history harness (`muster.faults.truth`) runs its agenda: entries ordered by
+The history harness (`muster.harness.truth`) runs its agenda: entries ordered by
 time, then by when they were put there. The AWS fault driver
-(`muster.faults.driver`) reads and advances the time only.
+(`muster.harness.driver`) reads and advances the time only.
 """
 
 from __future__ import annotations

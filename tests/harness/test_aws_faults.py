@@ -6,12 +6,11 @@ import contextlib
 
 import pytest
 from muster.core import Admit, Kind, Timer, TimerKind, Workload
-from muster.faults import Crash, FaultPlan, Throttled, wrap_ports
-from muster.faults.driver import run_harness
-from muster.ports import RecordingCluster
+from muster.harness import Crash, FaultPlan, Throttled, wrap_ports
+from muster.harness.driver import run_harness
 from muster.retry import is_transient
 from muster.runtime.memory import MemoryBus, MemoryMessages, MemoryStore, MemoryTimers
-from muster.runtime.ports import Conflict
+from muster.runtime.ports import Conflict, RecordingCluster
 
 ALL_FAULTS = {
     "crash": 0.02,
@@ -144,7 +143,7 @@ def test_without_the_capacity_check_gangs_are_admitted_on_the_same_gpus():
     # The invariant is not hollow: the same cluster with admission on quota alone breaks it.
     from dataclasses import replace
 
-    from muster.faults.driver import Harness
+    from muster.harness.driver import Harness
 
     harness = Harness(FaultPlan(seed=1), workloads=40, seed=1, capacity=True, settings=ROOMY)
     harness.settings = replace(harness.settings, capacity_check=False)
@@ -186,7 +185,7 @@ def test_the_history_harness_converges_with_write_conflicts_injected(seed: int):
     # The cluster-truth harness drives the plane itself, with no redelivery of a
     # failed message, so only the faults the plane absorbs on its own are plugged in
     # there: lost races on every conditional write.
-    from muster.faults import run_history
+    from muster.harness import run_history
 
     plan = FaultPlan(seed=seed, conflict=0.2)
     outcome = run_history(seed, wrap_ports=_with_faults(plan))

@@ -25,7 +25,7 @@ from muster.core import (
 from muster.runtime.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from muster.faults.cluster_truth import Truth
+    from muster.harness.cluster_truth import Truth
 
 
 def check_quota(store: MemoryStore, settings: Settings) -> str | None:

@@ -22,9 +22,9 @@ from muster.core import (
     WorkloadFinished,
     WorkloadObserved,
 )
-from muster.faults.clock import VirtualClock
-from muster.faults.histories import Action, History
-from muster.ports import WorkloadGone
+from muster.harness.clock import VirtualClock
+from muster.harness.histories import Action, History
+from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
 
 
@@ -207,7 +207,7 @@ class Truth:
             listed.setdefault(key, {})[name] = event.uid
         tag = f"{self.relists}"
         self.send(SnapshotPart(f"jobs.{tag}", 1, 1, "Job", self.rev, live))
-        # Pods in two parts, so that a lost or late part keeps the listing incomplete.
+        # Pods in two parts, so that a lost or late part keeps the snapshot incomplete.
         keys = sorted(listed)
         halves = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]
         for number, half in enumerate(halves, start=1):

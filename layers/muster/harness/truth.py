@@ -1,6 +1,6 @@
 """The system under test: the real `ControlPlane` against the simulator's cluster model.
 
-`Truth` (in `muster.faults.cluster_truth`) is the simulator's `SimulatedCluster`
+`Truth` (in `muster.harness.cluster_truth`) is the simulator's `SimulatedCluster`
 (nodes, job controllers, scheduler, kubelets) plus what it does not model: Job
 objects with uids (deleted, re-created under the same name) and node conditions
 that flap without losing pods. It is also the control plane's `ClusterActions`:
@@ -36,14 +36,13 @@ from muster.core import (
     WorkloadObserved,
     parse_settings,
 )
-from muster.faults.clock import VirtualClock
-from muster.faults.cluster_truth import Truth
-from muster.faults.histories import Action, History, generate
-from muster.faults.invariants import check_final, check_quota
-from muster.faults.perturb import NONE, Perturbation, Perturber
-from muster.ports import ClusterActions
+from muster.harness.clock import VirtualClock
+from muster.harness.cluster_truth import Truth
+from muster.harness.histories import Action, History, generate
+from muster.harness.invariants import check_final, check_quota
+from muster.harness.perturb import NONE, Perturbation, Perturber
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
-from muster.runtime.ports import Bus, Messages, Metrics, Timers, WorkloadStore
+from muster.runtime.ports import Bus, ClusterActions, Messages, Metrics, Timers, WorkloadStore
 from muster.runtime.service import ControlPlane
 from muster.schema import (
     AGENT_SOURCE,

@@ -42,10 +42,10 @@ from muster.core import (
     plan_admission,
 )
 from muster.core.capacity import overcommitted
-from muster.faults.clock import VirtualClock
-from muster.faults.model_cluster import CLUSTER, GangSpec, ModelCluster
-from muster.faults.ports import Crash, FaultPlan, FaultyPorts, wrap_ports
-from muster.faults.virtual_aws import (
+from muster.harness.clock import VirtualClock
+from muster.harness.injectors import Crash, FaultPlan, FaultyPorts, wrap_ports
+from muster.harness.model_cluster import CLUSTER, GangSpec, ModelCluster
+from muster.harness.virtual_aws import (
     Message,
     VirtualQueues,
     VirtualTimers,

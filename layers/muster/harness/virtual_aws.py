@@ -18,8 +18,8 @@ from typing import Any
 from muster.core import (
     Timer,
 )
-from muster.faults.clock import VirtualClock
-from muster.faults.ports import FaultPlan
+from muster.harness.clock import VirtualClock
+from muster.harness.injectors import FaultPlan
 from muster.runtime.messages import (
     admission_body,
     requeue_body,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from muster.core import Outcome as EventOutcome
-from muster.faults import Perturbation, generate, run_history
-from muster.faults.perturb import NONE
+from muster.harness import Perturbation, generate, run_history
+from muster.harness.perturb import NONE
 from muster.runtime.memory import MemoryStore
 from muster.runtime.service import ControlPlane
 

@@ -21,9 +21,8 @@ in four seams, each usable alone:
 Both keep their time on one `clock.VirtualClock`.
 """
 
-from muster.faults.histories import Action, History, generate
-from muster.faults.perturb import Perturbation, Perturber
-from muster.faults.ports import (
+from muster.harness.histories import Action, History, generate
+from muster.harness.injectors import (
     Crash,
     FaultPlan,
     FaultyBus,
@@ -35,7 +34,8 @@ from muster.faults.ports import (
     Throttled,
     wrap_ports,
 )
-from muster.faults.truth import Outcome, build_plane, run_history
+from muster.harness.perturb import Perturbation, Perturber
+from muster.harness.truth import Outcome, build_plane, run_history
 
 __all__ = [
     "Action",

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import Admit, Evict, Kind, LogEvent, Timer
-from muster.ports import ClusterActions
-from muster.runtime.ports import Bus, Conflict, Messages, Timers, WorkloadStore
+from muster.runtime.ports import Bus, ClusterActions, Conflict, Messages, Timers, WorkloadStore
 
 
 class Crash(BaseException):
