@@ -54,7 +54,7 @@ LAMBDA_ENVIRONMENT = {
     "LAMBDA_TASK_ROOT": "/var/task",
     c.ENV_TABLE_NAME: "muster",
     c.ENV_EVENT_BUS_NAME: "muster",
-    c.ENV_REQUEUE_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/requeue",
+    c.ENV_ADMISSION_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/requeue",
     c.ENV_TIMER_STATE_MACHINE_ARN: "arn:aws:states:us-east-1:123456789012:stateMachine:t",
     c.ENV_CLUSTER_NAME: "training",
     c.ENV_SETTINGS: "{}",

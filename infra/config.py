@@ -49,7 +49,7 @@ class AlarmThresholds:
     function_throttles: int = 10
     ingest_oldest_message_seconds: int = 300
     timer_oldest_message_seconds: int = 300
-    requeue_oldest_message_seconds: int = 1800
+    admission_oldest_message_seconds: int = 1800
     timer_executions_failed: int = 1
     evictions_per_hour: int = 20
     deactivations_per_hour: int = 1
@@ -62,7 +62,9 @@ _THRESHOLD_KEYS = {
     "functionThrottles": "function_throttles",
     "ingestOldestMessageSeconds": "ingest_oldest_message_seconds",
     "timerOldestMessageSeconds": "timer_oldest_message_seconds",
-    "requeueOldestMessageSeconds": "requeue_oldest_message_seconds",
+    "admissionOldestMessageSeconds": "admission_oldest_message_seconds",
+    # The admission queue's former name, still read so that older contexts deploy.
+    "requeueOldestMessageSeconds": "admission_oldest_message_seconds",
     "timerExecutionsFailed": "timer_executions_failed",
     "evictionsPerHour": "evictions_per_hour",
     "deactivationsPerHour": "deactivations_per_hour",

@@ -56,10 +56,10 @@ INGEST = "ingest"
 TIMER = "timer"
 ADMISSION = "admission"
 FUNCTION_NAMES = (INGEST, TIMER, ADMISSION)
-QUEUE_NAMES = (INGEST, TIMER, "requeue")
-REQUEUE = "requeue"
+# The admission queue carries requeues (their backoff as the delay) and admission requests.
+QUEUE_NAMES = (INGEST, TIMER, ADMISSION)
 # Which queue each function consumes.
-FUNCTION_QUEUE = {INGEST: INGEST, TIMER: TIMER, ADMISSION: REQUEUE}
+FUNCTION_QUEUE = {INGEST: INGEST, TIMER: TIMER, ADMISSION: ADMISSION}
 # The sweeper consumes no queue: an EventBridge schedule runs it.
 SWEEPER = "sweeper"
 ID_SWEEP_SCHEDULE = "SweepSchedule"
@@ -76,7 +76,7 @@ FUNCTION_MEMORY_MB = {INGEST: 512, TIMER: 256, ADMISSION: 512, SWEEPER: 256}
 VISIBILITY_FACTOR = 6
 MAX_RECEIVE_COUNT = 5
 BATCH_SIZE = {INGEST: 10, TIMER: 10, ADMISSION: 10}
-# At most this many admission functions poll the requeue queue at once, set on the
+# At most this many admission functions poll the admission queue at once, set on the
 # event source mapping (MaximumConcurrency) rather than as reserved concurrency, so
 # that throttled receives do not count towards the DLQ's maxReceiveCount. AWS's
 # minimum is 2: two passes may run at once, and the ledger's conditional writes
@@ -126,5 +126,5 @@ OUT_FUNCTION_NAMES = {
 OUT_QUEUE_URLS = {
     INGEST: contract.OUT_INGEST_QUEUE_URL,
     TIMER: contract.OUT_TIMER_QUEUE_URL,
-    REQUEUE: contract.OUT_REQUEUE_QUEUE_URL,
+    ADMISSION: contract.OUT_ADMISSION_QUEUE_URL,
 }

@@ -64,7 +64,7 @@ class ControlPlaneFunctions(Construct):
         environment = {
             c.ENV_TABLE_NAME: wiring.table.table_name,
             c.ENV_EVENT_BUS_NAME: wiring.bus_name,
-            c.ENV_REQUEUE_QUEUE_URL: wiring.queues[c.REQUEUE].queue_url,
+            c.ENV_ADMISSION_QUEUE_URL: wiring.queues[c.ADMISSION].queue_url,
             c.ENV_TIMER_STATE_MACHINE_ARN: wiring.state_machine.state_machine_arn,
             c.ENV_CLUSTER_NAME: config.cluster_name,
             c.ENV_SETTINGS: config.settings_json,
@@ -109,7 +109,7 @@ class ControlPlaneFunctions(Construct):
             iam.PolicyStatement(
                 sid="SendAgain",
                 actions=["sqs:SendMessage"],
-                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
+                resources=[wiring.queues[c.ADMISSION].queue_arn, wiring.queues[c.TIMER].queue_arn],
             )
         )
         return function, role
@@ -206,7 +206,7 @@ class ControlPlaneFunctions(Construct):
                 sid="SendRequeues",
                 actions=["sqs:SendMessage"],
                 # the timer queue too: a timer signal that came early is re-armed
-                resources=[wiring.queues[c.REQUEUE].queue_arn, wiring.queues[c.TIMER].queue_arn],
+                resources=[wiring.queues[c.ADMISSION].queue_arn, wiring.queues[c.TIMER].queue_arn],
             )
         )
         role.add_to_policy(

@@ -50,7 +50,7 @@ class Monitoring(Construct):
         oldest = {
             c.INGEST: self.thresholds.ingest_oldest_message_seconds,
             c.TIMER: self.thresholds.timer_oldest_message_seconds,
-            c.REQUEUE: self.thresholds.requeue_oldest_message_seconds,
+            c.ADMISSION: self.thresholds.admission_oldest_message_seconds,
         }
         for name, pair in queues.items():
             title = name.capitalize()

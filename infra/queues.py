@@ -1,4 +1,4 @@
-"""The three work queues (ingest, timer, requeue), each with its own dead-letter queue."""
+"""The three work queues (ingest, timer, admission), each with its own dead-letter queue."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class QueueWithDlq(Construct):
 
 
 class Queues(Construct):
-    """`ingest` (agent events), `timer` (deadlines reached), `requeue` (backoff, admission passes)."""
+    """`ingest` (agent events), `timer` (deadlines reached), `admission` (requeues after their backoff, admission requests)."""
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
@@ -59,5 +59,5 @@ class Queues(Construct):
         return self.by_name[c.TIMER].queue
 
     @property
-    def requeue(self) -> sqs.Queue:
-        return self.by_name[c.REQUEUE].queue
+    def admission(self) -> sqs.Queue:
+        return self.by_name[c.ADMISSION].queue

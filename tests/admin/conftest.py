@@ -131,9 +131,9 @@ class Deployed:
     # ------------------------------------------------------------------ looking
 
     def requeue_messages(self) -> list[dict[str, Any]]:
-        """Take every visible message off the requeue queue (the admission function's)."""
+        """Take every visible message off the admission queue (the admission function's)."""
         sqs = self.session.client("sqs")
-        url = self.outputs[c.OUT_REQUEUE_QUEUE_URL]
+        url = self.outputs[c.OUT_ADMISSION_QUEUE_URL]
         bodies: list[dict[str, Any]] = []
         while True:
             got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
@@ -189,7 +189,7 @@ def deployed(synthesized: Synthesized) -> Iterator[Deployed]:  # noqa: F811 (fix
 
 @pytest.fixture
 def aws(deployed: Deployed) -> Iterator[Deployed]:
-    """Each test starts with no settings record, no unfinished workload and an empty requeue queue."""
+    """Each test starts with no settings record, no unfinished workload and an empty admission queue."""
     deployed.clear_settings_record()
     deployed.finish_all()
     deployed.requeue_messages()

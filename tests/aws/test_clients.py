@@ -12,7 +12,7 @@ CONFIG = RuntimeConfig(
     table_name="t",
     timer_state_machine_arn="arn:aws:states:us-east-1:123456789012:stateMachine:m",
     timer_queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/timer",
-    requeue_queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/requeue",
+    admission_queue_url="https://sqs.us-east-1.amazonaws.com/123456789012/requeue",
     event_bus_name="bus",
     cluster_name="training",
 )
@@ -48,7 +48,7 @@ def test_the_agents_sender_client_makes_one_try_because_the_sender_retries() -> 
 ENV = {
     "MUSTER_TABLE_NAME": "t",
     "MUSTER_EVENT_BUS_NAME": "bus",
-    "MUSTER_REQUEUE_QUEUE_URL": CONFIG.requeue_queue_url,
+    "MUSTER_ADMISSION_QUEUE_URL": CONFIG.admission_queue_url,
     "MUSTER_TIMER_STATE_MACHINE_ARN": CONFIG.timer_state_machine_arn,
     "MUSTER_CLUSTER_NAME": "training",
 }

@@ -32,7 +32,7 @@ from muster.schema import InvalidEvent
 ENV = {
     "MUSTER_TABLE_NAME": "muster",
     "MUSTER_EVENT_BUS_NAME": "muster",
-    "MUSTER_REQUEUE_QUEUE_URL": "https://sqs/requeue",
+    "MUSTER_ADMISSION_QUEUE_URL": "https://sqs/requeue",
     "MUSTER_TIMER_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:1:stateMachine:timer",
     "MUSTER_CLUSTER_NAME": "training",
 }

@@ -36,7 +36,7 @@ def test_every_function_environment_is_one_the_runtime_reads(synthesized: Synthe
         # CloudFormation references become placeholders: what matters is that each is set.
         plain = {k: v if isinstance(v, str) else f"<{k}>" for k, v in env.items()}
         config = RuntimeConfig.from_env(plain)
-        assert config.table_name and config.requeue_queue_url and config.timer_queue_url, name
+        assert config.table_name and config.admission_queue_url and config.timer_queue_url, name
         assert config.cluster_name == "training" or config.cluster_name, name
         assert env[contract.ENV_POWERTOOLS_SERVICE_NAME] == contract.SERVICE_NAME
 

@@ -60,7 +60,7 @@ def test_the_stack_deploys_and_its_timer_signals_the_timer_queue(
     for config in functions.values():
         env = config["Environment"]["Variables"]
         assert env[c.ENV_TABLE_NAME] == outputs[c.OUT_TABLE_NAME]
-        assert env[c.ENV_REQUEUE_QUEUE_URL] == outputs[c.OUT_REQUEUE_QUEUE_URL]
+        assert env[c.ENV_ADMISSION_QUEUE_URL] == outputs[c.OUT_ADMISSION_QUEUE_URL]
         assert env[c.ENV_TIMER_STATE_MACHINE_ARN] == outputs[c.OUT_TIMER_STATE_MACHINE_ARN]
         assert env[c.ENV_EVENT_BUS_NAME] == outputs[c.OUT_EVENT_BUS_NAME]
 

@@ -130,7 +130,7 @@ class ControlPlaneOnMoto:
 
     @staticmethod
     def _queue(function: str) -> str:
-        return {"ingest": "ingest", "timer": "timer", "admission": "MUSTER_REQUEUE_QUEUE_URL"}[
+        return {"ingest": "ingest", "timer": "timer", "admission": "MUSTER_ADMISSION_QUEUE_URL"}[
             function
         ]
 

@@ -184,7 +184,7 @@ def test_a_lost_timer_and_a_lost_requeue_are_resent_by_the_sweeper(aws: ControlP
     assert aws.state("team-a/lost")["phase"] == "Requeued"
     # GIVEN its requeue message is lost too (e.g. it went to the DLQ)
     sqs = aws.session.client("sqs")
-    sqs.purge_queue(QueueUrl=aws.resources["MUSTER_REQUEUE_QUEUE_URL"])
+    sqs.purge_queue(QueueUrl=aws.resources["MUSTER_ADMISSION_QUEUE_URL"])
     requeue_at = aws.state("team-a/lost")["requeueAt"]
     time.sleep(max(0.0, requeue_at + 0.2 - time.time()))
     # WHEN the sweeper runs after the requeue time

@@ -1,7 +1,7 @@
 """The administrator's work behind `status`, `describe`, `settings`, `reactivate`, `release`.
 
 It works against a deployed stack: the stack's outputs name the ingest
-function, and that function's environment names the table, the requeue queue
+function, and that function's environment names the table, the admission queue
 and the deployment's settings, so the commands read and write exactly what the
 functions use (`deployment`). With an endpoint it talks to a local deployment
 (`muster local`, or `python -m infra.deploy_local --serve`) instead of AWS.

@@ -20,7 +20,7 @@ class ConfigError(FieldErrors):
 class RuntimeConfig:
     table_name: str
     event_bus_name: str
-    requeue_queue_url: str
+    admission_queue_url: str
     timer_state_machine_arn: str
     cluster_name: str
     settings_json: str = ""
@@ -55,7 +55,7 @@ class RuntimeConfig:
         return cls(
             table_name=required(contract.ENV_TABLE_NAME),
             event_bus_name=required(contract.ENV_EVENT_BUS_NAME),
-            requeue_queue_url=required(contract.ENV_REQUEUE_QUEUE_URL),
+            admission_queue_url=required(contract.ENV_ADMISSION_QUEUE_URL),
             timer_state_machine_arn=required(contract.ENV_TIMER_STATE_MACHINE_ARN),
             cluster_name=required(contract.ENV_CLUSTER_NAME),
             settings_json=env.get(contract.ENV_SETTINGS, ""),

@@ -1,4 +1,4 @@
-"""The requeue queue (backoff as the message delay, admission-pass requests) and
+"""The admission queue (backoff as the message delay, admission-pass requests) and
 deadline signals sent again to the timer queue."""
 
 from __future__ import annotations

@@ -226,7 +226,7 @@ class Harness:
             clock=self.clock,
             draw=self.rng.random,
             sleep=lambda seconds: None,
-            inline_admission=function == "requeue",
+            inline_admission=function == "admission",
         )
 
     # ------------------------------------------------------------------ delivery
@@ -409,7 +409,7 @@ class Harness:
                     times.append(cluster_next)
                 self.clock.now = max(self.clock.now, min(times))
                 self.cluster.run_due()
-                for queue in ("ingest", "timer", "requeue"):
+                for queue in ("ingest", "timer", "admission"):
                     batch = self.queues.due(queue)
                     if batch:
                         self._deliver(queue, batch)

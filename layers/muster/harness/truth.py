@@ -189,7 +189,7 @@ class LoopTimers:
 
 @dataclass
 class LoopMessages:
-    """The requeue queue: delayed requeues, and admission requests."""
+    """The admission queue: delayed requeues, and admission requests."""
 
     loop: VirtualClock
     pending: set[tuple[str, int]] = field(default_factory=set)

@@ -28,7 +28,7 @@ from muster.runtime.messages import (
     timer_input,
 )
 
-VISIBILITY_SECONDS = {"ingest": 180.0, "timer": 180.0, "requeue": 360.0}
+VISIBILITY_SECONDS = {"ingest": 180.0, "timer": 180.0, "admission": 360.0}
 MAX_RECEIVES = 5
 
 
@@ -90,10 +90,12 @@ class VirtualQueues:
 
     # the Messages port
     def requeue(self, workload: str, count: int, delay: float) -> None:
-        self.send("requeue", requeue_body(workload, count), sqs_delay(delay))
+        self.send("admission", requeue_body(workload, count), sqs_delay(delay))
 
     def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
-        self.send("requeue", admission_body(reason, workload, retry), sqs_delay(retry_delay(retry)))
+        self.send(
+            "admission", admission_body(reason, workload, retry), sqs_delay(retry_delay(retry))
+        )
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self.send("timer", json.dumps(timer_input(workload, timer)), sqs_delay(delay))

@@ -117,7 +117,7 @@ def admission_batch(
         try:
             message = parse_requeue_message(body)
         except InvalidEvent as exc:
-            reject(plane, "requeue", str(exc), body)
+            reject(plane, "admission", str(exc), body)
             return
         if isinstance(message, AdmissionRequest):
             requests.add(message)

@@ -74,7 +74,7 @@ def sqs_messages(config: RuntimeConfig, session: Any = None) -> SqsMessages:
     import boto3
 
     client = (session or boto3.session.Session()).client("sqs", config=BOTOCORE_RETRIES)
-    return SqsMessages(client, config.requeue_queue_url, config.timer_queue_url)
+    return SqsMessages(client, config.admission_queue_url, config.timer_queue_url)
 
 
 def build_control_plane(

@@ -71,7 +71,7 @@ def create_resources(session: boto3.Session, prefix: str = "muster") -> dict[str
         TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiresAt"},
     )
     urls: dict[str, str] = {}
-    for name in ("ingest", "timer", "requeue", "observer"):
+    for name in ("ingest", "timer", "admission", "observer"):
         dlq = sqs.create_queue(QueueName=f"{prefix}-{name}-dlq")["QueueUrl"]
         dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"][
             "QueueArn"
@@ -121,7 +121,7 @@ def create_resources(session: boto3.Session, prefix: str = "muster") -> dict[str
     return {
         "MUSTER_TABLE_NAME": table,
         "MUSTER_EVENT_BUS_NAME": bus,
-        "MUSTER_REQUEUE_QUEUE_URL": urls["requeue"],
+        "MUSTER_ADMISSION_QUEUE_URL": urls["admission"],
         "MUSTER_TIMER_STATE_MACHINE_ARN": machine,
         "MUSTER_CLUSTER_NAME": CLUSTER,
         "MUSTER_TIMER_QUEUE_URL": urls["timer"],

@@ -243,7 +243,7 @@ class Timers(Protocol):
 
 
 class Messages(Protocol):
-    """The requeue queue: delayed requeues and admission-pass requests."""
+    """The admission queue: delayed requeues and admission-pass requests."""
 
     def requeue(self, workload: str, count: int, delay: float) -> None: ...
 
