@@ -36,7 +36,8 @@ class QueueWithDlq(Construct):
 
 
 class Queues(Construct):
-    """`ingest` (agent events), `timer` (deadlines reached), `admission` (requeues after their backoff, admission requests)."""
+    """`ingest` (agent events), `timer` (deadlines reached), `admission` (requeues after
+    their backoff, admission requests)."""
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)

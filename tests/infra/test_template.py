@@ -118,11 +118,13 @@ def test_admission_concurrency_is_limited_on_the_event_source_not_reserved(
     doc = synthesized.template
     functions = resources(doc, "AWS::Lambda::Function")
     mappings = resources(doc, "AWS::Lambda::EventSourceMapping").values()
-    requeue = [m for m in mappings if "Requeue" in _ref_id(m["Properties"]["EventSourceArn"])]
-    assert len(requeue) == 1
-    assert requeue[0]["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+    admission = [
+        m for m in mappings if "AdmissionQueue" in _ref_id(m["Properties"]["EventSourceArn"])
+    ]
+    assert len(admission) == 1
+    assert admission[0]["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
     assert all("ReservedConcurrentExecutions" not in f["Properties"] for f in functions.values())
-    others = [m for m in mappings if m is not requeue[0]]
+    others = [m for m in mappings if m is not admission[0]]
     assert all("ScalingConfig" not in m["Properties"] for m in others)
 
 
