@@ -8,10 +8,11 @@ touches the workload (a retry of the same message, or any later event).
 
 Pods live in items of their own, so pod events of a large gang neither rewrite
 nor reload the whole gang. A pod event reads the workload item and its one pod,
-applies the core's pod rules (`pod_update`), and writes the pod together with
-the change of the gang's ready count. It then reads the count back, and only
-when the count says the gang may have become whole (or stopped being whole)
-loads the gang and lets the core decide (`reassess`). Every writer reads after
+asks the core what the pod's change is (`observe_stored_pod`), and writes the pod
+together with the change of the gang's ready count. It then reads the count back,
+and only when the core says the gang may have become whole (or stopped being
+whole; `gang_may_have_moved`) loads the gang and lets the core decide
+(`PodsCounted`). Admission passes are `muster.runtime.admission`. Every writer reads after
 its own write, so of two concurrent "last" pods the one written second notices.
 """
 
