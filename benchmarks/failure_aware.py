@@ -15,7 +15,8 @@ What remains (jobs that hang without a reason) is printed, not hidden.
 
 The trace is looked for as `benchmarks/simulate.py` does (`MUSTER_TRACES`, the
 first argument, or a `shared/traces` folder above the repository). `--json FILE`
-also writes every summary.
+also writes every summary; `--jobs N` plays only the trace's first N jobs (the
+test command's small run).
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def find_traces(argv: list[str]) -> Path:
     return ROOT.parent / "shared" / "traces"
 
 
-def scenario(trace: Path) -> Scenario:
+def scenario(trace: Path, jobs: int | None = None) -> Scenario:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["trace"]["path"] = str(trace)
+    if jobs is not None:
+        doc["trace"]["limit"] = jobs
     return parse_scenario(doc, base_dir=EXAMPLE.parent, name=EXAMPLE.stem)
 
 
@@ -142,7 +145,7 @@ def main(argv: list[str]) -> int:
     if not trace.exists():
         print(f"skipped: no Philly week trace at {trace}")
         return 0
-    sc = scenario(trace)
+    sc = scenario(trace, int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else None)
     broken = sum(1 for w in sc.workloads if w.never_ready)
     print(
         f"{EXAMPLE.name}: {len(sc.workloads):,} jobs ({broken} broken), "

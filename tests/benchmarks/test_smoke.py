@@ -1,0 +1,115 @@
+"""Every benchmark runs at a small size in the test command, so none can rot.
+
+Each is run as `make bench` runs it, as a script, with arguments that make it
+small, and must end well and print the figures it exists for. Speed is not judged
+here; `make bench` runs them at full size.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "traces"
+PHILLY_WEEK = TRACES / "philly-2017-10-02-week.csv"
+NO_TRACES = str(ROOT / "out" / "no-traces")  # a folder that holds no trace: built-ins only
+
+# (script, arguments, what its output must show)
+SMALL = [
+    ("agent_burst.py", ["--pods", "64"], [r"agent CPU per event: +[\d.]+ us"]),
+    (
+        "capacity_pass.py",
+        ["--pending", "50", "--nodes", "20", "--running", "10"],
+        [r"plan_admission, capacityCheck: +[\d.]+ ms", r"capacityCheck: +\d+ read requests"],
+    ),
+    ("faults.py", ["--histories", "5"], [r"histories: 5 ", r"diverged: 0\b", r"events per second"]),
+    (
+        "faults_aws.py",
+        ["--seeds", "1", "--workloads", "8"],
+        [r"violations +0\b", r"unfinished +0\b", r"faults injected: conflict \d+"],
+    ),
+    (
+        "fit_compare.py",
+        [NO_TRACES],
+        [r"\| deadlock \| `gang\+fit` \|", r"\| synthetic \| `gang` \|"],
+    ),
+    (
+        "ingest_1024.py",
+        ["--pods", "16", "--workers", "2"],
+        [r"final phase: Running \(16 ready pods, ready count 16\)"],
+    ),
+    ("layer.py", ["--runs", "1"], [r"ingest +median [\d.]+ ms", r"timer +median [\d.]+ ms"]),
+    ("ledger_10k.py", ["--workloads", "50"], [r"ledger items: +\d+"]),
+]
+# Slower: a real local-mode run on moto, or an idle hold measured over real time.
+SLOW = [
+    ("cost.py", [], [r"per 1,000 pod events +\$[\d.]+", r"AWS requests made by the control plane"]),
+    ("hold_idle_cpu.py", ["--window", "1"], [r"idle --hold: [\d.]+ CPU-seconds in [\d.]+ s"]),
+]
+# On the Philly week: skipped where the traces are absent.
+ON_TRACES = [
+    (
+        "simulate.py",
+        ["--quick"],
+        [
+            r"synthetic \(2,000 jobs\) \[gang\]: [\d,]+ simulated events",
+            r"philly-week.yaml \[gang\]",
+        ],
+    ),
+    (
+        "failure_aware.py",
+        ["--jobs", "1500"],
+        [r"visible failures' wasted GPU-hours", r"healthy jobs deactivated: 0"],
+    ),
+]
+
+
+def run(script: str, args: list[str]) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def check(script: str, args: list[str], shows: list[str]) -> None:
+    out = run(script, args)
+    for pattern in shows:
+        assert re.search(pattern, out), f"{script}: no {pattern!r} in:\n{out}"
+
+
+@pytest.mark.parametrize(("script", "args", "shows"), SMALL, ids=[s[0] for s in SMALL])
+def test_a_benchmark_runs_small_and_prints_its_figures(
+    script: str, args: list[str], shows: list[str]
+) -> None:
+    check(script, args, shows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("script", "args", "shows"), SLOW, ids=[s[0] for s in SLOW])
+def test_a_slower_benchmark_runs_and_prints_its_figures(
+    script: str, args: list[str], shows: list[str]
+) -> None:
+    check(script, args, shows)
+
+
+@pytest.mark.skipif(not PHILLY_WEEK.exists(), reason="the job traces (../shared/traces) are absent")
+@pytest.mark.parametrize(("script", "args", "shows"), ON_TRACES, ids=[s[0] for s in ON_TRACES])
+def test_a_benchmark_on_the_traces_runs_small_and_prints_its_figures(
+    script: str, args: list[str], shows: list[str]
+) -> None:
+    check(script, args, shows)
+
+
+def test_every_benchmark_is_run_here() -> None:
+    here = {script for script, _, _ in SMALL + SLOW + ON_TRACES}
+    assert here == {p.name for p in (ROOT / "benchmarks").glob("*.py")}
