@@ -158,7 +158,7 @@ class AdmissionQueue:
         self._buckets: dict[Bucket, list[tuple[OrderKey, Workload]]] = {}
         self._indexed: dict[str, tuple[Bucket, OrderKey]] = {}
         self._refused: dict[str, OrderKey] = {}  # admissible but refused by `queueAccess`
-        self._refused_workloads: dict[str, Workload] = {}
+        self._refused_workloads: dict[str, tuple[Workload, str]] = {}  # with the reason
         self._backoff: dict[str, float] = {}  # key -> requeue_at of its waiting entry
         self._waiting: list[tuple[float, int, str, Workload]] = []  # a heap by requeue_at
         self._pushed = 0
@@ -181,7 +181,7 @@ class AdmissionQueue:
         """New settings may order the queue differently (the `timestamp` per queue)."""
         queued = [w for bucket in self._buckets.values() for _, w in bucket]
         queued += [w for at, _, key, w in self._waiting if self._backoff.get(key) == at]
-        queued += self._refused_workloads.values()
+        queued += [w for w, _ in self._refused_workloads.values()]
         self._settings = settings
         self._buckets.clear()
         self._indexed.clear()
@@ -243,7 +243,7 @@ class AdmissionQueue:
         while walk.heads:
             order, i, where = heapq.heappop(walk.heads)
             if where is None:
-                walk.refused.append((order[2], self._refused_reason(order[2])))
+                walk.refused.append((order[2], self._refused_workloads[order[2]][1]))
                 continue
             bucket = self._buckets[where]
             if walk.fits(bucket[i][1], where):
@@ -255,16 +255,12 @@ class AdmissionQueue:
             walk.push_next(where, i)
         return walk.result()
 
-    def _refused_reason(self, key: str) -> str:
-        refusal = inadmissible(self._refused_workloads[key], self._settings)
-        assert refusal is not None
-        return refusal
-
     def _index(self, w: Workload) -> None:
         order = queue_order_key(w, self._settings)
-        if inadmissible(w, self._settings) is not None:
+        refusal = inadmissible(w, self._settings)
+        if refusal is not None:
             self._refused[w.key] = order
-            self._refused_workloads[w.key] = w
+            self._refused_workloads[w.key] = (w, refusal)
             return
         seen: object = (pod_shape(w), bool(w.placement)) if self._settings.capacity_check else None
         where = (w.queue, w.gpus, seen)

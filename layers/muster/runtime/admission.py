@@ -34,7 +34,7 @@ from muster.core import (
     decide,
 )
 from muster.runtime.messages import AdmissionRequest
-from muster.runtime.planning import AdmissionInputs, HoldingsReader, quota_holders
+from muster.runtime.planning import AdmissionInputs, HoldingsReader, quota_holders, stored
 from muster.runtime.ports import (
     Conflict,
     Ledger,
@@ -194,7 +194,7 @@ class AdmissionPass:
         current = {**self.indexed, **read}
         active = [w for w in current.values() if w.phase in ACTIVE_PHASES]
         queued = [
-            self._with_pods(w) if w.kind is Kind.POD_GROUP else w
+            stored(self.store, w) if w.kind is Kind.POD_GROUP else w
             for k, w in read.items()
             if k in self.queued_keys and w.phase is Phase.PENDING and k not in held_back
         ]
@@ -265,10 +265,6 @@ class AdmissionPass:
                 "quarantined": isinstance(exc, Quarantined),
             },
         )
-
-    def _with_pods(self, w: Workload) -> Workload:
-        snap = self.store.load(w.key)
-        return snap.workload if snap else w
 
 
 def _indexed_recent(

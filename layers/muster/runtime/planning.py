@@ -56,10 +56,14 @@ class HoldingsReader:
         """`w` as the index shows it, with its pods as its item holds them."""
         known = self._placed.get(w.key)
         if known is None or known.attempt != w.attempt:
-            snap = self.store.load(w.key)
-            known = snap.workload if snap else w
-            self._placed[w.key] = known
+            known = self._placed[w.key] = stored(self.store, w)
         return replace(w, pods=known.pods)
+
+
+def stored(store: WorkloadStore, w: Workload) -> Workload:
+    """`w` as the store holds it, pods included (as the index showed it, if it is gone)."""
+    found = store.load(w.key)
+    return found.workload if found else w
 
 
 def quota_holders(store: WorkloadStore) -> list[Workload]:

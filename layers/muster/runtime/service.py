@@ -12,8 +12,9 @@ asks the core what the pod's change is (`observe_stored_pod`), and writes the po
 together with the change of the gang's ready count. It then reads the count back,
 and only when the core says the gang may have become whole (or stopped being
 whole; `gang_may_have_moved`) loads the gang and lets the core decide
-(`PodsCounted`). Admission passes are `muster.runtime.admission`. Every writer reads after
-its own write, so of two concurrent "last" pods the one written second notices.
+(`PodsCounted`). Every writer reads after its own write, so of two concurrent
+"last" pods the one written second notices. Admission passes are
+`muster.runtime.admission`'s.
 """
 
 from __future__ import annotations
