@@ -4,7 +4,15 @@
 `Fleet` wires the two together in memory for the simulator and tests.
 """
 
-from muster.core.admission import AdmissionPlan, Skip, Usage, plan_admission, queue_order_key
+from muster.core.admission import (
+    AdmissionPlan,
+    AdmissionQueue,
+    Skip,
+    Usage,
+    plan_admission,
+    plan_queue,
+    queue_order_key,
+)
 from muster.core.decide import decide
 from muster.core.durations import DurationError, format_duration, parse_duration
 from muster.core.eviction import backoff_delay
@@ -69,6 +77,7 @@ __all__ = [
     "WORKLOAD_SCOPES",
     "AdmissionGranted",
     "AdmissionPlan",
+    "AdmissionQueue",
     "Admit",
     "DeadlineReached",
     "Decision",
@@ -119,6 +128,7 @@ __all__ = [
     "parse_duration",
     "parse_settings",
     "plan_admission",
+    "plan_queue",
     "pod_update",
     "queue_order_key",
     "reassess",

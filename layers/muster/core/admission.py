@@ -122,12 +122,28 @@ def plan_admission(
     passes it (and no `active`). With `capacityCheck`, `nodes` is the capacity
     view and `active` must carry their pods (where they are bound).
     """
+    return plan_queue(
+        AdmissionQueue.of(settings, queued), active, settings, now, usage=usage, nodes=nodes
+    )
+
+
+def plan_queue(
+    queue: AdmissionQueue,
+    active: Iterable[Workload],
+    settings: Settings,
+    now: float,
+    *,
+    usage: Usage | None = None,
+    nodes: Iterable[NodeCapacity] | None = None,
+    explain: bool = True,
+) -> AdmissionPlan:
+    """`plan_admission` on a queue the shell keeps (and updates) across passes."""
     active = list(active)
     held = usage if usage is not None else Usage.of(active)
     fitter: Fitter | None = None
     if settings.capacity_check:
         fitter = Fitter.of(list(nodes or ()), active)
-    return AdmissionQueue.of(settings, queued).plan(now, held, fitter, explain=True)
+    return queue.plan(now, held, fitter, explain=explain)
 
 
 class AdmissionQueue:

@@ -25,6 +25,7 @@ from muster.core import (
     NOT_READY_PHASES,
     AdmissionGranted,
     AdmissionPlan,
+    AdmissionQueue,
     Effect,
     Kind,
     Outcome,
@@ -34,7 +35,7 @@ from muster.core import (
     decide,
 )
 from muster.runtime.messages import AdmissionRequest
-from muster.runtime.planning import AdmissionInputs, HoldingsReader, quota_holders, stored
+from muster.runtime.planning import HoldingsReader, quota_holders, stored
 from muster.runtime.ports import (
     Conflict,
     Ledger,
@@ -117,13 +118,19 @@ def admit_after_batch(plane: Plane, requests: AdmissionRequests) -> None:
 class AdmissionPass:
     """Admit what may be admitted now, one workload per conditional transaction.
 
-    Quota holders come from the phase index, with the ledger's recent
-    admissions, the not-ready ones and `hints` (workloads that just changed)
-    re-read consistently; candidates are the queue index plus `hints`, each
-    re-read consistently. A workload is admitted only as planned: on the
-    ledger's version (so two racing passes can never both admit, nor both take
-    the `blockAdmission` lock) and on the version it was planned on (a
-    workload that changed meanwhile is planned again).
+    The pass reads the queue and the quota holders once (the indexes, then every
+    candidate, recent admission and not-ready holder consistently) and keeps that
+    view up to date itself: what it admits it knows, and each later round reads
+    only the ledger and the admissions other passes made meanwhile. So admitting
+    `n` of `q` queued workloads reads O(q + n) items, not O(q * n). The queue is
+    the core's `AdmissionQueue`, kept across rounds.
+
+    A workload is admitted only as planned: on the ledger's version (so two
+    racing passes can never both admit, nor both take the `blockAdmission` lock)
+    and on the version it was planned on: the chosen one is read consistently
+    before it is admitted, and one that changed meanwhile is planned again on
+    what is committed. A workload the view still shows holding quota it has
+    freed only makes the pass more careful.
 
     A workload whose effects fail is set aside for this pass (and quarantined
     after `max_effect_tries`); it never stops the others. The plane's `failed`
@@ -137,13 +144,17 @@ class AdmissionPass:
         self.excluded: set[str] = set()  # set aside, or not admissible after all
         self.repaired: set[str] = set()
         self.conflicts = 0
-        # The index is read once per pass: admissions since are in the ledger's recent
-        # entries, read consistently every round, and a workload the index still shows
-        # as holding quota it has freed only makes the pass more careful.
-        # So is the queue: a workload queued during the pass asks for a pass of its own.
+        # The indexes are read once per pass: admissions since are in the ledger's
+        # recent entries, and a workload queued during the pass asks for a pass of its own.
         self.indexed = {w.key: w for w in quota_holders(self.store)}
         self.queued_keys = {w.key for w in self.store.pending()} | set(hints)
         self.holdings = HoldingsReader(self.store)
+        self.fresh: dict[str, Workload] = {}  # read consistently (or written) by this pass
+        self.recent: dict[str, int] = {}  # ledger entries already reflected in `fresh`
+        self.unread = self._first_read()
+        self.forgotten: int | None = None  # the ledger's `forgotten` as last read
+        self.queue: AdmissionQueue | None = None
+        self.settings: Settings | None = None
 
     def run(self) -> list[str]:
         plane = self.plane
@@ -152,53 +163,101 @@ class AdmissionPass:
             settings = plane.settings()
             now = plane.clock()
             ledger = self.store.ledger()
-            found = self._read(ledger)
-            if found is None:
+            if not self._catch_up(ledger):
                 continue  # finished what an earlier pass or event left halfway: read again
-            read, held_back = found
-            inputs = self._inputs(settings, read, held_back)
-            plan = inputs.plan(settings, now)
+            queue = self._queue(settings)
+            inputs = self.holdings.inputs(settings, (), self._active())
+            plan = inputs.plan_queue(queue, settings, now)
             if not plan.admit:
-                self._done(plan, ledger, read)
+                self._done(inputs.plan_queue(queue, settings, now, explain=True), ledger)
                 return self.admitted
             for key, why in plan.unchecked:
                 if key == plan.admit[0]:
                     log.info("admitted on quota alone", extra={"workload": key, "why": why})
-            planned = next(w for w in inputs.queued if w.key == plan.admit[0])
-            self._admit(planned, ledger, settings, now)
+            self._admit(self.fresh[plan.admit[0]], ledger, settings, now)
         raise TooManyConflicts("admission pass did not settle")
 
-    def _read(self, ledger: Ledger) -> tuple[dict[str, Workload], set[str]] | None:
-        """The candidates and holders to re-check, read consistently, and those held back
-        this round (unfinished or quarantined); None if some had to be repaired first."""
-        recheck = set(ledger.recent) | {
-            k for k, w in self.indexed.items() if w.phase in NOT_READY_PHASES
+    def _catch_up(self, ledger: Ledger) -> bool:
+        """Read what the view lacks or may have missed: at first every candidate and
+        holder to re-check, then only the admissions other passes made meanwhile (and
+        what was repaired). False if some had to be repaired first."""
+        if self.forgotten is not None and ledger.forgotten != self.forgotten:
+            # Entries were forgotten since the last round: an admission another pass
+            # made meanwhile may be among them, so read every candidate again.
+            self.unread |= self._first_read()
+        self.forgotten = ledger.forgotten
+        keys = self.unread | {
+            k for k, attempt in ledger.recent.items() if self.recent.get(k) != attempt
         }
+        self.unread = set()
+        if not keys:
+            return True
         unsettled: set[str] = set()
         quarantined: set[str] = set()
-        keys = sorted(recheck | self.queued_keys)
-        read = {w.key: w for w in self.store.get_workloads(keys, unsettled, quarantined)}
+        read = {w.key: w for w in self.store.get_workloads(sorted(keys), unsettled, quarantined)}
+        for key in keys:
+            self._learn(key, read.get(key))
+            if key in ledger.recent:
+                self.recent[key] = ledger.recent[key]
+        for key in quarantined | (unsettled & self.repaired):
+            self._exclude(key)  # held back: quarantined, or still unfinished once repaired
         broken = unsettled - self.repaired - quarantined - self.excluded
-        if broken:
-            # An earlier pass or event stopped halfway (e.g. its timer was not
-            # started): finish it before planning on its state.
-            for key in sorted(broken):
-                self._repair(key)
-            self.repaired |= unsettled
-            return None
-        return read, self.excluded | unsettled | quarantined
+        if not broken:
+            return True
+        # An earlier pass or event stopped halfway (e.g. its timer was not started):
+        # finish it, then read it again before planning on its state.
+        for key in sorted(broken):
+            self._repair(key)
+            self.recent.pop(key, None)
+        self.repaired |= broken
+        self.unread = broken
+        return False
 
-    def _inputs(
-        self, settings: Settings, read: Mapping[str, Workload], held_back: set[str]
-    ) -> AdmissionInputs:
-        current = {**self.indexed, **read}
-        active = [w for w in current.values() if w.phase in ACTIVE_PHASES]
-        queued = [
-            stored(self.store, w) if w.kind is Kind.POD_GROUP else w
-            for k, w in read.items()
-            if k in self.queued_keys and w.phase is Phase.PENDING and k not in held_back
-        ]
-        return self.holdings.inputs(settings, queued, active)
+    def _first_read(self) -> set[str]:
+        """Every candidate, and the holders whose quota may have been freed."""
+        return self.queued_keys | {
+            k for k, w in self.indexed.items() if w.phase in NOT_READY_PHASES
+        }
+
+    def _learn(self, key: str, w: Workload | None) -> None:
+        """The view of `key` is now `w` (None: it is gone)."""
+        if w is None:
+            self.fresh.pop(key, None)
+        else:
+            self.fresh[key] = w
+        if self.queue is not None:
+            self._requeue(key)
+
+    def _requeue(self, key: str) -> None:
+        assert self.queue is not None
+        w = self.fresh.get(key)
+        if w is None or key in self.excluded or key not in self.queued_keys:
+            self.queue.discard(key)
+        elif w.phase is Phase.PENDING:
+            self.queue.add(stored(self.store, w) if w.kind is Kind.POD_GROUP else w)
+        else:
+            self.queue.discard(key)
+
+    def _queue(self, settings: Settings) -> AdmissionQueue:
+        """The queue of candidates, built once and re-ordered if the settings change."""
+        if self.queue is None:
+            self.queue = AdmissionQueue(settings)
+            self.settings = settings
+            for key in sorted(self.queued_keys):
+                self._requeue(key)
+        elif settings != self.settings:
+            self.settings = settings
+            self.queue.reorder(settings)
+        return self.queue
+
+    def _active(self) -> list[Workload]:
+        current = {**self.indexed, **self.fresh}
+        return [w for w in current.values() if w.phase in ACTIVE_PHASES]
+
+    def _exclude(self, key: str) -> None:
+        self.excluded.add(key)
+        if self.queue is not None:
+            self.queue.discard(key)
 
     def _admit(self, planned: Workload, ledger: Ledger, settings: Settings, now: float) -> None:
         """Admit `planned` if it is still as planned; else plan again (a conflict) or skip it."""
@@ -207,20 +266,22 @@ class AdmissionPass:
             snap = plane.settled(key)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
-            self.excluded.add(key)
+            self._exclude(key)
             return
         if snap is None:
-            self.excluded.add(key)
+            self._learn(key, None)
+            self._exclude(key)
             return
         if workload_state(snap.workload) != workload_state(planned):
             # It changed after it was planned (e.g. it asks for more GPUs now):
             # plan again on what is committed, never admit what was not planned.
             self.conflicts += 1
+            self._learn(key, workload_state(snap.workload))
             return
         grant = AdmissionGranted(key, snap.workload.attempt + 1)
         decision = decide(snap.workload, grant, settings, now, draw=plane.draw())
         if decision.outcome is not Outcome.APPLIED or decision.workload is None:
-            self.excluded.add(key)
+            self._exclude(key)
             return
         try:
             version = self.store.admit(snap, decision.workload, decision.effects, ledger, now)
@@ -230,20 +291,22 @@ class AdmissionPass:
             return
         self.admitted.append(key)
         plane.stats.admitted.append(key)
+        self.recent[key] = decision.workload.attempt
+        self._learn(key, workload_state(decision.workload))
         try:
             plane.carry_out(decision.workload, version, decision.effects)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass
 
-    def _done(self, plan: AdmissionPlan, ledger: Ledger, read: Mapping[str, Workload]) -> None:
+    def _done(self, plan: AdmissionPlan, ledger: Ledger) -> None:
         """Nothing more to admit: say why, and let the ledger forget what the index shows."""
         if plan.blocked_by or plan.skipped:
             log.info(
                 "admission pass admitted nothing more",
                 extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
             )
-        seen = _indexed_recent(ledger, self.indexed, read)
+        seen = _indexed_recent(ledger, self.indexed, self.fresh)
         if seen:
             self.store.forget_recent(seen)
 

@@ -298,7 +298,7 @@ class MemoryStore:
             raise Conflict("ledger")
         version = self.write_workload(before, after, before.epoch, outbox, now)
         recent = {**self.ledger_state.recent, after.key: after.attempt}
-        self.ledger_state = Ledger(ledger.version + 1, recent)
+        self.ledger_state = Ledger(ledger.version + 1, recent, ledger.forgotten)
         return version
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
@@ -306,7 +306,8 @@ class MemoryStore:
         for key, attempt in entries.items():
             if recent.get(key) == attempt:
                 del recent[key]
-        self.ledger_state = Ledger(self.ledger_state.version, recent)
+        state = self.ledger_state
+        self.ledger_state = Ledger(state.version + 1, recent, state.forgotten + 1)
 
     def append_history(
         self,

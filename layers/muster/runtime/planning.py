@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
-from muster.core import ACTIVE_PHASES, AdmissionPlan, Settings, Workload, plan_admission
+from muster.core import (
+    ACTIVE_PHASES,
+    AdmissionPlan,
+    AdmissionQueue,
+    Settings,
+    Workload,
+    plan_admission,
+    plan_queue,
+)
 from muster.core.capacity import NodeCapacity
 from muster.runtime.ports import WorkloadStore
 
@@ -28,6 +36,12 @@ class AdmissionInputs:
     def plan(self, settings: Settings, now: float) -> AdmissionPlan:
         """The core's plan on these inputs (explaining every workload passed over)."""
         return plan_admission(self.queued, self.active, settings, now, nodes=self.nodes)
+
+    def plan_queue(
+        self, queue: AdmissionQueue, settings: Settings, now: float, *, explain: bool = False
+    ) -> AdmissionPlan:
+        """The core's plan for a queue the caller keeps across rounds (`queued` unused)."""
+        return plan_queue(queue, self.active, settings, now, nodes=self.nodes, explain=explain)
 
 
 @dataclass(slots=True)

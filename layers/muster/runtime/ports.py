@@ -105,11 +105,14 @@ class Ledger:
     those admitted (workload -> attempt) that the index, eventually consistent,
     may not show yet, so a pass reads them consistently instead. An entry is
     forgotten once the index shows that attempt (or the workload left), which
-    keeps the ledger small however many workloads are active.
+    keeps the ledger small however many workloads are active. Forgetting moves
+    the version too, and counts in `forgotten`: a pass that planned on entries
+    since forgotten cannot commit, and knows to read its candidates again.
     """
 
     version: int = 0
     recent: Mapping[str, int] = field(default_factory=dict)
+    forgotten: int = 0
 
 
 class WorkloadStore(Protocol):
@@ -214,7 +217,8 @@ class WorkloadStore(Protocol):
         ...
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
-        """Drop ledger entries (workload -> attempt) the phase index now shows; never fails."""
+        """Drop ledger entries (workload -> attempt) the phase index now shows, moving the
+        version and the `forgotten` count first; never fails."""
         ...
 
     def append_history(

@@ -29,6 +29,7 @@ class AdmissionLedger(WorkloadItems):
             "Item"
         )
         version = int(item["version"]["N"]) if item else 0
+        forgotten = int(item.get("forgotten", {}).get("N", "0")) if item else 0
         recent = {
             entry["workload"]["S"]: int(entry["attempt"]["N"])
             for entry in self._query(
@@ -40,12 +41,16 @@ class AdmissionLedger(WorkloadItems):
                 ConsistentRead=True,
             )
         }
-        return Ledger(version, recent)
+        return Ledger(version, recent, forgotten)
 
     def _ledger_put(self, ledger: Ledger) -> PutTypeDef:
         put: PutTypeDef = {
             "TableName": self.table,
-            "Item": {**LEDGER_KEY, "version": number(ledger.version + 1)},
+            "Item": {
+                **LEDGER_KEY,
+                "version": number(ledger.version + 1),
+                "forgotten": number(ledger.forgotten),
+            },
         }
         if ledger.version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -89,6 +94,14 @@ class AdmissionLedger(WorkloadItems):
         return version
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
+        # First the version: a pass that read the entries about to go cannot commit
+        # on what it read, and one that reads the ledger after this knows to look again.
+        self.client.update_item(
+            TableName=self.table,
+            Key=LEDGER_KEY,
+            UpdateExpression="ADD version :one, forgotten :one",
+            ExpressionAttributeValues={":one": number(1)},
+        )
         for key, attempt in entries.items():
             try:
                 self.client.delete_item(
