@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from muster.core import DeadlineReached, Outcome, Phase, RequeueDue, TimerKind
+from muster.core import DeadlineReached, NodeObserved, Outcome, Phase, RequeueDue, TimerKind
 from muster.harness.lambda_events import LambdaContext
-from muster.runtime.memory import MemoryMetrics
+from muster.runtime.memory import MemoryMetrics, MemoryStore
 from muster.runtime.service import MAX_EFFECT_TRIES, EffectFailed
-from muster.runtime.sweeper import GRACE_SECONDS, Sweeper
+from muster.runtime.sweeper import FIT_CHECK_SECONDS, GRACE_SECONDS, Sweeper
 
 from functions.sweeper.handler import handler as sweeper_handler
 
@@ -154,3 +154,50 @@ def test_the_sweeper_function_reports_what_it_sent(rig: Rig):
     out = sweeper_handler({}, LambdaContext(), sweeper=_sweeper(rig))
     assert out["admissionRequested"] is True and out["quarantined"] == 0
     assert rig.store.load(KEY).workload.phase is Phase.PENDING  # type: ignore[union-attr]
+
+
+class LoadCountingStore(MemoryStore):
+    """Counts whole-gang loads (what the fit on the nodes reads for each quota holder)."""
+
+    loads = 0
+
+    def load(self, key):
+        self.loads += 1
+        return super().load(key)
+
+
+def test_with_the_capacity_check_the_sweeper_reads_holders_pods_only_when_quota_admits():
+    # GIVEN capacityCheck, one 8-GPU node held by a running gang, and a queued gang
+    rig = Rig(store=LoadCountingStore())
+    rig.doc = {"timeout": "60s", "capacityCheck": True, "gpuQuota": 8}
+    rig.plane().handle(NodeObserved("n0", seq=1, gpus=8))
+    rig.submit("ns/holder", 1, gpus=8)
+    assert rig.admit() == ["ns/holder"]
+    rig.pod("ns/holder", "h-0", 2, ready=True, node="n0")
+    rig.submit("ns/waiting", 1, gpus=8)
+    store = rig.store
+    assert isinstance(store, LoadCountingStore)
+    sweeper = _sweeper(rig)
+    # WHEN it sweeps while the quota is full
+    store.loads = 0
+    assert not sweeper.run(rig.clock.now).admission_requested
+    # THEN it read no gang's pods: quota alone says nobody is admissible
+    assert store.loads == 0
+    # WHEN the quota is raised but the node is still full
+    rig.doc = {"timeout": "60s", "capacityCheck": True, "gpuQuota": 16}
+    assert not sweeper.run(rig.clock.now).admission_requested
+    # THEN it read the holder's pods to judge the fit, once
+    assert store.loads == 1
+    # AND the sweeps of the next few minutes do not read them again
+    for _ in range(4):
+        rig.clock.now += 60
+        assert not sweeper.run(rig.clock.now).admission_requested
+    assert store.loads == 1
+    # AND once FIT_CHECK_SECONDS have passed, a sweep judges the fit again and, with
+    # a second node reported meanwhile (its pass request lost), asks for a pass
+    rig.plane().handle(NodeObserved("n1", seq=2, gpus=8))
+    rig.messages.admission_requests.clear()
+    rig.clock.now += FIT_CHECK_SECONDS
+    assert sweeper.run(rig.clock.now).admission_requested
+    assert store.loads == 2
+    assert rig.admit() == ["ns/waiting"]

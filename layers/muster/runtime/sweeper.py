@@ -8,7 +8,10 @@ the whole table) and sends again whatever should already have arrived:
 - a Requeued workload whose `requeueAt` passed: its requeue message;
 - an Admitted or Recovering workload whose deadline (or `workloadFaults.evictAfter`)
   passed: its timer's signal;
-- Pending workloads of which the admission planner would admit one now: a pass;
+- Pending workloads of which the admission planner would admit one now: a pass
+  (judged on quota first, which reads nothing more; with `capacityCheck`, the fit
+  on the nodes, which reads every quota holder's pods, at most every
+  `FIT_CHECK_SECONDS` of a warm sweeper);
 - a workload with effects left over from an interrupted decision: a pass that
   names it, which carries them out first.
 
@@ -20,18 +23,23 @@ left alone and counted (`QuarantinedWorkloads`, which an alarm watches).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from muster import contract
-from muster.core import Phase, Settings
-from muster.runtime.planning import admission_inputs, quota_holders
+from muster.core import Phase, Settings, Workload
+from muster.runtime.planning import HoldingsReader, admission_inputs, quota_holders
 from muster.runtime.ports import Messages, Metrics, WorkloadStore
 
 log = logging.getLogger("muster.runtime")
 
 GRACE_SECONDS = 60.0
 """How late a message must be before the sweeper sends it again."""
+
+FIT_CHECK_SECONDS = 300.0
+"""With `capacityCheck`: how often a sweeper judges whether a queued gang fits the
+nodes (a read of every quota holder's pods); a lost admission request then waits
+at most this long, and a cluster whose queue waits for room is not read every minute."""
 
 # Phases whose leftover effects the sweeper looks for: every one but Finished, which
 # is final (what it may leave is a lifecycle event and a timer stop; the quota it
@@ -55,6 +63,7 @@ class SweepReport:
     repairs: list[str] = field(default_factory=list)
     admission_requested: bool = False
     quarantined: list[str] = field(default_factory=list)
+    fit_judged: bool = False  # whether it read the quota holders' pods to judge the fit
 
     @property
     def sent(self) -> int:
@@ -71,8 +80,13 @@ def sweep(
     metrics: Metrics,
     *,
     grace: float = GRACE_SECONDS,
+    fit_check: bool = True,
 ) -> SweepReport:
-    """Send again what should have moved a workload by now (see the module docstring)."""
+    """Send again what should have moved a workload by now (see the module docstring).
+
+    `fit_check`: whether to judge, with `capacityCheck`, if a queued gang fits the nodes
+    (else, a gang that fits its quota waits for the next sweep that does).
+    """
     report = SweepReport()
     quarantined = {key for key, _ in store.quarantined()}
     report.quarantined = sorted(quarantined)
@@ -94,12 +108,9 @@ def sweep(
             if key not in quarantined:
                 messages.request_admission("sweeper: unfinished effects", key)
                 report.repairs.append(key)
-    # Admissible means fitting too (with `capacityCheck`): without it a gang waiting
-    # for room would ask for a pass at every sweep.
-    plan = admission_inputs(store, settings, leave_out=quarantined, holders=holders).plan(
-        settings, now
-    )
-    if plan.admit and not report.repairs:
+    if not report.repairs and _admissible(
+        store, settings, now, quarantined, holders, fit_check, report
+    ):
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True
     metrics.count(contract.METRIC_QUARANTINED, len(quarantined))
@@ -118,6 +129,33 @@ def sweep(
     return report
 
 
+def _admissible(
+    store: WorkloadStore,
+    settings: Settings,
+    now: float,
+    quarantined: set[str],
+    holders: Sequence[Workload],
+    fit_check: bool,
+    report: SweepReport,
+) -> bool:
+    """Would a pass admit someone now? Quota first; then, with `capacityCheck`, the fit.
+
+    Admissible means fitting too: without it a gang waiting for room would ask for
+    a pass at every sweep.
+    """
+    by_quota = replace(settings, capacity_check=False)
+    inputs = admission_inputs(store, by_quota, leave_out=quarantined, holders=holders)
+    if not inputs.plan(by_quota, now).admit:
+        return False
+    if not settings.capacity_check:
+        return True
+    if not fit_check:
+        return False
+    report.fit_judged = True
+    fitting = HoldingsReader(store).inputs(settings, inputs.queued, inputs.active)
+    return bool(fitting.plan(settings, now).admit)
+
+
 @dataclass(slots=True)
 class Sweeper:
     """What the sweeper function needs: the store, the queues, settings and metrics."""
@@ -127,8 +165,21 @@ class Sweeper:
     settings: Callable[[], Settings]
     metrics: Metrics
     grace: float = GRACE_SECONDS
+    fit_checked_at: float | None = None  # the last sweep that judged the fit on the nodes
 
     def run(self, now: float) -> SweepReport:
-        return sweep(
-            self.store, self.messages, self.settings(), now, self.metrics, grace=self.grace
+        settings = self.settings()
+        last = self.fit_checked_at
+        fit_check = last is None or now - last >= FIT_CHECK_SECONDS or now < last
+        report = sweep(
+            self.store,
+            self.messages,
+            settings,
+            now,
+            self.metrics,
+            grace=self.grace,
+            fit_check=fit_check,
         )
+        if report.fit_judged:
+            self.fit_checked_at = now
+        return report
