@@ -129,3 +129,33 @@ def test_the_memory_store_orders_node_reports_like_dynamodb() -> None:
     assert not store.put_node(NodeCapacity("n", 5, 0))[0]
     assert not store.put_node(NodeCapacity("n", 4, 0))[0]
     assert store.nodes() == [NodeCapacity("n", 5, 8)]
+
+
+def test_a_burst_of_node_reports_asks_for_two_passes_and_each_report_gets_one_after_it(
+    fit_rig: Rig,
+) -> None:
+    from muster.core.capacity import PACE_SECONDS
+
+    rig = fit_rig
+    plane = rig.plane()  # one function instance, warm across its records
+    # WHEN 200 nodes report room for the first time within two seconds
+    sent_at: list[float] = []
+    for i in range(200):
+        rig.clock.now = 1_000.0 + i * 0.01
+        before = len(rig.messages.admission_requests)
+        plane.handle(capacity(f"n{i}", i + 1))
+        if len(rig.messages.admission_requests) > before:
+            sent_at.append(rig.clock.now)
+    # THEN two passes were asked for: one at once, one at the window's end
+    assert rig.messages.admission_requests == [("node capacity changed", None)] * 2
+    assert rig.messages.admission_delays[0] == 0.0
+    due = [t + d for t, d in zip(sent_at, rig.messages.admission_delays, strict=True)]
+    # AND every report but the first is older than the trailing pass
+    assert due[1] == pytest.approx(1_000.0 + PACE_SECONDS)
+    assert due[1] > rig.clock.now
+    # WHEN a node reports room after the window
+    rig.clock.now = 1_000.0 + PACE_SECONDS + 0.5
+    plane.handle(capacity("n0", 500, foreign=0, gpus=16))
+    # THEN it asks at once again
+    assert len(rig.messages.admission_requests) == 3
+    assert rig.messages.admission_delays[2] == 0.0

@@ -262,3 +262,19 @@ def test_with_every_reported_node_cordoned_a_gang_waits_in_the_simulator_as_in_t
     assert plan.admit == ()
     assert "t/a" in plan.skipped and plan.unchecked == ()
     assert fleet.workloads["t/a"].phase is Phase.PENDING
+
+
+def test_node_reports_ask_at_once_then_once_for_the_window_then_not_at_all():
+    from muster.core.capacity import Pace, pace_request
+
+    first, pace = pace_request(None, 100.0, 5.0)
+    assert (first, pace) == (0.0, Pace(100.0))
+    trailing, pace = pace_request(pace, 101.5, 5.0)
+    assert trailing == 3.5 and pace == Pace(100.0, trailing=True)
+    skipped, pace = pace_request(pace, 104.9, 5.0)
+    assert skipped is None and pace == Pace(100.0, trailing=True)
+    again, pace = pace_request(pace, 105.0, 5.0)
+    assert (again, pace) == (0.0, Pace(105.0))
+    # a clock that went back starts a new window rather than waiting
+    back, pace = pace_request(pace, 90.0, 5.0)
+    assert (back, pace) == (0.0, Pace(90.0))

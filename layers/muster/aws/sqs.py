@@ -34,11 +34,13 @@ class SqsMessages:
             DelaySeconds=sqs_delay(delay),
         )
 
-    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
         self.client.send_message(
             QueueUrl=self.queue_url,
             MessageBody=admission_body(reason, workload, retry),
-            DelaySeconds=sqs_delay(retry_delay(retry)),
+            DelaySeconds=sqs_delay(max(delay, retry_delay(retry))),
         )
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:

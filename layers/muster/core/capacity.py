@@ -80,6 +80,36 @@ def more_room(before: NodeCapacity | None, after: NodeCapacity) -> bool:
     return before is None or after.free > before.free
 
 
+PACE_SECONDS = 5.0
+"""At most one admission request per node-report window, and one trailing it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """The requests a writer sent for node reports: the window's start, and whether a
+    request trailing the window is already on its way."""
+
+    since: float
+    trailing: bool = False
+
+
+def pace_request(
+    pace: Pace | None, now: float, window: float = PACE_SECONDS
+) -> tuple[float | None, Pace | None]:
+    """After a report with more room: ask for a pass now (0.0), after a delay, or not
+    at all (None), and the pace after that.
+
+    Every report still gets a pass that starts after it: the first of a window asks
+    at once, the others share one request sent for the window's end. A busy
+    cluster's reports then ask for at most two passes per window, not one each.
+    """
+    if pace is None or now >= pace.since + window or now < pace.since:
+        return 0.0, Pace(now)
+    if not pace.trailing:
+        return pace.since + window - now, Pace(pace.since, trailing=True)
+    return None, pace
+
+
 def pod_shape(w: Workload) -> Shape | None:
     """The gang's pods as (pods, GPUs each) groups; None when unknown.
 

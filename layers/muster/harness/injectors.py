@@ -169,10 +169,12 @@ class FaultyMessages:
     def requeue(self, workload: str, count: int, delay: float) -> None:
         self._send("requeue", lambda: self.inner.requeue(workload, count, delay))
 
-    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
         self._send(
             "admission_request",
-            lambda: self.inner.request_admission(reason, workload, retry=retry),
+            lambda: self.inner.request_admission(reason, workload, retry=retry, delay=delay),
         )
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:

@@ -198,8 +198,10 @@ class LoopMessages:
         self.pending.add((workload, count))
         self.loop.at(self.loop.now + delay, "requeue", RequeueDue(workload, count))
 
-    def request_admission(self, reason: str, workload: str | None) -> None:
-        self.loop.at(self.loop.now, "admission", workload)
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
+        self.loop.at(self.loop.now + delay, "admission", workload)
 
 
 # --------------------------------------------------------------------------- one run

@@ -92,9 +92,13 @@ class VirtualQueues:
     def requeue(self, workload: str, count: int, delay: float) -> None:
         self.send("admission", requeue_body(workload, count), sqs_delay(delay))
 
-    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
         self.send(
-            "admission", admission_body(reason, workload, retry), sqs_delay(retry_delay(retry))
+            "admission",
+            admission_body(reason, workload, retry),
+            sqs_delay(max(delay, retry_delay(retry))),
         )
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:

@@ -369,14 +369,18 @@ class MemoryMessages:
     requeues: list[tuple[str, int, float]] = field(default_factory=list)
     admission_requests: list[tuple[str, str | None]] = field(default_factory=list)
     retries: list[int] = field(default_factory=list)  # the `retry` of each admission request
+    admission_delays: list[float] = field(default_factory=list)  # the `delay` of each
     deadlines: list[tuple[str, Timer, float]] = field(default_factory=list)
 
     def requeue(self, workload: str, count: int, delay: float) -> None:
         self.requeues.append((workload, count, delay))
 
-    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
         self.admission_requests.append((reason, workload))
         self.retries.append(retry)
+        self.admission_delays.append(delay)
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self.deadlines.append((workload, timer, delay))

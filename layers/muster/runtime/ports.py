@@ -251,8 +251,11 @@ class Messages(Protocol):
 
     def requeue(self, workload: str, count: int, delay: float) -> None: ...
 
-    def request_admission(self, reason: str, workload: str | None, *, retry: int = 0) -> None:
-        """Ask for a pass; `retry` > 0 is a pass that failed before, sent with a backoff."""
+    def request_admission(
+        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
+    ) -> None:
+        """Ask for a pass; `retry` > 0 is a pass that failed before, sent with a backoff;
+        `delay`: not before that many seconds."""
         ...
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:

@@ -54,7 +54,7 @@ from muster.core import (
     gang_may_have_moved,
     observe_stored_pod,
 )
-from muster.core.capacity import more_room, observe_node
+from muster.core.capacity import Pace, more_room, observe_node, pace_request
 from muster.core.reconcile import complete, gone
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
@@ -112,6 +112,7 @@ class ControlPlane:
     admission_wanted: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # of the last pass: workload -> error
     _admission_requested: bool = False
+    _node_pace: Pace | None = None  # the admission requests sent for node reports
 
     # ------------------------------------------------------------------ events
 
@@ -130,7 +131,8 @@ class ControlPlane:
     def _node_capacity(self, event: NodeObserved) -> None:
         """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
         a node with more room than before may let a queued gang in, so ask for a pass
-        (less room lets nobody in: a busy cluster's churn asks for no passes)."""
+        (less room lets nobody in: a busy cluster's churn asks for no passes), paced
+        so that many reports share a few passes (`core.capacity.pace_request`)."""
         entry = observe_node(None, event)
         if entry is None:
             return
@@ -141,8 +143,10 @@ class ControlPlane:
         if self.settings().capacity_check and more_room(before, entry):
             if self.inline_admission:
                 self._admission_requested = True
-            else:
-                self.messages.request_admission("node capacity changed", None)
+                return
+            delay, self._node_pace = pace_request(self._node_pace, self.clock())
+            if delay is not None:
+                self.messages.request_admission("node capacity changed", None, delay=delay)
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1
