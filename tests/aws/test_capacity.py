@@ -110,8 +110,8 @@ def test_node_items_keep_the_newest_report(dynamo: DynamoStore) -> None:
     first = NodeCapacity("node-2", 5, 8, True, None, 2)
     assert dynamo.put_node(first) == (True, None)
     # THEN an older or equal one loses; a newer one wins, and says what it replaced
-    assert not dynamo.put_node(NodeCapacity("node-2", 4, 8, True, None, 0))[0]
-    assert not dynamo.put_node(NodeCapacity("node-2", 5, 8, True, None, 0))[0]
+    assert dynamo.put_node(NodeCapacity("node-2", 4, 8, True, None, 0)) == (False, first)
+    assert dynamo.put_node(NodeCapacity("node-2", 5, 8, True, None, 0)) == (False, first)
     assert dynamo.put_node(NodeCapacity("node-2", 6, 8, False, "cordoned", 1)) == (True, first)
     assert dynamo.put_node(NodeCapacity("node-10", 1, 4, True, None, 0))[0]
     assert dynamo.nodes() == [
@@ -126,8 +126,8 @@ def test_node_items_keep_the_newest_report(dynamo: DynamoStore) -> None:
 def test_the_memory_store_orders_node_reports_like_dynamodb() -> None:
     store = MemoryStore()
     assert store.put_node(NodeCapacity("n", 5, 8)) == (True, None)
-    assert not store.put_node(NodeCapacity("n", 5, 0))[0]
-    assert not store.put_node(NodeCapacity("n", 4, 0))[0]
+    assert store.put_node(NodeCapacity("n", 5, 0)) == (False, NodeCapacity("n", 5, 8))
+    assert store.put_node(NodeCapacity("n", 4, 0)) == (False, NodeCapacity("n", 5, 8))
     assert store.nodes() == [NodeCapacity("n", 5, 8)]
 
 
@@ -159,3 +159,30 @@ def test_a_burst_of_node_reports_asks_for_two_passes_and_each_report_gets_one_af
     # THEN it asks at once again
     assert len(rig.messages.admission_requests) == 3
     assert rig.messages.admission_delays[2] == 0.0
+
+
+def test_a_node_not_ready_delivered_after_its_later_ready_leaves_the_gang_running(rig: Rig) -> None:
+    # GIVEN a running gang on n0, and n0's Ready report at seq 20 applied
+    rig.submit("ns/a", 2)
+    assert rig.admit() == ["ns/a"]
+    rig.pod("ns/a", "a-0", 2, ready=True, node="n0")
+    rig.pod("ns/a", "a-1", 3, ready=True, node="n0")
+    assert rig.phase("ns/a") == "Running"
+    rig.plane().handle(capacity("n0", 20))
+    # WHEN its NotReady of seq 10 arrives late (redelivered after a failed batch)
+    late = rig.plane()
+    outcomes = late.handle(capacity("n0", 10, ready=False))
+    # THEN it is stale: no workload hears of it, no pod is marked down, no recovery starts
+    assert outcomes == [Outcome.STALE]
+    assert late.stats.events == 0
+    assert rig.phase("ns/a") == "Running"
+    snap = rig.store.load("ns/a")
+    assert snap is not None
+    assert not any(p.node_down for p in snap.workload.pods.values())
+    # AND the same report delivered again is still heard by its pods (a redelivery
+    # after a crash between the node's item and its pods)
+    rig.plane().handle(capacity("n0", 30, ready=False))
+    assert rig.phase("ns/a") == "Recovering"
+    again = rig.plane()
+    again.handle(capacity("n0", 30, ready=False))
+    assert again.stats.events == 1

@@ -75,6 +75,14 @@ def observe_node(known: NodeCapacity | None, event: NodeObserved) -> NodeCapacit
     )
 
 
+def superseded(kept: NodeCapacity | None, report: NodeCapacity) -> bool:
+    """Whether the node's kept report is newer than `report`: then what `report` says of
+    the node's conditions is stale for its pods too (a NotReady delivered after the
+    Ready that followed it changes nothing). An equal one is the same report again
+    (a redelivery), which its pods still hear."""
+    return kept is not None and kept.seq > report.seq
+
+
 def more_room(before: NodeCapacity | None, after: NodeCapacity) -> bool:
     """Whether a node's new report may let a queued gang in (less room lets nobody in)."""
     return before is None or after.free > before.free

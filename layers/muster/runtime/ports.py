@@ -180,7 +180,7 @@ class WorkloadStore(Protocol):
 
     def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
         """Keep a node's capacity report if it is newer (by `seq`) than the one kept:
-        (whether it was kept, the report it replaced)."""
+        (whether it was kept, the report it replaced, or the one kept instead)."""
         ...
 
     def nodes(self) -> list[NodeCapacity]:

@@ -54,7 +54,7 @@ from muster.core import (
     gang_may_have_moved,
     observe_stored_pod,
 )
-from muster.core.capacity import Pace, more_room, observe_node, pace_request
+from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
 from muster.core.reconcile import complete, gone
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
@@ -121,32 +121,38 @@ class ControlPlane:
         if isinstance(event, SnapshotPart):
             return self.reconcile(event)
         if isinstance(event, NodeObserved) and not event.workload:
-            self._node_capacity(event)
+            if self._node_capacity(event):
+                return [Outcome.STALE]
             keys = self.store.workloads_on_node(event.node)
             if not keys:
                 self._count_outcome(Outcome.IGNORED)
             return [self._handle_one(replace(event, workload=key)) for key in keys]
         return [self._handle_one(event)]
 
-    def _node_capacity(self, event: NodeObserved) -> None:
+    def _node_capacity(self, event: NodeObserved) -> bool:
         """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
         a node with more room than before may let a queued gang in, so ask for a pass
         (less room lets nobody in: a busy cluster's churn asks for no passes), paced
-        so that many reports share a few passes (`core.capacity.pace_request`)."""
+        so that many reports share a few passes (`core.capacity.pace_request`).
+
+        True when the node's kept report is newer than this one: its conditions are
+        then stale for the node's pods too (a late NotReady must not mark them down).
+        """
         entry = observe_node(None, event)
         if entry is None:
-            return
+            return False
         kept, before = self.store.put_node(entry)
         if not kept:
             self._count_outcome(Outcome.STALE, "", "NodeObserved", f"capacity of {event.node}")
-            return
+            return superseded(before, entry)
         if self.settings().capacity_check and more_room(before, entry):
             if self.inline_admission:
                 self._admission_requested = True
-                return
+                return False
             delay, self._node_pace = pace_request(self._node_pace, self.clock())
             if delay is not None:
                 self.messages.request_admission("node capacity changed", None, delay=delay)
+        return False
 
     def _handle_one(self, event: Event) -> Outcome:
         self.stats.events += 1

@@ -47,10 +47,13 @@ class NodeItems(Table):
                 ConditionExpression="attribute_not_exists(seq) OR seq < :seq",
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
             if is_conflict(exc):
-                return False, None
+                refused: Mapping[str, Any] = exc.response  # with the item kept (asked for above)
+                kept = refused.get("Item") or {}
+                return False, _node_of(kept) if "seq" in kept else None
             raise
         old = reply.get("Attributes")
         return True, _node_of(old) if old and "seq" in old else None
