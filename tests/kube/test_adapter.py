@@ -484,3 +484,28 @@ def test_record_on_a_pod_group_annotates_each_pod(k8s: Any, cluster: KubernetesC
 def test_a_malformed_key_names_the_field(cluster: KubernetesCluster) -> None:
     with pytest.raises(ValueError, match="workload: expected 'namespace/name'"):
         cluster.admit(admit(Kind.JOB, key="no-namespace"))
+
+
+def test_an_ungate_retried_after_a_conflict_asks_the_record_again(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a one-pod group admitted for attempt 1
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    effect = admit(Kind.POD_GROUP, key="ml/grp")
+
+    def evicted_meanwhile(request: Any) -> None:
+        # the group is evicted (committed first) and its pod replaced by its
+        # controller, which makes our patch conflict
+        recorded("ml/grp", 1, Phase.REQUEUED, Kind.POD_GROUP)
+        k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+        raise kmock.KubernetesError(status=409, reason="Conflict", message="modified")
+
+    k8s["patch /api/v1/namespaces/ml/pods/grp-0"] << evicted_meanwhile
+    # WHEN the admission is carried out
+    cluster.admit(effect)
+    # THEN after the conflict it read the pod again and, the record now saying
+    # evicted, sent no second patch: the replacement keeps its gate
+    assert [m for m, _, _ in requests(k8s)] == ["GET", "PATCH", "GET"]
+    assert k8s.objects[PODS, "ml", "grp-0"]["spec"]["schedulingGates"] == [
+        {"name": "muster.io/admission"}
+    ]

@@ -280,7 +280,7 @@ class KubernetesCluster:
         return sorted(pods, key=lambda p: p["metadata"]["name"])
 
     def _ungate_pod_group(self, effect: Admit) -> None:
-        workload, attempt = effect.workload, effect.attempt
+        workload = effect.workload
         namespace, _ = split_key(workload)
         members = self._pod_group(workload)
         if not members:
@@ -293,13 +293,22 @@ class KubernetesCluster:
         for pod in pods:
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
-                self._ungate_pod(workload, path, pod, attempt)
+                self._ungate_pod(effect, path, pod)
 
-    def _ungate_pod(self, workload: str, path: str, pod: dict[str, Any], attempt: int) -> None:
-        first = [pod]  # the listed pod; after a conflict, a fresh read
+    def _ungate_pod(self, effect: Admit, path: str, pod: dict[str, Any]) -> None:
+        workload, attempt = effect.workload, effect.attempt
+        first = [pod]  # the listed pod (the record was asked after the listing)
 
         def change() -> None:
-            current = first.pop() if first else self._call(workload, partial(self.api.get, path))
+            if first:
+                current = first.pop()
+            else:
+                # After a conflict: a fresh read, then the record again, since an
+                # eviction may have been committed meanwhile (and this pod be its
+                # group's replacement, which must keep its gate).
+                current = self._call(workload, partial(self.api.get, path))
+                if self._stale(effect):
+                    return
             gates = (current.get("spec") or {}).get("schedulingGates") or []
             if not any(g.get("name") == SCHEDULING_GATE for g in gates):
                 return  # released already
