@@ -175,7 +175,11 @@ def test_a_timer_signal_well_before_its_deadline_is_rearmed_for_the_remainder(ri
     _ingest(rig, sample("workload_observed.json"))
     rig.admit()
     deadline = rig.clock.now + 300
-    body = {**sample("deadline_reached.json"), "deadline": rfc3339(deadline)}
+    body = {
+        **sample("deadline_reached.json"),
+        "deadline": rfc3339(deadline),
+        "incarnation": "uid-1",
+    }
     # WHEN its signal arrives 100 s after admission (200 s early)
     rig.clock.now += 100
     timer_handler(sqs_event(body, queue="muster-timer"), CTX, plane=rig.plane())
@@ -185,6 +189,8 @@ def test_a_timer_signal_well_before_its_deadline_is_rearmed_for_the_remainder(ri
     [(workload, timer, delay)] = rig.messages.deadlines
     assert (workload, timer.attempt, timer.kind.value, delay) == (KEY, 1, "startup", 200.0)
     assert timer.deadline == deadline
+    # AND it is still the signal of that object: a re-created one's first timer differs
+    assert timer.incarnation == "uid-1"
 
 
 def test_a_timer_signal_a_little_early_is_held_until_its_deadline(rig: Rig):

@@ -93,7 +93,7 @@ def timer_record(
             "timer fired well before its deadline; re-armed for the remainder",
             extra={"earlySeconds": early},
         )
-        timer = Timer(event.kind, event.attempt, event.episode, deadline)
+        timer = Timer(event.kind, event.attempt, event.episode, deadline, event.incarnation)
         plane.messages.deadline_later(event.workload, timer, early)
         return
     plane.handle(event)
