@@ -39,7 +39,7 @@ LATENCY = {
 """The latency floor of one call to each service, in seconds."""
 
 
-class InvocationTimedOut(BaseException):  # noqa: N818 - Lambda's own word for it
+class InvocationTimedOut(BaseException):
     """The invocation ran past its function's timeout (Lambda stops it there)."""
 
 

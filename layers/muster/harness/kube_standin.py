@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from muster.core.model import Kind
 from muster.kube.conventions import POD_GROUP_LABEL, POD_RESOURCE, RESOURCES, SCHEDULING_GATE
 from muster.kube.http import ApiException
-from muster.core.model import Kind
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,9 +64,7 @@ class KubeStandIn:
         self._put(path, {"metadata": metadata, "spec": spec})
         return path
 
-    def add_pod(
-        self, namespace: str, name: str, *, uid: str = "", group: str | None = None
-    ) -> str:
+    def add_pod(self, namespace: str, name: str, *, uid: str = "", group: str | None = None) -> str:
         """A pod (of a pod group, gated by Muster's scheduling gate, when `group`)."""
         path = POD_RESOURCE.item(namespace, name)
         metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "labels": {}}

@@ -48,9 +48,7 @@ ITEM_WCU_PER_SECOND = 1000
 ITEM_RCU_PER_SECOND = 3000
 DYNAMO_LATENCY = 0.004
 TRIES = 3  # botocore's standard mode (muster.botocore_config)
-WRITES = frozenset(
-    {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
-)
+WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"})
 READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
 
 Key = tuple[str, str]  # (pk, sk)
@@ -204,7 +202,9 @@ class DynamoLimits:
 
     # ------------------------------------------------------------------ before a call
 
-    def _before(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+    def _before(
+        self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
+    ) -> None:
         op = model.name
         self.usage.requests[op] += 1
         context["limits_params"] = params
@@ -229,7 +229,7 @@ class DynamoLimits:
     def _check(self, op: str, params: dict[str, Any], who: str, start: float) -> None:
         writes = self._written(op, params)
         end = start + self.latency
-        for key, item in writes:
+        for _key, item in writes:
             if item is not None and item_size(item) > MAX_ITEM_BYTES:
                 self.usage.too_large += 1
                 raise self._error(
@@ -291,9 +291,7 @@ class DynamoLimits:
                 for k in keys
             ]
             raise self._cancelled(reasons, op)
-        raise self._error(
-            "TransactionConflictException", "Transaction is ongoing for the item", op
-        )
+        raise self._error("TransactionConflictException", "Transaction is ongoing for the item", op)
 
     def _estimate(self, key: Key, item: dict[str, Any] | None, transaction: bool) -> float:
         size = max(self.sizes.get(key, 0), item_size(item) if item is not None else 0)
@@ -301,9 +299,7 @@ class DynamoLimits:
 
     # ------------------------------------------------------------------ after a call
 
-    def _after(
-        self, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
-    ) -> None:
+    def _after(self, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         if "Error" in parsed or "limits" not in context:
             return
         op = model.name
@@ -439,7 +435,7 @@ class DynamoLimits:
             "Error": {"Code": code, "Message": message},
             "ResponseMetadata": {"HTTPStatusCode": 400},
         }
-        return self._client.exceptions.from_code(code)(response, op)  # type: ignore[no-any-return]
+        return self._client.exceptions.from_code(code)(response, op)
 
     def _cancelled(self, reasons: list[dict[str, str]], op: str) -> ClientError:
         listed = ", ".join(r["Code"] for r in reasons)
@@ -452,6 +448,7 @@ class DynamoLimits:
             "CancellationReasons": reasons,
             "ResponseMetadata": {"HTTPStatusCode": 400},
         }
-        return self._client.exceptions.from_code("TransactionCanceledException")(  # type: ignore[no-any-return]
+        error: ClientError = self._client.exceptions.from_code("TransactionCanceledException")(
             response, op
         )
+        return error

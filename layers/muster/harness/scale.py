@@ -212,7 +212,7 @@ class ScaleRig:
             processor=sqs_processor(),
             context=self.context,  # type: ignore[arg-type]
         )
-        return [by_id[f["itemIdentifier"]] for f in response["batchItemFailures"]]
+        return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
 
     def _ingest(self, batch: list[Message]) -> list[Message]:
         return self._partial(batch, partial(ingest_record, self.plane(), CLUSTER))
@@ -228,7 +228,7 @@ class ScaleRig:
             self.context,  # type: ignore[arg-type]
             sqs_processor(),
         )
-        return [by_id[f["itemIdentifier"]] for f in response["batchItemFailures"]]
+        return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
 
     def _sweep(self, batch: list[Message]) -> list[Message]:
         plane = self.plane()
@@ -237,7 +237,9 @@ class ScaleRig:
 
     # ------------------------------------------------------------------ the cluster
 
-    def submit(self, key: str, kind: Kind, pods: int, *, pod_name: str = "worker", gpus: int = 0) -> Gang:
+    def submit(
+        self, key: str, kind: Kind, pods: int, *, pod_name: str = "worker", gpus: int = 0
+    ) -> Gang:
         """A gang created on the cluster and reported by the agent (a pod group's pods, gated)."""
         namespace, name = key.split("/", 1)
         names = [f"{name}-{pod_name}-{i:05d}" for i in range(pods)]
@@ -250,7 +252,10 @@ class ScaleRig:
         self.queues.send("ingest", envelope(WORKLOAD_OBSERVED, detail))
         if kind is Kind.POD_GROUP:
             for pod in names:
-                self.paths[self.kube.add_pod(namespace, pod, uid=f"uid-{pod}", group=name)] = (gang, pod)
+                self.paths[self.kube.add_pod(namespace, pod, uid=f"uid-{pod}", group=name)] = (
+                    gang,
+                    pod,
+                )
                 self._report(gang, pod, 0.5, "Pending", ready=False, node=None)
         else:
             self.paths[self.kube.add_workload(kind, key, uid=f"uid-{key}")] = (gang, None)

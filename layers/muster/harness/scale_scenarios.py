@@ -183,7 +183,7 @@ def gang(
             rig.snapshot_pods(revision=1_000_000, delay=horizon / 2)
             rig.run(horizon)
         r = report(rig, f"{kind.value} gang of {pods}", key, admission)
-        r.admitted = int(key in {w for _, w, _ in rig.bus.inner.events if _ == "Admitted"})
+        r.admitted = sum(1 for e, w, _ in rig.bus.inner.events if e == "Admitted" and w == key)
         return r
     finally:
         rig.close()
@@ -225,7 +225,7 @@ def queue(
 def _seed_pending(rig: ScaleRig, keys: list[str]) -> None:
     """Pending workloads written straight into the table (no limits, no virtual time)."""
     for start in range(0, len(keys), 25):
-        batch = []
+        batch: list[Any] = []
         for i, key in enumerate(keys[start : start + 25], start):
             w = Workload(
                 key, "default", 1, gpus=8, kind=Kind.JOB, uid=f"uid-{key}",
