@@ -45,6 +45,17 @@ SMALL = [
     ),
     ("layer.py", ["--runs", "1"], [r"ingest +median [\d.]+ ms", r"timer +median [\d.]+ ms"]),
     ("ledger_10k.py", ["--workloads", "50"], [r"ledger items: +\d+"]),
+    (
+        "scale.py",
+        ["--small", "--kinds", "Job"],
+        [
+            r"== Job gang of 16",
+            r"DynamoDB writes / pod event: +[\d.]+ \([\d.]+ WCU\)",
+            r"last Ready -> PodsReady: +[\d.]+ s",
+            r"admission: passes, reads, longest: +\d+, \d+, [\d.]+ s",
+            r"admitted, final phase: +5,",
+        ],
+    ),
 ]
 # Slower: a real local-mode run on moto, or an idle hold measured over real time.
 SLOW = [

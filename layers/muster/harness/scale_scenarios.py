@@ -1,0 +1,248 @@
+"""Scale scenarios on the scale rig, and the figures each reports.
+
+- `gang`: a gang of N pods (a Job, or a plain pod group) submitted, admitted and
+  started: every pod Pending, Running, then Ready within a minute of virtual time;
+- `queue`: W queued workloads (one 8-GPU pod each) on nodes of 8 GPUs, with a
+  GPU quota that lets about `admit` in, and one admission pass.
+
+Each returns a `ScaleReport`; `ScaleReport.rows()` is what `benchmarks/scale.py`
+prints and what tests/scale asserts on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.core import Kind, Phase, Workload
+from muster.core.capacity import NodeCapacity
+from muster.harness.scale import ScaleRig
+from muster.runtime.codec import dumps, encode_workload
+from muster.runtime.messages import admission_body
+
+
+@dataclass
+class ScaleReport:
+    """One scenario's figures."""
+
+    name: str
+    pod_events: int = 0
+    reads: int = 0
+    writes: int = 0
+    read_units: float = 0.0
+    write_units: float = 0.0
+    hottest_item_wcu: float = 0.0  # write units in one second on one item
+    hottest_partition_wcu: float = 0.0
+    largest_item: int = 0
+    largest_key: str = ""
+    workload_item: int = 0  # the gang's workload item (bytes)
+    kube_calls: int = 0
+    kube_by_verb: dict[str, int] = field(default_factory=dict)
+    ready_lag: float | None = None  # last pod Ready sent -> PodsReady (virtual s)
+    invocations: int = 0
+    longest: float = 0.0
+    longest_function: str = ""
+    timed_out: int = 0
+    throttled: int = 0  # DynamoDB requests refused for a hot item (each try)
+    conflicts: int = 0  # DynamoDB requests refused for a transaction in flight
+    records_failed: int = 0
+    dead_lettered: int = 0
+    admission_passes: int = 0
+    admission_reads: int = 0
+    admission_seconds: float = 0.0  # the longest admission invocation (virtual)
+    admitted: int = 0
+    phase: str = ""
+
+    def per_event(self, value: float) -> float:
+        return value / self.pod_events if self.pod_events else 0.0
+
+    def rows(self) -> list[tuple[str, str]]:
+        lag = "never" if self.ready_lag is None else f"{self.ready_lag:.1f} s"
+        rows = [
+            ("pod events", f"{self.pod_events}"),
+            (
+                "DynamoDB reads / pod event",
+                f"{self.per_event(self.reads):.2f} ({self.per_event(self.read_units):.2f} RCU)",
+            ),
+            (
+                "DynamoDB writes / pod event",
+                f"{self.per_event(self.writes):.2f} ({self.per_event(self.write_units):.2f} WCU)",
+            ),
+            ("hottest item WCU/s", f"{self.hottest_item_wcu:.0f}"),
+            ("hottest partition WCU/s", f"{self.hottest_partition_wcu:.0f}"),
+            ("largest item", f"{self.largest_item} B ({self.largest_key})"),
+            ("workload item", f"{self.workload_item} B"),
+            ("Kubernetes calls / pod event", f"{self.per_event(self.kube_calls):.2f}"),
+            ("last Ready -> PodsReady", lag),
+            (
+                "invocations, longest",
+                f"{self.invocations}, {self.longest:.2f} s ({self.longest_function})",
+            ),
+            ("invocations timed out", f"{self.timed_out}"),
+            ("throttled requests / conflicts", f"{self.throttled} / {self.conflicts}"),
+            ("records failed / dead-lettered", f"{self.records_failed} / {self.dead_lettered}"),
+            (
+                "admission: passes, reads, longest",
+                f"{self.admission_passes}, {self.admission_reads}, {self.admission_seconds:.2f} s",
+            ),
+            ("admitted, final phase", f"{self.admitted}, {self.phase}"),
+        ]
+        return rows
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    log = logging.getLogger("muster")
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+class _AdmissionReads:
+    """DynamoDB reads made inside admission invocations (the limits' counts, split)."""
+
+    def __init__(self, rig: ScaleRig) -> None:
+        self.reads = 0
+        rig.limits.on_request = self._count
+        self.rig = rig
+
+    def _count(self, op: str) -> None:
+        turn = self.rig.workers.turn
+        if turn is not None and turn.function == "admission" and op in _READS:
+            self.reads += 1
+
+
+_READS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"})
+
+
+def report(rig: ScaleRig, name: str, key: str | None, admission: _AdmissionReads) -> ScaleReport:
+    u = rig.limits.usage
+    inv = rig.workers.invocations
+    longest = max(inv, key=lambda i: i.duration, default=None)
+    passes = [i for i in inv if i.function == "admission"]
+    r = ScaleReport(
+        name=name,
+        pod_events=rig.pod_events,
+        reads=u.reads,
+        writes=u.writes,
+        read_units=u.read_units,
+        write_units=u.write_units,
+        hottest_item_wcu=rig.limits.hottest_wcu(),
+        hottest_partition_wcu=rig.limits.hottest_partition_wcu(),
+        largest_item=u.largest,
+        largest_key="/".join(u.largest_key),
+        kube_calls=rig.kube.total(),
+        kube_by_verb=dict(rig.kube.calls),
+        invocations=len(inv),
+        longest=longest.duration if longest else 0.0,
+        longest_function=longest.function if longest else "",
+        timed_out=sum(i.timed_out for i in inv),
+        throttled=u.throttled,
+        conflicts=u.conflicts,
+        records_failed=sum(i.failed for i in inv),
+        dead_lettered=sum(rig.queues.dlq.values()),
+        admission_passes=len(passes),
+        admission_reads=admission.reads,
+        admission_seconds=max((i.duration for i in passes), default=0.0),
+    )
+    if key is not None:
+        r.workload_item = rig.limits.sizes.get((f"WL#{key}", "STATE"), 0)
+        ready = rig.bus.ready_at.get(key)
+        sent = rig.last_ready_sent.get(key)
+        if ready is not None and sent is not None:
+            r.ready_lag = max(0.0, ready - sent)
+        snap = rig.seed_store().load_pod(key, None)
+        r.phase = snap.workload.phase.value if snap else "missing"
+    return r
+
+
+def gang(
+    kind: Kind,
+    pods: int,
+    *,
+    timeouts: Mapping[str, float],
+    batch_sizes: Mapping[str, int],
+    horizon: float = 180.0,
+    pod_name: str = "worker",
+    settings: dict[str, Any] | None = None,
+) -> ScaleReport:
+    """A gang of `pods` started (see the module docstring); runs inside `mock_aws`."""
+    rig = ScaleRig(timeouts=timeouts, batch_sizes=batch_sizes, settings=settings)
+    admission = _AdmissionReads(rig)
+    key = "research-team/llama-pretrain-gang"
+    try:
+        with quiet():
+            rig.submit(key, kind, pods, pod_name=pod_name)
+            # The agent's periodic snapshot of the cluster's pods, once the gang runs.
+            rig.snapshot_pods(revision=1_000_000, delay=horizon / 2)
+            rig.run(horizon)
+        r = report(rig, f"{kind.value} gang of {pods}", key, admission)
+        r.admitted = sum(1 for e, w, _ in rig.bus.inner.events if e == "Admitted" and w == key)
+        return r
+    finally:
+        rig.close()
+
+
+def queue(
+    workloads: int,
+    nodes: int,
+    *,
+    admit: int,
+    timeouts: Mapping[str, float],
+    batch_sizes: Mapping[str, int],
+    horizon: float = 120.0,
+) -> ScaleReport:
+    """`workloads` queued on `nodes` 8-GPU nodes, a quota of `admit` x 8 GPUs, one pass."""
+    settings = {"timeout": "5m", "gpuQuota": admit * 8, "capacityCheck": True}
+    rig = ScaleRig(
+        timeouts=timeouts, batch_sizes=batch_sizes, settings=settings, cluster_reacts=False
+    )
+    admission = _AdmissionReads(rig)
+    try:
+        seed = rig.seed_store()
+        for i in range(nodes):
+            seed.put_node(NodeCapacity(f"node-{i:04d}", 1, 8, True, None, 0))
+        keys = [f"team-{i % 50:02d}/finetune-{i:05d}" for i in range(workloads)]
+        _seed_pending(rig, keys)
+        for k in keys:
+            rig.kube.add_workload(Kind.JOB, k, uid=f"uid-{k}")
+        rig.queues.send("admission", admission_body("scale scenario", None))
+        with quiet():
+            rig.run(horizon)
+        r = report(rig, f"{workloads} queued on {nodes} nodes", None, admission)
+        r.admitted = sum(1 for e, _, _ in rig.bus.inner.events if e == "Admitted")
+        return r
+    finally:
+        rig.close()
+
+
+def _seed_pending(rig: ScaleRig, keys: list[str]) -> None:
+    """Pending workloads written straight into the table (no limits, no virtual time)."""
+    for start in range(0, len(keys), 25):
+        batch: list[Any] = []
+        for i, key in enumerate(keys[start : start + 25], start):
+            w = Workload(
+                key, "default", 1, gpus=8, kind=Kind.JOB, uid=f"uid-{key}",
+                created_at=1000.0 + i, queued_at=1000.0 + i,
+            )  # fmt: skip
+            item = {
+                "pk": {"S": f"WL#{key}"},
+                "sk": {"S": "STATE"},
+                "workload": {"S": key},
+                "version": {"N": "1"},
+                "epoch": {"N": "0"},
+                "phase": {"S": Phase.PENDING.value},
+                "queue": {"S": "default"},
+                "state": {"S": dumps(encode_workload(w))},
+                "gsi1pk": {"S": f"PHASE#{Phase.PENDING.value}"},
+                "gsi1sk": {"S": key},
+                "readyCount": {"N": "0"},
+            }
+            batch.append({"PutRequest": {"Item": item}})
+        rig.raw.batch_write_item(RequestItems={rig.table: batch})
