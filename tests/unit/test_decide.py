@@ -475,6 +475,21 @@ def test_a_pod_group_waits_for_replacement_pods_before_readmission() -> None:
     assert pending is not None and not admissible(pending, 10_000)
 
 
+def test_a_waiting_pod_group_asks_for_one_pass_when_its_last_pod_arrives() -> None:
+    # GIVEN a pod group of 4 whose gated pods are created one by one
+    w = decide(None, submit(KEY, pods=4, kind=Kind.POD_GROUP), DEFAULT, 0).workload
+    asked = []
+    for i in range(4):
+        d = decide(w, PodObserved(KEY, f"p{i}", i + 1, uid=f"u{i}"), DEFAULT, 1)
+        asked.append("RunAdmission" in kinds(d.effects))
+        w = d.workload
+    # THEN only the pod that makes it whole asks for an admission pass
+    assert asked == [False, False, False, True]
+    # AND one pod more (the group overshooting its size) asks for none
+    d = decide(w, PodObserved(KEY, "p4", 9, uid="u4"), DEFAULT, 1)
+    assert "RunAdmission" not in kinds(d.effects)
+
+
 def test_an_admitted_workload_keeps_its_queue_so_quotas_hold() -> None:
     w = admitted()
     d = decide(w, submit(KEY, queue="other", seq=2, priority=3), DEFAULT, 1)

@@ -110,9 +110,15 @@ def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) 
     if w.phase is Phase.RUNNING and not w.whole:
         lost = _lost_readiness(w, qs, now)
         return replace(lost, effects=(*effects, *lost.effects))
-    if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and before.live_pods != w.live_pods:
+    if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and _completed(before, w):
+        # Only the pod that makes the group whole can let it in: one pass, not one per pod.
         return Decision(w, (RunAdmission("replacement pods"),))
     return Decision(w, tuple(effects))
+
+
+def _completed(before: Workload, w: Workload) -> bool:
+    """Whether a waiting pod group now has every pod it needs (`admissible`'s rule)."""
+    return before.live_pods < w.gang_size <= w.live_pods
 
 
 def became_ready(w: Workload, effects: list[Effect], now: float) -> Decision:
