@@ -44,6 +44,7 @@ from muster.runtime.ports import (
     workload_state,
 )
 from muster.runtime.results import EffectFailed, Quarantined, Stats, TooManyConflicts
+from muster.runtime.view import with_view
 
 log = logging.getLogger("muster.runtime")
 
@@ -222,8 +223,9 @@ class AdmissionPass:
         if decision.outcome is not Outcome.APPLIED or decision.workload is None:
             self.excluded.add(key)
             return
+        effects = with_view(snap.workload, decision.workload, decision.effects)
         try:
-            version = self.store.admit(snap, decision.workload, decision.effects, ledger, now)
+            version = self.store.admit(snap, decision.workload, effects, ledger, now)
         except Conflict:
             plane.stats.conflicts += 1
             self.conflicts += 1
@@ -231,7 +233,7 @@ class AdmissionPass:
         self.admitted.append(key)
         plane.stats.admitted.append(key)
         try:
-            plane.carry_out(decision.workload, version, decision.effects)
+            plane.carry_out(decision.workload, version, effects)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass

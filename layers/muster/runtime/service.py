@@ -42,6 +42,7 @@ from muster.core import (
     PodsCounted,
     Publish,
     Reason,
+    RecordView,
     Requeue,
     RunAdmission,
     Settings,
@@ -80,6 +81,7 @@ from muster.runtime.results import (
     TooManyConflicts,
     WorkloadNotYetKnown,
 )
+from muster.runtime.view import view, with_view
 from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
@@ -205,7 +207,7 @@ class ControlPlane:
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
         writes = [] if reborn else _pod_writes(snap, after, decision.withdrawn)
         delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
-        effects = decision.effects
+        effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
             self.carry_out(after, None, effects)
@@ -279,9 +281,10 @@ class ControlPlane:
             decision = decide(current.workload, PodsCounted(key), settings, now)
             if decision.outcome is not Outcome.APPLIED or decision.workload is None:
                 return
+            effects = with_view(current.workload, decision.workload, decision.effects)
             try:
                 version = self.store.write_workload(
-                    current, decision.workload, current.epoch, decision.effects, now
+                    current, decision.workload, current.epoch, effects, now
                 )
             except Conflict:
                 self.stats.conflicts += 1
@@ -291,7 +294,7 @@ class ControlPlane:
                 "readiness re-derived after a pod write",
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
-            self.carry_out(decision.workload, version, decision.effects)
+            self.carry_out(decision.workload, version, effects)
             # A pod written meanwhile does not move the workload's version: read the
             # count back after this write too, as every other writer does.
             self._check_readiness(current.workload.key, settings, now)
@@ -368,9 +371,16 @@ class ControlPlane:
 
     def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
         """The effects in order; a failure stops them, is counted on the outbox, and raises
-        `EffectFailed` (or `Quarantined` at the last allowed try)."""
+        `EffectFailed` (or `Quarantined` at the last allowed try).
+
+        Muster's view goes onto the workload only when a decision changed it (its
+        `RecordView` effect, see `muster.runtime.view`), so a pod event that moves
+        nothing visible costs no Kubernetes call, whatever the gang's size.
+        """
         gone = False
         for index, effect in enumerate(effects):
+            if gone and isinstance(effect, RecordView):
+                continue  # nothing left to annotate
             try:
                 self._do(w, version or 0, index, effect)
             except WorkloadGone:
@@ -379,18 +389,10 @@ class ControlPlane:
                 if version is None:
                     raise
                 self._effect_failed(w.key, version, type(effect).__name__, exc)
-        if version is not None:
-            if not gone:
-                try:
-                    self.cluster.record(w.key, w.kind, _view(w))
-                except WorkloadGone:
-                    gone = True
-                except Exception as exc:
-                    self._effect_failed(w.key, version, "Record", exc)
-            if effects:
-                # On a conflict a later decision was committed; its writer carries on.
-                with contextlib.suppress(Conflict):
-                    self.store.clear_outbox(w.key, version)
+        if version is not None and effects:
+            # On a conflict a later decision was committed; its writer carries on.
+            with contextlib.suppress(Conflict):
+                self.store.clear_outbox(w.key, version)
         if gone and w.phase is not Phase.FINISHED:
             log.info("workload deleted from the cluster", extra={"workload": w.key})
             # This incarnation is gone; should a newer one be known by now, it stays.
@@ -435,6 +437,8 @@ class ControlPlane:
             case Publish():
                 self._publish(effect, version, index)
                 self._announce(w, effect, version, index)
+            case RecordView():
+                self.cluster.record(w.key, w.kind, view(w))
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True
@@ -505,6 +509,12 @@ class ControlPlane:
             )
 
 
+def _with_view(before: Workload | None, decision: Decision) -> tuple[Effect, ...]:
+    """The decision's effects with its view, if changed (a new object carries none yet)."""
+    assert decision.workload is not None
+    return with_view(None if decision.reborn else before, decision.workload, decision.effects)
+
+
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
 
@@ -525,13 +535,3 @@ def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[Pod
         if name not in after.pods:
             writes.append(PodWrite(name, None, revs.get(name), after.uid))
     return writes
-
-
-def _view(w: Workload) -> dict[str, str]:
-    """Muster's view, written onto the workload for `kubectl` users."""
-    return {
-        "phase": w.phase.value,
-        "attempt": str(w.attempt),
-        "requeueCount": str(w.requeue_count),
-        "reason": w.reason or "",
-    }
