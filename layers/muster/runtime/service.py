@@ -56,9 +56,10 @@ from muster.core import (
     observe_stored_pod,
 )
 from muster.core.capacity import more_room, observe_node
-from muster.core.reconcile import complete, gone
+from muster.core.reconcile import complete
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.messages import ReconcileSlice
 from muster.runtime.ports import (
     Bus,
     ClusterActions,
@@ -74,6 +75,7 @@ from muster.runtime.ports import (
     WorkloadStore,
     workload_state,
 )
+from muster.runtime.reconciliation import SliceQueue, apply_slice, fan_out
 from muster.runtime.results import (
     EffectFailed,
     Quarantined,
@@ -114,6 +116,8 @@ class ControlPlane:
     admission_wanted: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # of the last pass: workload -> error
     _admission_requested: bool = False
+    slices: SliceQueue | None = None  # where reconciliation slices go (None: run at once)
+    snapshot_cache: dict[tuple[str, str], SnapshotPart] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ events
 
@@ -327,7 +331,8 @@ class ControlPlane:
         What a complete snapshot lacks is gone: each known workload (of the listed
         kind) or pod it does not show becomes a deletion at the snapshot's revision,
         applied like any other event, so whatever changed after the snapshot stays.
-        A partial snapshot, or one not newer than the last acted on, changes nothing.
+        The work goes out in bounded slices (`muster.runtime.reconciliation`). A
+        partial snapshot, or one not newer than the last acted on, changes nothing.
         """
         parts = self.store.put_snapshot_part(part, self.clock())
         snapshot = complete(parts or ())
@@ -336,19 +341,16 @@ class ControlPlane:
         if snapshot.revision <= self.store.snapshot_revision(snapshot.scope):
             self._count_outcome(Outcome.STALE, "", "SnapshotPart", "an older snapshot")
             return [Outcome.STALE]
-        outcomes: list[Outcome] = []
-        for phase in Phase:
-            if phase is Phase.FINISHED:
-                continue
-            for w in self.store.by_phase(phase.value):
-                for event in gone(w, snapshot):
-                    log.info(
-                        "gone from the cluster's snapshot",
-                        extra={"workload": w.key, "event": type(event).__name__},
-                    )
-                    outcomes.extend(self.handle(event))
-        self.store.set_snapshot_revision(snapshot.scope, snapshot.revision)
-        return outcomes or [Outcome.APPLIED]
+        return fan_out(self, snapshot)
+
+    def reconcile_slice(self, s: ReconcileSlice) -> list[Outcome]:
+        """One slice of a snapshot's reconciliation (a message of the ingest queue)."""
+        outcomes = apply_slice(self, s)
+        if outcomes == [Outcome.STALE]:
+            self._count_outcome(
+                Outcome.STALE, "", "ReconcileSlice", "a newer snapshot was acted on"
+            )
+        return outcomes
 
     # ------------------------------------------------------------------ admission
 
