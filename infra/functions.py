@@ -77,7 +77,11 @@ class ControlPlaneFunctions(Construct):
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for name in c.FUNCTION_NAMES:
-            self.functions[name], self.roles[name] = self._function(name, environment, wiring)
+            own = dict(environment)
+            if name == c.INGEST:
+                # A complete snapshot's reconciliation goes out in slices on its own queue.
+                own[c.ENV_INGEST_QUEUE_URL] = wiring.queues[c.INGEST].queue_url
+            self.functions[name], self.roles[name] = self._function(name, own, wiring)
         self.sweeper, self.sweeper_role = self._sweeper(config, environment, wiring)
 
     def _sweeper(
@@ -130,6 +134,14 @@ class ControlPlaneFunctions(Construct):
             )
         )
         self._grant_runtime_rights(role, wiring)
+        if name == c.INGEST:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="SendReconcileSlices",
+                    actions=["sqs:SendMessage"],
+                    resources=[wiring.queues[c.INGEST].queue_arn],
+                )
+            )
         return function, role
 
     def _lambda(

@@ -78,7 +78,7 @@ def test_a_workload_refused_by_the_cluster_never_stops_the_others_and_is_quarant
     # AND status and describe say so
     info = describe(rig.store, "ns/bad")
     assert info is not None and info["quarantine"]["tries"] == MAX_EFFECT_TRIES
-    assert info["pendingEffects"] == ["Admit", "StartTimer", "Publish"]
+    assert info["pendingEffects"] == ["Admit", "StartTimer", "Publish", "RecordView"]
     view = status(rig.store)
     assert [q["workload"] for q in view["quarantined"]] == ["ns/bad"]
 

@@ -167,11 +167,45 @@ def test_function_grants_name_their_own_resources(synthesized: Synthesized) -> N
                 assert s["Condition"] == {"StringEquals": {"events:source": c.CONTROLPLANE_SOURCE}}
             if "states:StartExecution" in actions:
                 assert targets == {machine}
-            if "sqs:SendMessage" in actions:
+            if "sqs:SendMessage" in actions and s.get("Sid") != "SendReconcileSlices":
                 # requeues and admission requests; timer signals re-armed or resent
                 assert targets and all(
                     "AdmissionQueue" in q or "TimerQueue" in q for q in targets
                 ), s
+
+
+def _role_of(doc: dict[str, Any], name: str) -> str:
+    [role] = [
+        _ref(f["Properties"]["Role"])
+        for f in resources(doc, "AWS::Lambda::Function").values()
+        if f["Properties"]["Description"].startswith(f"Muster {name}:")
+    ]
+    return role
+
+
+def test_only_the_ingest_function_sends_to_the_ingest_queue(synthesized: Synthesized) -> None:
+    # A snapshot's reconciliation slices go from the ingest function to its own queue.
+    doc = synthesized.template
+    ingest = _role_of(doc, c.INGEST)
+    for role_id in _function_roles(doc):
+        sends = {
+            _ref(r)
+            for s in _statements_of(doc, role_id)
+            if "sqs:SendMessage" in _list(s["Action"])
+            for r in _list(s["Resource"])
+        }
+        to_ingest = {q for q in sends if "IngestQueue" in q}
+        if role_id == ingest:
+            assert len(to_ingest) == 1, sends
+        else:
+            assert not to_ingest, (role_id, sends)
+    [function] = [
+        f
+        for f in resources(doc, "AWS::Lambda::Function").values()
+        if _ref(f["Properties"]["Role"]) == ingest
+    ]
+    url = function["Properties"]["Environment"]["Variables"][c.ENV_INGEST_QUEUE_URL]
+    assert "IngestQueue" in _ref(url)
 
 
 def test_the_agent_role_puts_only_its_own_source(synthesized: Synthesized) -> None:

@@ -93,19 +93,23 @@ def test_each_function_has_its_own_role_layer_and_the_runtime_environment(
     assert len(functions) == 4  # three queue consumers and the sweeper
     roles = {_ref_id(f["Properties"]["Role"]) for f in functions.values()}
     assert len(roles) == 4
-    for function in functions.values():
+    slicing = []  # the functions told the ingest queue's URL (reconciliation slices)
+    for logical_id, function in functions.items():
         props = function["Properties"]
         assert props["Runtime"] == c.PYTHON_RUNTIME
         assert props["Handler"] == c.HANDLER
         assert props["Architectures"] == ["x86_64"]
         assert len(props["Layers"]) == 1
         env = props["Environment"]["Variables"]
-        assert set(env) == set(c.FUNCTION_ENVIRONMENT_KEYS)
+        if c.ENV_INGEST_QUEUE_URL in env:
+            slicing.append(logical_id)
+        assert set(env) | {c.ENV_INGEST_QUEUE_URL} == set(c.FUNCTION_ENVIRONMENT_KEYS)
         assert env[c.ENV_CLUSTER_NAME] == "training"
         assert env[c.ENV_POWERTOOLS_SERVICE_NAME] == "muster"
         assert env[c.ENV_POWERTOOLS_METRICS_NAMESPACE] == "Muster"
         assert env[c.ENV_HISTORY_TTL_DAYS] == "30"
         assert json.loads(env[c.ENV_SETTINGS]) == synthesized.context["muster:settings"]
+    assert len(slicing) == 1 and slicing[0].startswith("FunctionsIngest"), slicing
 
 
 def test_admission_concurrency_is_limited_on_the_event_source_not_reserved(

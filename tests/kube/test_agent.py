@@ -382,6 +382,35 @@ def test_a_relist_resends_state_and_reports_what_vanished(
     assert got == [("train-0", 101, False), ("train-1", 150, True)]
 
 
+def test_a_relist_in_pages_counts_only_a_listing_that_ended(
+    aws: dict[str, Any], clock: Clock, sleeps: list[float]
+) -> None:
+    from muster.agent.watch import SyncPage
+    from muster.core.reconcile import SnapshotPart
+
+    # GIVEN the agent knows a Job with three pods
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Sync(JOB_RESOURCE, [job(parallelism=3)], "100"))
+    three = [job_pod(f"train-{i}", str(101 + i)) for i in range(3)]
+    agent.handle(Sync(POD_RESOURCE, three, "103"))
+    agent.flush(everything=True)
+    landed(aws)
+    # WHEN a paged relist shows one page, expires, and starts over: the pages of the
+    # listing that ends hold train-0 and train-1 only
+    agent.handle(SyncPage(POD_RESOURCE, three[:1], "150", first=True, last=False))
+    agent.handle(SyncPage(POD_RESOURCE, three[:1], "160", first=True, last=False))
+    agent.handle(SyncPage(POD_RESOURCE, three[1:2], "160", first=False, last=True))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    # THEN only the missing pod is deleted, at the revision of the listing that ended,
+    # and the snapshot holds what that listing's pages held
+    deleted = [(e.pod, e.seq) for e in events if isinstance(e, PodObserved) and e.deleted]
+    assert deleted == [("train-2", 160)]
+    [snapshot] = [e for e in events if isinstance(e, SnapshotPart)]
+    assert snapshot.revision == 160
+    assert sorted(snapshot.pods["ml/train"]) == ["train-0", "train-1"]
+
+
 def test_job_deleted_and_completed(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> None:
     agent = make_agent(aws["events"], clock, sleeps)
     agent.handle(Change(JOB_RESOURCE, "ADDED", job("a", rv="10")))

@@ -91,11 +91,6 @@ def test_write_requests_per_pod_event_in_a_burst(job: ScaleReport) -> None:
     assert job.writes / job.pod_events <= 0.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pod group's `record` lists the group and patches every pod on each view "
-    "change: 151 Kubernetes calls per pod event for 48 pods (42.7 for 24): O(gang size)",
-)
 def test_kubernetes_calls_per_pod_event_are_bounded_for_a_pod_group(group: ScaleReport) -> None:
     assert group.kube_calls / group.pod_events <= 3.0
 

@@ -13,9 +13,12 @@ What it keeps, its sequence numbers and the PriorityClasses: `muster.agent.memor
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from muster.agent.mapping import meta, object_key, pod_workload, workload_view
 from muster.agent.memory import Memory
-from muster.agent.watch import Change, Sync
+from muster.agent.watch import Change, Sync, SyncPage
 from muster.core.model import Kind
 from muster.core.reconcile import POD_SCOPE
 from muster.kube.conventions import (
@@ -47,27 +50,37 @@ WATCHED: tuple[tuple[Resource, str | None], ...] = (
 )
 
 
+@dataclass
+class Listing:
+    """What a relist in progress has shown so far: names and uids, never the objects."""
+
+    present: set[str] = field(default_factory=set)
+    workloads: dict[str, str] = field(default_factory=dict)  # key -> uid
+    pods: dict[str, dict[str, str]] = field(default_factory=dict)  # workload -> pod -> uid
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)  # PriorityClasses (few)
+
+
 class Agent(Memory):
     """Watch messages in, events out; a relist also sends what it listed.
 
     Single-threaded: reflector threads hand messages over a queue (see `AgentRunner`).
+    A relist comes in pages; `listings` holds the one in progress per resource.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listings: dict[str, Listing] = {}
 
     # ------------------------------------------------------------------ input
 
-    def handle(self, message: Sync | Change) -> None:
+    def handle(self, message: Sync | SyncPage | Change) -> None:
         plural = message.resource.plural
         if isinstance(message, Sync):
-            self.stats[f"sync_{plural}"] += 1
-            if plural in WORKLOAD_RESOURCES:
-                self._sync_workloads(WORKLOAD_RESOURCES[plural], message)
-            elif plural == POD_RESOURCE.plural:
-                self._sync_pods(message)
-            elif plural == NODE_RESOURCE.plural:
-                self._sync_nodes(message)
-            elif plural == PRIORITYCLASS_RESOURCE.plural:
-                objects = {str(meta(o).get("name")): o for o in message.items}
-                self._classes(objects, self.seq(message.resource_version))
+            message = SyncPage(
+                message.resource, message.items, message.resource_version, True, True
+            )
+        if isinstance(message, SyncPage):
+            self._sync_page(message)
             return
         self.stats[f"{message.type.lower()}_{plural}"] += 1
         deleted = message.type == "DELETED"
@@ -88,19 +101,56 @@ class Agent(Memory):
 
     # ------------------------------------------------------------------ relists
 
-    def _sync_workloads(self, kind: Kind, sync: Sync) -> None:
-        present = set()
-        listed: dict[str, str] = {}
-        for obj in sync.items:
-            present.add(object_key(obj))
+    def _sync_page(self, page: SyncPage) -> None:
+        """A page of a relist: its objects at once; what the listing lacked once it ends.
+
+        Only names and uids of a listing are kept between its pages (for the
+        deletions and the snapshot), never the objects themselves.
+        """
+        plural = page.resource.plural
+        if page.first or plural not in self.listings:
+            self.listings[plural] = Listing()
+        listing = self.listings[plural]
+        if plural in WORKLOAD_RESOURCES:
+            self._list_workloads(WORKLOAD_RESOURCES[plural], page.items, listing)
+        elif plural == POD_RESOURCE.plural:
+            self._list_pods(page.items, listing)
+        elif plural == NODE_RESOURCE.plural:
+            for node in page.items:
+                listing.present.add(str(meta(node).get("name")))
+                self._node(node, deleted=False, force=True)
+        elif plural == PRIORITYCLASS_RESOURCE.plural:
+            listing.classes.update({str(meta(o).get("name")): o for o in page.items})
+        if not page.last:
+            return
+        del self.listings[plural]
+        self.stats[f"sync_{plural}"] += 1
+        seq = self.seq(page.resource_version)
+        if plural in WORKLOAD_RESOURCES:
+            self._workloads_listed(WORKLOAD_RESOURCES[plural], listing, seq)
+        elif plural == POD_RESOURCE.plural:
+            self._pods_listed(listing, seq)
+        elif plural == NODE_RESOURCE.plural:
+            for name in [n for n in self.nodes if n not in listing.present]:
+                self._node(
+                    {"metadata": {"name": name, "resourceVersion": page.resource_version}},
+                    deleted=True,
+                )
+        elif plural == PRIORITYCLASS_RESOURCE.plural:
+            self._classes(listing.classes, seq)
+
+    def _list_workloads(self, kind: Kind, items: list[dict[str, Any]], listing: Listing) -> None:
+        for obj in items:
+            listing.present.add(object_key(obj))
             self._workload(kind, obj, deleted=False, force=True)
             if workload_view(kind, obj) is not None:
-                listed[object_key(obj)] = str(meta(obj).get("uid") or "")
-        seq = self.seq(sync.resource_version)
+                listing.workloads[object_key(obj)] = str(meta(obj).get("uid") or "")
+
+    def _workloads_listed(self, kind: Kind, listing: Listing, seq: int) -> None:
         for key, view in list(self.workloads.items()):
-            if view.kind is kind and key not in present:
+            if view.kind is kind and key not in listing.present:
                 self._workload_gone(key, kind, seq)
-        self._snapshot(kind.value, seq, workloads=listed)
+        self._snapshot(kind.value, seq, workloads=listing.workloads)
 
     def _snapshot(
         self,
@@ -126,18 +176,18 @@ class Agent(Memory):
         for detail in details:
             self._put(f"snapshot:{scope}:{detail['part']}", CLUSTER_SNAPSHOT, detail)
 
-    def _sync_pods(self, sync: Sync) -> None:
-        present = set()
-        listed: dict[str, dict[str, str]] = {}
-        for pod in sync.items:
-            present.add(object_key(pod))
+    def _list_pods(self, items: list[dict[str, Any]], listing: Listing) -> None:
+        for pod in items:
+            listing.present.add(object_key(pod))
             self._pod(pod, deleted=False, force=True)
             owner = pod_workload(pod)
             if owner is not None:
-                listed.setdefault(owner[1], {})[str(meta(pod).get("name"))] = str(
+                listing.pods.setdefault(owner[1], {})[str(meta(pod).get("name"))] = str(
                     meta(pod).get("uid") or ""
                 )
-        seq = self.seq(sync.resource_version)
+
+    def _pods_listed(self, listing: Listing, seq: int) -> None:
+        present = listing.present
         for name, (_, workload, view) in list(self.pods.items()):
             if name not in present:
                 self.pods.pop(name)
@@ -169,17 +219,7 @@ class Agent(Memory):
             if not waiting:
                 del self.waiting[workload]
                 self.waiting_since.pop(workload, None)
-        self._snapshot(POD_SCOPE, seq, pods=listed)
-
-    def _sync_nodes(self, sync: Sync) -> None:
-        present = set()
-        for node in sync.items:
-            present.add(str(meta(node).get("name")))
-            self._node(node, deleted=False, force=True)
-        for name in [n for n in self.nodes if n not in present]:
-            self._node(
-                {"metadata": {"name": name, "resourceVersion": sync.resource_version}}, deleted=True
-            )
+        self._snapshot(POD_SCOPE, seq, pods=listing.pods)
 
     # ------------------------------------------------------------------ output
 

@@ -12,9 +12,12 @@ from typing import Any
 
 from muster.agent.agent import WATCHED, Agent
 from muster.agent.leader import LeaseElector
-from muster.agent.watch import Change, Reflector, Sync, WatchSource
+from muster.agent.watch import Change, Reflector, Sync, SyncPage, WatchSource
 
 log = logging.getLogger("muster.agent")
+
+INBOX_MESSAGES = 64
+"""Messages (watch changes, list pages) waiting for the agent: a bound on its memory."""
 
 
 class AgentRunner:
@@ -70,13 +73,23 @@ class AgentRunner:
             stop.wait(self.elector.retry_period)
 
     def _lead(self, stop: threading.Event) -> None:
-        inbox: queue.Queue[Sync | Change] = queue.Queue()
+        # Bounded: a reflector listing 50,000 pods waits for the agent to take its pages.
+        inbox: queue.Queue[Sync | SyncPage | Change] = queue.Queue(maxsize=INBOX_MESSAGES)
         lead_stop = threading.Event()
+
+        def put(message: Sync | SyncPage | Change) -> None:
+            while not lead_stop.is_set():
+                try:
+                    inbox.put(message, timeout=1.0)
+                    return
+                except queue.Full:
+                    continue
+
         self.reflectors = [
             Reflector(
                 resource,
                 self.source,
-                inbox.put,
+                put,
                 label_selector=selector,
                 resync=self.resync,
                 watch_timeout=self.watch_timeout,

@@ -1,7 +1,9 @@
 """List-then-watch for one resource, surviving the real world.
 
-A `Reflector` lists a resource, hands the items to the agent as a full sync, then
-watches from the list's resourceVersion. A stream that ends is resumed from the
+A `Reflector` lists a resource in pages (`limit`/`continue`, so that 50,000 pods
+are never held at once), hands each page to the agent as part of a full sync, then
+watches from the list's resourceVersion. A continue token that expired mid-list
+(`410 Gone`) starts the list again from its first page. A stream that ends is resumed from the
 last resourceVersion seen (bookmarks included); `410 Gone` (the version is too
 old) triggers a relist, which re-sends the current state; every `resync` it
 relists anyway, which heals anything lost; API errors back off exponentially.
@@ -26,8 +28,20 @@ from muster.retry import Backoff
 log = logging.getLogger("muster.agent")
 
 
+LIST_PAGE = 500
+"""Items per list request (the client-go reflector's page size)."""
+MAX_LIST_RESTARTS = 3
+
+
+Items = list[dict[str, Any]]
+
+
 class WatchExpired(Exception):
     """410 Gone: the resourceVersion is too old to resume from; relist."""
+
+
+class ListExpired(Exception):
+    """410 Gone on a continue token: the list's snapshot was compacted; list again."""
 
 
 class WatchSource(Protocol):
@@ -56,6 +70,28 @@ class KubeWatchSource:
         listing = self.api.list(resource.collection(), label_selector=label_selector)
         version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
         return list(listing.get("items") or []), version
+
+    def list_pages(
+        self, resource: Resource, label_selector: str | None, limit: int
+    ) -> Iterator[tuple[Items, str, bool]]:
+        """(items, the list's resourceVersion, whether it is the last page), page by page;
+        raises `ListExpired` when a continue token expired."""
+        version = ""
+        pages = self.api.list_pages(
+            resource.collection(), label_selector=label_selector, limit=limit
+        )
+        first = True
+        try:
+            for page in pages:
+                meta = page.get("metadata") or {}
+                if first:
+                    version = str(meta.get("resourceVersion") or "")
+                yield list(page.get("items") or []), version, not meta.get("continue")
+                first = False
+        except ApiException as exc:
+            if exc.status == 410 and not first:
+                raise ListExpired() from exc
+            raise
 
     def watch(
         self, resource: Resource, resource_version: str, label_selector: str | None, timeout: int
@@ -86,6 +122,18 @@ class Sync:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncPage:
+    """One page of a full listing: `first` starts it (anything gathered of an earlier,
+    unfinished listing is dropped), `last` ends it (what was not listed is gone)."""
+
+    resource: Resource
+    items: list[dict[str, Any]]
+    resource_version: str
+    first: bool
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """One watch event: ADDED, MODIFIED or DELETED."""
 
@@ -101,7 +149,7 @@ class Reflector:
         self,
         resource: Resource,
         source: WatchSource,
-        deliver: Callable[[Sync | Change], None],
+        deliver: Callable[[Sync | SyncPage | Change], None],
         *,
         label_selector: str | None = None,
         resync: float = 600.0,
@@ -124,7 +172,8 @@ class Reflector:
         self.next_resync = 0.0
         self.backoff = Backoff(base_delay, max_delay)
         self.missing = False  # the resource is not served (its CRD is not installed)
-        self.stats = {"lists": 0, "watches": 0, "expired": 0, "errors": 0}
+        self.stats = {"lists": 0, "watches": 0, "expired": 0, "errors": 0, "list_restarts": 0}
+        self.page = LIST_PAGE
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -164,11 +213,33 @@ class Reflector:
             self.sleep(delay)
 
     def _list(self) -> None:
-        items, version = self.source.list(self.resource, self.label_selector)
+        pages = getattr(self.source, "list_pages", None)
+        if pages is None:  # a source without chunked lists: one page
+            items, version = self.source.list(self.resource, self.label_selector)
+            self.deliver(Sync(self.resource, items, version))
+        else:
+            version = self._list_in_pages(pages)
         self.stats["lists"] += 1
         self.resource_version = version
         self.next_resync = self.clock() + self.resync
-        self.deliver(Sync(self.resource, items, version))
+
+    def _list_in_pages(self, pages: Callable[..., Iterator[tuple[list[Any], str, bool]]]) -> str:
+        """Every page to the agent; an expired continue token starts the list again."""
+        for restart in range(MAX_LIST_RESTARTS + 1):
+            try:
+                version, first = "", True
+                for items, version, last in pages(self.resource, self.label_selector, self.page):
+                    self.deliver(SyncPage(self.resource, items, version, first, last))
+                    first = False
+                return version
+            except ListExpired:
+                self.stats["list_restarts"] += 1
+                log.info(
+                    "%s: the list's continue token expired; listing again (%d)",
+                    self.resource.plural,
+                    restart + 1,
+                )
+        raise RuntimeError(f"{self.resource.plural}: list kept expiring")
 
     def _watch(self, stop: threading.Event | None) -> None:
         self.stats["watches"] += 1

@@ -26,6 +26,7 @@ class RuntimeConfig:
     settings_json: str = ""
     history_ttl_days: int = 30
     timer_queue_url: str = ""  # where deadline signals go (re-armed or sent by the sweeper)
+    ingest_queue_url: str = ""  # where reconciliation slices go (unset: run in the call)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RuntimeConfig:
@@ -61,4 +62,5 @@ class RuntimeConfig:
             settings_json=env.get(contract.ENV_SETTINGS, ""),
             history_ttl_days=ttl,
             timer_queue_url=env.get(contract.ENV_TIMER_QUEUE_URL, "").strip(),
+            ingest_queue_url=env.get(contract.ENV_INGEST_QUEUE_URL, "").strip(),
         )

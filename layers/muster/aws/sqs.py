@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 from muster import contract
 from muster.core import Timer
 from muster.runtime.messages import (
+    ReconcileSlice,
     admission_body,
+    reconcile_body,
     requeue_body,
     retry_delay,
     sqs_delay,
@@ -53,4 +55,17 @@ class SqsMessages:
             QueueUrl=self.timer_queue_url,
             MessageBody=json.dumps(timer_input(workload, timer)),
             DelaySeconds=sqs_delay(delay),
+        )
+
+
+class SqsSlices:
+    """The ingest queue, for the slices of a snapshot's reconciliation."""
+
+    def __init__(self, client: SQSClient, queue_url: str) -> None:
+        self.client = client
+        self.queue_url = queue_url
+
+    def send_slice(self, s: ReconcileSlice, delay: float) -> None:
+        self.client.send_message(
+            QueueUrl=self.queue_url, MessageBody=reconcile_body(s), DelaySeconds=sqs_delay(delay)
         )

@@ -466,7 +466,16 @@ class RunAdmission:
     reason: str
 
 
-Effect = Admit | Evict | StartTimer | StopTimer | Requeue | Publish | RunAdmission
+@dataclass(frozen=True, slots=True)
+class RecordView:
+    """Muster's view of the workload (phase, attempt, requeues, reason) changed: write it
+    onto the workload for `kubectl` users. Kept in the outbox like every other effect, so
+    a crash after the commit still writes it; the shells add it, the core never does."""
+
+    workload: str
+
+
+Effect = Admit | Evict | StartTimer | StopTimer | Requeue | Publish | RunAdmission | RecordView
 
 
 class Outcome(StrEnum):

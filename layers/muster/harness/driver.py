@@ -227,6 +227,7 @@ class Harness:
             draw=self.rng.random,
             sleep=lambda seconds: None,
             inline_admission=function == "admission",
+            slices=p.messages,
         )
 
     # ------------------------------------------------------------------ delivery

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import Admit, Evict, Kind, LogEvent, Timer
+from muster.runtime.messages import ReconcileSlice
 from muster.runtime.ports import Bus, ClusterActions, Conflict, Messages, Timers, WorkloadStore
 
 
@@ -179,6 +180,11 @@ class FaultyMessages:
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self._send("deadline_signal", lambda: self.inner.deadline_later(workload, timer, delay))
+
+    def send_slice(self, s: ReconcileSlice, delay: float) -> None:
+        """A reconciliation slice to the ingest queue (when the inner queues carry them)."""
+        send = getattr(self.inner, "send_slice")  # noqa: B009 - not every Messages has it
+        self._send("reconcile_slice", lambda: send(s, delay))
 
 
 class FaultyBus:

@@ -21,7 +21,9 @@ from muster.core import (
 from muster.harness.clock import VirtualClock
 from muster.harness.injectors import FaultPlan
 from muster.runtime.messages import (
+    ReconcileSlice,
     admission_body,
+    reconcile_body,
     requeue_body,
     retry_delay,
     sqs_delay,
@@ -103,6 +105,10 @@ class VirtualQueues:
 
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self.send("timer", json.dumps(timer_input(workload, timer)), sqs_delay(delay))
+
+    # the ingest queue, for reconciliation slices
+    def send_slice(self, s: ReconcileSlice, delay: float) -> None:
+        self.send("ingest", reconcile_body(s), sqs_delay(delay))
 
 
 class VirtualTimers:

@@ -66,6 +66,7 @@ T = TypeVar("T")
 TRANSIENT_STATUSES = frozenset({0, 408, 429, 500, 502, 503, 504})
 
 MAX_ANNOUNCED_PODS = 32  # Events per lifecycle event on a pod group
+MAX_RECORDED_PODS = 32  # pods of a group that carry Muster's view (the first by name)
 
 RecordReader = Callable[[str], Workload | None]
 """The control plane's committed record of a workload (None: not known)."""
@@ -124,7 +125,11 @@ class KubernetesCluster:
             self._set_suspended(effect, suspend=True)
 
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
-        """Write `view` as `muster.io/<key>` annotations; an empty value removes one."""
+        """Write `view` as `muster.io/<key>` annotations; an empty value removes one.
+
+        A pod group has no object of its own: the view goes on its first
+        `MAX_RECORDED_PODS` pods by name, so the calls do not grow with the gang.
+        """
         annotations: dict[str, str | None] = {
             (key if "/" in key else ANNOTATION_PREFIX + key): (value or None)
             for key, value in view.items()
@@ -132,7 +137,7 @@ class KubernetesCluster:
         body = {"metadata": {"annotations": annotations}}
         namespace, name = split_key(workload)
         if kind is Kind.POD_GROUP:
-            for pod in self._pod_group(workload):
+            for pod in self._pod_group(workload)[:MAX_RECORDED_PODS]:
                 path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
                 # One pod of a group vanishing is not the group vanishing.
                 with contextlib.suppress(WorkloadGone):

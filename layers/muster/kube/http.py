@@ -143,9 +143,39 @@ class KubeApi:
     def get(self, path: str) -> dict[str, Any]:
         return self.request("GET", path)
 
-    def list(self, path: str, *, label_selector: str | None = None) -> dict[str, Any]:
-        query = [("labelSelector", label_selector)] if label_selector else []
+    def list(
+        self,
+        path: str,
+        *,
+        label_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> dict[str, Any]:
+        """One list request; with `limit`, one page of at most that many items, whose
+        `metadata.continue` (if any) asks for the next."""
+        query: list[tuple[str, Any]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if limit:
+            query.append(("limit", limit))
+        if continue_token:
+            query.append(("continue", continue_token))
         return self.request("GET", path, query=query)
+
+    def list_pages(
+        self, path: str, *, label_selector: str | None = None, limit: int = 500
+    ) -> Iterator[dict[str, Any]]:
+        """A collection in pages of at most `limit` items (Kubernetes' chunked list), so
+        no more than one page is held at once. Every page is of the first one's
+        resourceVersion; a continue token that expired meanwhile raises the server's
+        `410 Gone` (`ApiException`), and the caller lists again from the start."""
+        token: str | None = None
+        while True:
+            page = self.list(path, label_selector=label_selector, limit=limit, continue_token=token)
+            yield page
+            token = (page.get("metadata") or {}).get("continue") or None
+            if not token:
+                return
 
     def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return self.request("PATCH", path, body=dict(body), content_type=MERGE_PATCH)

@@ -28,7 +28,13 @@ from muster import contract
 from muster.aws.observability import logger
 from muster.core import NodeObserved, SnapshotPart, Timer
 from muster.runtime.admission import AdmissionRequests, admit_after_batch
-from muster.runtime.messages import AdmissionRequest, parse_requeue_message, parse_timer_message
+from muster.runtime.messages import (
+    AdmissionRequest,
+    control_plane_message,
+    parse_reconcile_message,
+    parse_requeue_message,
+    parse_timer_message,
+)
 from muster.runtime.service import ControlPlane
 from muster.schema import InvalidEvent, parse_agent_event
 
@@ -42,8 +48,19 @@ def reject(plane: ControlPlane, source: str, error: str, body: str) -> None:
 
 
 def ingest_record(plane: ControlPlane, cluster_name: str, record: SQSRecord) -> None:
-    """One agent event, as EventBridge delivered it to the ingest queue."""
+    """One agent event, as EventBridge delivered it to the ingest queue (or a slice of a
+    snapshot's reconciliation, which the ingest function sent there itself)."""
     body = record.body
+    own = control_plane_message(body)
+    if own is not None:
+        try:
+            work = parse_reconcile_message(own)
+        except InvalidEvent as exc:
+            reject(plane, "reconcile", str(exc), body)
+            return
+        logger.set_correlation_id(f"snapshot/{work.scope}/{work.snapshot}/{work.slice}")
+        plane.reconcile_slice(work)
+        return
     try:
         cluster, event = parse_agent_event(json.loads(body))
     except (InvalidEvent, ValueError) as exc:

@@ -9,7 +9,7 @@ from muster.aws.config import RuntimeConfig
 from muster.aws.dynamo import DynamoStore
 from muster.aws.eventbridge import EventBridgeBus
 from muster.aws.metrics import EmfMetrics
-from muster.aws.sqs import SqsMessages
+from muster.aws.sqs import SqsMessages, SqsSlices
 from muster.aws.stepfunctions import StepFunctionsTimers
 from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core.model import Workload
@@ -103,6 +103,11 @@ def build_control_plane(
         cluster=cluster(config),
         settings=RuntimeSettings(settings_from_json(config.settings_json), store),
         inline_admission=inline_admission,
+        slices=(
+            SqsSlices(session.client("sqs", config=BOTOCORE_RETRIES), config.ingest_queue_url)
+            if config.ingest_queue_url
+            else None
+        ),
     )
 
 

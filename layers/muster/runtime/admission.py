@@ -45,6 +45,7 @@ from muster.runtime.ports import (
     workload_state,
 )
 from muster.runtime.results import EffectFailed, Quarantined, Stats, TooManyConflicts
+from muster.runtime.view import with_view
 
 log = logging.getLogger("muster.runtime")
 
@@ -283,8 +284,9 @@ class AdmissionPass:
         if decision.outcome is not Outcome.APPLIED or decision.workload is None:
             self._exclude(key)
             return
+        effects = with_view(snap.workload, decision.workload, decision.effects)
         try:
-            version = self.store.admit(snap, decision.workload, decision.effects, ledger, now)
+            version = self.store.admit(snap, decision.workload, effects, ledger, now)
         except Conflict:
             plane.stats.conflicts += 1
             self.conflicts += 1
@@ -294,7 +296,7 @@ class AdmissionPass:
         self.recent[key] = decision.workload.attempt
         self._learn(key, workload_state(decision.workload))
         try:
-            plane.carry_out(decision.workload, version, decision.effects)
+            plane.carry_out(decision.workload, version, effects)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass

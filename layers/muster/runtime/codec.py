@@ -21,6 +21,7 @@ from muster.core import (
     Pod,
     Publish,
     Reason,
+    RecordView,
     Requeue,
     RunAdmission,
     SnapshotPart,
@@ -137,6 +138,8 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
             }
         case RunAdmission():
             return {"type": "RunAdmission", "reason": effect.reason}
+        case RecordView():
+            return {"type": "RecordView", "workload": effect.workload}
     raise TypeError(f"not an effect: {effect!r}")  # pragma: no cover - exhaustive match
 
 
@@ -164,6 +167,8 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
         return Publish(LogEvent(doc["event"]), doc["workload"], doc.get("detail", {}))
     if kind == "RunAdmission":
         return RunAdmission(doc["reason"])
+    if kind == "RecordView":
+        return RecordView(doc["workload"])
     raise ValueError(f"unknown effect type {kind!r}")
 
 

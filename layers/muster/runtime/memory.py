@@ -46,6 +46,7 @@ class MemoryStore:
     expires: dict[tuple[str, str | None], float] = field(default_factory=dict)  # (key, pod)
     snapshots: dict[str, dict[int, SnapshotPart]] = field(default_factory=dict)
     snapshot_revisions: dict[str, int] = field(default_factory=dict)
+    slices: dict[str, set[int]] = field(default_factory=dict)  # scope#snapshot -> slices open
     capacity: dict[str, NodeCapacity] = field(default_factory=dict)
     node_reads: int = 0
 
@@ -202,6 +203,23 @@ class MemoryStore:
 
     def snapshot_revision(self, scope: str) -> int:
         return self.snapshot_revisions.get(scope, 0)
+
+    def snapshot_parts(self, scope: str, snapshot: str) -> list[SnapshotPart]:
+        return list(self.snapshots.get(f"{scope}#{snapshot}", {}).values())
+
+    def open_slices(self, scope: str, snapshot: str, count: int, now: float) -> list[int]:
+        name = f"{scope}#{snapshot}"
+        if name not in self.slices:
+            self.slices[name] = set(range(1, count + 1))
+            self.writes += 1
+        return sorted(self.slices[name])
+
+    def close_slice(self, scope: str, snapshot: str, number: int) -> int:
+        remaining = self.slices.get(f"{scope}#{snapshot}", set())
+        if number in remaining:
+            remaining.discard(number)
+            self.writes += 1
+        return len(remaining)
 
     def set_snapshot_revision(self, scope: str, revision: int) -> None:
         self.snapshot_revisions[scope] = max(revision, self.snapshot_revisions.get(scope, 0))

@@ -1,4 +1,5 @@
-"""The control plane's own SQS messages: timer signals, requeues, admission requests.
+"""The control plane's own SQS messages: timer signals, requeues, admission requests,
+and the slices of a snapshot's reconciliation (on the ingest queue).
 
 Built and parsed in one module so that the sender and the consumer cannot drift.
 A malformed message raises `InvalidEvent` naming every wrong field (a retry
@@ -19,6 +20,7 @@ from muster.schema import InvalidEvent, parse_time
 
 REQUEUE = "requeue"
 ADMISSION = "admission"
+RECONCILE = "reconcileSlice"
 SQS_MAX_DELAY_SECONDS = 900
 
 
@@ -29,6 +31,61 @@ class AdmissionRequest:
     reason: str
     workload: str | None = None
     retry: int = 0  # passes that failed before this one was asked for
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileSlice:
+    """Slice `slice` of the reconciliation of snapshot `snapshot` (of `scope`, at `revision`):
+    the workloads it still has to bring in line with the snapshot; `tries` counts the
+    times some of them failed."""
+
+    scope: str
+    snapshot: str
+    revision: int
+    slice: int
+    keys: tuple[str, ...]
+    tries: int = 0
+
+
+def reconcile_body(s: ReconcileSlice) -> str:
+    return json.dumps(
+        {
+            "type": RECONCILE,
+            "scope": s.scope,
+            "snapshot": s.snapshot,
+            "revision": s.revision,
+            "slice": s.slice,
+            "keys": list(s.keys),
+            "tries": s.tries,
+        }
+    )
+
+
+def parse_reconcile_message(doc: dict[str, Any]) -> ReconcileSlice:
+    """A slice message's fields (`doc` is its JSON object, with `type` == RECONCILE)."""
+    with collecting(InvalidEvent):
+        keys = doc.get("keys")
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            problem("keys: expected a list of workload keys")
+            keys = []
+        message = ReconcileSlice(
+            scope=checked("", text, doc, "scope"),
+            snapshot=checked("", text, doc, "snapshot"),
+            revision=whole_number(doc, "revision", 0, minimum=0, required=True),
+            slice=whole_number(doc, "slice", 0, minimum=1, required=True),
+            keys=tuple(keys),
+            tries=whole_number(doc, "tries", 0, minimum=0),
+        )
+    return message
+
+
+def control_plane_message(body: str) -> dict[str, Any] | None:
+    """The body as one of the control plane's own messages on a shared queue, else None."""
+    try:
+        doc = json.loads(body)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("type") == RECONCILE else None
 
 
 def rfc3339(epoch: float) -> str:

@@ -176,6 +176,19 @@ class WorkloadStore(Protocol):
         """Record that the snapshot of `scope` at `revision` was acted on (never moves back)."""
         ...
 
+    def snapshot_parts(self, scope: str, snapshot: str) -> list[SnapshotPart]:
+        """The parts of a snapshot kept so far (all of them once it is complete)."""
+        ...
+
+    def open_slices(self, scope: str, snapshot: str, count: int, now: float) -> list[int]:
+        """Open slices 1..`count` of a snapshot's reconciliation, once (a second call keeps
+        the first's); returns the numbers of those not yet done."""
+        ...
+
+    def close_slice(self, scope: str, snapshot: str, number: int) -> int:
+        """One slice done (again: no change); how many of the snapshot's remain open."""
+        ...
+
     def workloads_on_node(self, node: str) -> list[str]: ...
 
     def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:

@@ -42,6 +42,7 @@ from muster.core import (
     PodsCounted,
     Publish,
     Reason,
+    RecordView,
     Requeue,
     RunAdmission,
     Settings,
@@ -55,9 +56,10 @@ from muster.core import (
     observe_stored_pod,
 )
 from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
-from muster.core.reconcile import complete, gone
+from muster.core.reconcile import complete
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.messages import ReconcileSlice
 from muster.runtime.ports import (
     Bus,
     ClusterActions,
@@ -73,6 +75,7 @@ from muster.runtime.ports import (
     WorkloadStore,
     workload_state,
 )
+from muster.runtime.reconciliation import SliceQueue, apply_slice, fan_out
 from muster.runtime.results import (
     EffectFailed,
     Quarantined,
@@ -80,6 +83,7 @@ from muster.runtime.results import (
     TooManyConflicts,
     WorkloadNotYetKnown,
 )
+from muster.runtime.view import view, with_view
 from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
@@ -113,6 +117,8 @@ class ControlPlane:
     failed: dict[str, str] = field(default_factory=dict)  # of the last pass: workload -> error
     _admission_requested: bool = False
     _node_pace: Pace | None = None  # the admission requests sent for node reports
+    slices: SliceQueue | None = None  # where reconciliation slices go (None: run at once)
+    snapshot_cache: dict[tuple[str, str], SnapshotPart] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ events
 
@@ -215,7 +221,7 @@ class ControlPlane:
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
         writes = [] if reborn else _pod_writes(snap, after, decision.withdrawn)
         delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
-        effects = decision.effects
+        effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
             self.carry_out(after, None, effects)
@@ -289,9 +295,10 @@ class ControlPlane:
             decision = decide(current.workload, PodsCounted(key), settings, now)
             if decision.outcome is not Outcome.APPLIED or decision.workload is None:
                 return
+            effects = with_view(current.workload, decision.workload, decision.effects)
             try:
                 version = self.store.write_workload(
-                    current, decision.workload, current.epoch, decision.effects, now
+                    current, decision.workload, current.epoch, effects, now
                 )
             except Conflict:
                 self.stats.conflicts += 1
@@ -301,7 +308,7 @@ class ControlPlane:
                 "readiness re-derived after a pod write",
                 extra={"workload": current.workload.key, "phase": decision.workload.phase.value},
             )
-            self.carry_out(decision.workload, version, decision.effects)
+            self.carry_out(decision.workload, version, effects)
             # A pod written meanwhile does not move the workload's version: read the
             # count back after this write too, as every other writer does.
             self._check_readiness(current.workload.key, settings, now)
@@ -334,7 +341,8 @@ class ControlPlane:
         What a complete snapshot lacks is gone: each known workload (of the listed
         kind) or pod it does not show becomes a deletion at the snapshot's revision,
         applied like any other event, so whatever changed after the snapshot stays.
-        A partial snapshot, or one not newer than the last acted on, changes nothing.
+        The work goes out in bounded slices (`muster.runtime.reconciliation`). A
+        partial snapshot, or one not newer than the last acted on, changes nothing.
         """
         parts = self.store.put_snapshot_part(part, self.clock())
         snapshot = complete(parts or ())
@@ -343,19 +351,16 @@ class ControlPlane:
         if snapshot.revision <= self.store.snapshot_revision(snapshot.scope):
             self._count_outcome(Outcome.STALE, "", "SnapshotPart", "an older snapshot")
             return [Outcome.STALE]
-        outcomes: list[Outcome] = []
-        for phase in Phase:
-            if phase is Phase.FINISHED:
-                continue
-            for w in self.store.by_phase(phase.value):
-                for event in gone(w, snapshot):
-                    log.info(
-                        "gone from the cluster's snapshot",
-                        extra={"workload": w.key, "event": type(event).__name__},
-                    )
-                    outcomes.extend(self.handle(event))
-        self.store.set_snapshot_revision(snapshot.scope, snapshot.revision)
-        return outcomes or [Outcome.APPLIED]
+        return fan_out(self, snapshot)
+
+    def reconcile_slice(self, s: ReconcileSlice) -> list[Outcome]:
+        """One slice of a snapshot's reconciliation (a message of the ingest queue)."""
+        outcomes = apply_slice(self, s)
+        if outcomes == [Outcome.STALE]:
+            self._count_outcome(
+                Outcome.STALE, "", "ReconcileSlice", "a newer snapshot was acted on"
+            )
+        return outcomes
 
     # ------------------------------------------------------------------ admission
 
@@ -378,9 +383,16 @@ class ControlPlane:
 
     def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None:
         """The effects in order; a failure stops them, is counted on the outbox, and raises
-        `EffectFailed` (or `Quarantined` at the last allowed try)."""
+        `EffectFailed` (or `Quarantined` at the last allowed try).
+
+        Muster's view goes onto the workload only when a decision changed it (its
+        `RecordView` effect, see `muster.runtime.view`), so a pod event that moves
+        nothing visible costs no Kubernetes call, whatever the gang's size.
+        """
         gone = False
         for index, effect in enumerate(effects):
+            if gone and isinstance(effect, RecordView):
+                continue  # nothing left to annotate
             try:
                 self._do(w, version or 0, index, effect)
             except WorkloadGone:
@@ -389,18 +401,10 @@ class ControlPlane:
                 if version is None:
                     raise
                 self._effect_failed(w.key, version, type(effect).__name__, exc)
-        if version is not None:
-            if not gone:
-                try:
-                    self.cluster.record(w.key, w.kind, _view(w))
-                except WorkloadGone:
-                    gone = True
-                except Exception as exc:
-                    self._effect_failed(w.key, version, "Record", exc)
-            if effects:
-                # On a conflict a later decision was committed; its writer carries on.
-                with contextlib.suppress(Conflict):
-                    self.store.clear_outbox(w.key, version)
+        if version is not None and effects:
+            # On a conflict a later decision was committed; its writer carries on.
+            with contextlib.suppress(Conflict):
+                self.store.clear_outbox(w.key, version)
         if gone and w.phase is not Phase.FINISHED:
             log.info("workload deleted from the cluster", extra={"workload": w.key})
             # This incarnation is gone; should a newer one be known by now, it stays.
@@ -445,6 +449,8 @@ class ControlPlane:
             case Publish():
                 self._publish(effect, version, index)
                 self._announce(w, effect, version, index)
+            case RecordView():
+                self.cluster.record(w.key, w.kind, view(w))
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True
@@ -515,6 +521,12 @@ class ControlPlane:
             )
 
 
+def _with_view(before: Workload | None, decision: Decision) -> tuple[Effect, ...]:
+    """The decision's effects with its view, if changed (a new object carries none yet)."""
+    assert decision.workload is not None
+    return with_view(None if decision.reborn else before, decision.workload, decision.effects)
+
+
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
 
@@ -535,13 +547,3 @@ def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[Pod
         if name not in after.pods:
             writes.append(PodWrite(name, None, revs.get(name), after.uid))
     return writes
-
-
-def _view(w: Workload) -> dict[str, str]:
-    """Muster's view, written onto the workload for `kubectl` users."""
-    return {
-        "phase": w.phase.value,
-        "attempt": str(w.attempt),
-        "requeueCount": str(w.requeue_count),
-        "reason": w.reason or "",
-    }

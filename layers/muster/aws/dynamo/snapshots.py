@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from botocore.exceptions import ClientError
 
@@ -26,16 +27,55 @@ class SnapshotItems(Table):
                 "expiresAt": number(int(now) + DAY),
             },
         )
-        items = list(
-            self._query(
-                KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
-                ExpressionAttributeValues={":pk": pk, ":prefix": string(prefix)},
-                ConsistentRead=True,
-            )
+        parts = self.snapshot_parts(part.scope, part.snapshot)
+        return parts if len(parts) >= part.parts else None
+
+    def snapshot_parts(self, scope: str, snapshot: str) -> list[SnapshotPart]:
+        items = self._query(
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :prefix)",
+            ExpressionAttributeValues={
+                ":pk": string(f"SNAPSHOT#{scope}"),
+                ":prefix": string(f"PART#{snapshot}#"),
+            },
+            ConsistentRead=True,
         )
-        if len(items) < part.parts:
-            return None
         return [decode_snapshot_part(json.loads(i["part"]["S"])) for i in items]
+
+    def open_slices(self, scope: str, snapshot: str, count: int, now: float) -> list[int]:
+        """One item per snapshot holds the numbers of its slices not yet done (a number set,
+        which DynamoDB drops when its last number goes)."""
+        key = {"pk": string(f"SNAPSHOT#{scope}"), "sk": string(f"SLICES#{snapshot}")}
+        item: dict[str, Any] = {**key, "expiresAt": number(int(now) + DAY)}
+        if count:
+            item["open"] = {"NS": [str(n) for n in range(1, count + 1)]}
+        try:
+            self.client.put_item(
+                TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)"
+            )
+            return list(range(1, count + 1))
+        except ClientError as exc:
+            if not is_conflict(exc):
+                raise
+        found = self.client.get_item(TableName=self.table, Key=key, ConsistentRead=True)
+        numbers = (found.get("Item") or {}).get("open", {}).get("NS", [])
+        return sorted(int(n) for n in numbers)
+
+    def close_slice(self, scope: str, snapshot: str, number: int) -> int:
+        try:
+            reply = self.client.update_item(
+                TableName=self.table,
+                Key={"pk": string(f"SNAPSHOT#{scope}"), "sk": string(f"SLICES#{snapshot}")},
+                UpdateExpression="DELETE #o :n",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#o": "open"},
+                ExpressionAttributeValues={":n": {"NS": [str(number)]}},
+                ReturnValues="UPDATED_NEW",
+            )
+        except ClientError as exc:
+            if not is_conflict(exc):
+                raise
+            return 0  # expired with its snapshot's parts: nothing left to wait for
+        return len((reply.get("Attributes") or {}).get("open", {}).get("NS", []))
 
     def snapshot_revision(self, scope: str) -> int:
         item = self.client.get_item(
