@@ -227,9 +227,9 @@ def instance(
 ) -> int:
     """One function instance: batches until none is left; how many records it failed."""
     from aws_lambda_powertools.utilities.batch import process_partial_response
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
     from muster.harness.lambda_events import sqs_event
     from muster.lambdas.ingest import ingest_batch
-    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
     from muster.lambdas.records import ingest_record
 
     control_plane, processor = worker
