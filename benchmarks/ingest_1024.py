@@ -1,8 +1,11 @@
 """Benchmark: a 1,024-pod gang's status events through the ingest path on moto.
 
 Every pod is reported Pending, then Running, then Ready (3,072 events), in SQS
-batches of ten, to the ingest function's record processing (the code its handler
-runs), as Lambda would deliver them. `--workers` function instances run at once,
+batches of 100 (the ingest event source's batch size), to the ingest function's
+batch processing (`muster.lambdas.ingest.ingest_batch`, the code its handler runs:
+a gang's pod events in one batch are one write), as Lambda would deliver them.
+`--one-by-one` plays them through the record-by-record path instead (one write per
+pod event), for comparison. `--workers` function instances run at once,
 each with its own control plane, batch processor and AWS clients, against one moto
 server on the loopback interface (so DynamoDB sees concurrent writers, as it
 would with several Lambda instances). The workload is submitted
@@ -11,7 +14,8 @@ and admitted first, so the last Ready pod makes the gang PodsReady.
 Prints events per second, DynamoDB write requests per pod event (counted from
 the real API calls with botocore event hooks), and write conflicts retried.
 
-    .venv/bin/python benchmarks/ingest_1024.py [--pods 1024] [--workers 4]
+    .venv/bin/python benchmarks/ingest_1024.py [--pods 1024] [--workers 4] [--batch 100]
+        [--one-by-one]
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=4, help="concurrent function instances")
-    parser.add_argument("--batch", type=int, default=10, help="SQS batch size")
+    parser.add_argument("--batch", type=int, default=100, help="SQS batch size")
+    parser.add_argument(
+        "--one-by-one", action="store_true", help="each record on its own (no pod runs)"
+    )
     args = parser.parse_args(argv)
 
     import logging
@@ -70,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
 
+    serialise_moto_dynamodb()
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -78,6 +86,26 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     finally:
         server.stop()
+
+
+def serialise_moto_dynamodb() -> None:
+    """One DynamoDB request at a time in moto, as DynamoDB isolates them.
+
+    moto's server is not thread-safe: a transaction deep-copies the table (to roll
+    back) while other requests change it, fails with a 500, and restoring the copy
+    loses the concurrent writes (a ready count one short). DynamoDB isolates
+    requests; serialising moto's makes it measure Muster, not moto's races.
+    """
+    from moto.dynamodb.responses import DynamoHandler
+
+    lock = threading.Lock()
+    call_action = DynamoHandler.call_action
+
+    def serialised(self: Any) -> Any:
+        with lock:
+            return call_action(self)
+
+    DynamoHandler.call_action = serialised  # type: ignore[method-assign]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     # instances, they share nothing but the AWS services.
     workers = [(plane(), sqs_processor()) for _ in range(args.workers)]
     started = time.perf_counter()
-    failures = replay(waves, workers, context)
+    failures = replay(waves, workers, context, one_by_one=args.one_by_one)
     elapsed = time.perf_counter() - started
     return report(args, elapsed, calls, workers, setup, failures)
 
@@ -170,9 +198,14 @@ def pod_waves(pods: int, batch: int) -> list[list[list[dict[str, Any]]]]:
 
 
 def replay(
-    waves: list[list[list[dict[str, Any]]]], workers: list[tuple[Any, Any]], context: Any
+    waves: list[list[list[dict[str, Any]]]],
+    workers: list[tuple[Any, Any]],
+    context: Any,
+    *,
+    one_by_one: bool = False,
 ) -> int:
     """Each wave's batches taken by the function instances at once; the records that failed."""
+    take = partial(instance, one_by_one=one_by_one)
     failures = 0
     with ThreadPoolExecutor(max_workers=len(workers)) as pool:
         for wave in waves:  # every pod Pending, then Running, then Ready
@@ -180,17 +213,23 @@ def replay(
             for batch in wave:
                 batches.put(batch)
             failures += sum(
-                pool.map(instance, workers, [batches] * len(workers), [context] * len(workers))
+                pool.map(take, workers, [batches] * len(workers), [context] * len(workers))
             )
     return failures
 
 
 def instance(
-    worker: tuple[Any, Any], batches: queue.SimpleQueue[list[dict[str, Any]]], context: Any
+    worker: tuple[Any, Any],
+    batches: queue.SimpleQueue[list[dict[str, Any]]],
+    context: Any,
+    *,
+    one_by_one: bool = False,
 ) -> int:
     """One function instance: batches until none is left; how many records it failed."""
     from aws_lambda_powertools.utilities.batch import process_partial_response
+    from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
     from muster.harness.lambda_events import sqs_event
+    from muster.lambdas.ingest import ingest_batch
     from muster.lambdas.records import ingest_record
 
     control_plane, processor = worker
@@ -200,13 +239,20 @@ def instance(
             batch = batches.get_nowait()
         except queue.Empty:
             return failed
-        response = process_partial_response(
-            event=sqs_event(*batch),
-            record_handler=partial(ingest_record, control_plane, CLUSTER),
-            processor=processor,
-            context=context,
-        )
-        failed += len(response["batchItemFailures"])
+        try:
+            if one_by_one:
+                response = process_partial_response(
+                    event=sqs_event(*batch),
+                    record_handler=partial(ingest_record, control_plane, CLUSTER),
+                    processor=processor,
+                    context=context,
+                )
+            else:
+                event = sqs_event(*batch)
+                response = ingest_batch(control_plane, CLUSTER, event, context, processor)
+            failed += len(response["batchItemFailures"])
+        except BatchProcessingError:  # every record of the batch failed
+            failed += len(batch)
 
 
 def report(
@@ -225,7 +271,11 @@ def report(
     ready = (
         f"{final.workload.ready_pods} ready pods, ready count {final.ready_count}" if final else ""
     )
-    print(f"pods: {args.pods}  pod events: {pod_events}  function instances: {args.workers}")
+    path = "record by record" if args.one_by_one else "pod runs per batch"
+    print(
+        f"pods: {args.pods}  pod events: {pod_events}  function instances: {args.workers}"
+        f"  batch: {args.batch} ({path})"
+    )
     print(f"elapsed: {elapsed:.2f} s")
     print(f"events per second: {pod_events / elapsed:.1f}")
     print(f"DynamoDB write requests per pod event: {writes / pod_events:.3f} ({writes} writes)")

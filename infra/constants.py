@@ -70,12 +70,16 @@ PYTHON_VERSION = "3.12"
 LAYER_PLATFORM = "manylinux2014_x86_64"
 
 # Function timeouts (seconds) and memory (MiB); each queue's visibility timeout is
-# VISIBILITY_FACTOR times its consumer's timeout, as AWS advises for SQS sources.
+# VISIBILITY_FACTOR times its consumer's timeout plus its batching window, as AWS
+# advises for SQS sources.
 FUNCTION_TIMEOUT_SECONDS = {INGEST: 30, TIMER: 30, ADMISSION: 60, SWEEPER: 60}
 FUNCTION_MEMORY_MB = {INGEST: 512, TIMER: 256, ADMISSION: 512, SWEEPER: 256}
 VISIBILITY_FACTOR = 6
 MAX_RECEIVE_COUNT = 5
-BATCH_SIZE = {INGEST: 10, TIMER: 10, ADMISSION: 10}
+# Ingest takes up to 100 records, gathered for up to a second: a gang's burst of pod
+# events then arrives together, and its pod events in one batch are one write.
+BATCH_SIZE = {INGEST: 100, TIMER: 10, ADMISSION: 10}
+BATCHING_WINDOW_SECONDS = {INGEST: 1, TIMER: 0, ADMISSION: 0}
 # At most this many admission functions poll the admission queue at once, set on the
 # event source mapping (MaximumConcurrency) rather than as reserved concurrency, so
 # that throttled receives do not count towards the DLQ's maxReceiveCount. AWS's

@@ -128,6 +128,11 @@ class ControlPlaneFunctions(Construct):
             sources.SqsEventSource(
                 wiring.queues[c.FUNCTION_QUEUE[name]],
                 batch_size=c.BATCH_SIZE[name],
+                max_batching_window=(
+                    Duration.seconds(c.BATCHING_WINDOW_SECONDS[name])
+                    if c.BATCHING_WINDOW_SECONDS[name]
+                    else None
+                ),
                 report_batch_item_failures=True,
                 # Admission passes: as few at once as AWS allows (see the constant).
                 max_concurrency=c.ADMISSION_MAX_CONCURRENCY if name == c.ADMISSION else None,

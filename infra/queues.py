@@ -13,7 +13,12 @@ class QueueWithDlq(Construct):
     """A Standard, encrypted, TLS-only queue whose failing messages land in a DLQ."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, consumer_timeout_seconds: int
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        consumer_timeout_seconds: int,
+        batching_window_seconds: int = 0,
     ) -> None:
         super().__init__(scope, construct_id)
         self.dlq = sqs.Queue(
@@ -28,7 +33,9 @@ class QueueWithDlq(Construct):
             "Queue",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-            visibility_timeout=Duration.seconds(c.VISIBILITY_FACTOR * consumer_timeout_seconds),
+            visibility_timeout=Duration.seconds(
+                c.VISIBILITY_FACTOR * consumer_timeout_seconds + batching_window_seconds
+            ),
             dead_letter_queue=sqs.DeadLetterQueue(
                 max_receive_count=c.MAX_RECEIVE_COUNT, queue=self.dlq
             ),
@@ -47,6 +54,7 @@ class Queues(Construct):
                 self,
                 name.capitalize(),
                 consumer_timeout_seconds=c.FUNCTION_TIMEOUT_SECONDS[consumer[name]],
+                batching_window_seconds=c.BATCHING_WINDOW_SECONDS[consumer[name]],
             )
             for name in c.QUEUE_NAMES
         }

@@ -1,15 +1,15 @@
-"""Ingest: agent events (EventBridge -> SQS) applied to the workloads they concern."""
+"""Ingest: agent events (EventBridge -> SQS) applied to the workloads they concern;
+a workload's pod events in one batch are applied together (`muster.lambdas.ingest`)."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.lambdas.records import ingest_record, sqs_processor
+from muster.lambdas.ingest import ingest_batch
+from muster.lambdas.records import sqs_processor
 from muster.lambdas.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
@@ -28,9 +28,4 @@ def handler(
     if plane is None or cluster_name is None:
         plane, config = deployed.get()
         cluster_name = config.cluster_name
-    return process_partial_response(
-        event=event,
-        record_handler=partial(ingest_record, plane, cluster_name),
-        processor=processor,
-        context=context,
-    )
+    return ingest_batch(plane, cluster_name, event, context, processor)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
-from muster.lambdas.records import sqs_processor, timer_record
+from muster.lambdas.records import sqs_processor, timer_batch
 from muster.lambdas.wiring import PerContainer, build_control_plane
 from muster.runtime.service import ControlPlane
 
@@ -22,9 +20,4 @@ deployed = PerContainer(build_control_plane)
 def handler(
     event: dict[str, Any], context: LambdaContext, plane: ControlPlane | None = None
 ) -> PartialItemFailureResponse:
-    return process_partial_response(
-        event=event,
-        record_handler=partial(timer_record, plane or deployed.get()[0]),
-        processor=processor,
-        context=context,
-    )
+    return timer_batch(plane or deployed.get()[0], event, context, processor)

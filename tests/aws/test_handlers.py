@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from muster.core import Outcome
 from muster.harness.lambda_events import LambdaContext, sqs_event
-from muster.lambdas.records import timer_record
+from muster.lambdas.records import sqs_processor, timer_batch, timer_record
 from muster.runtime.memory import MemoryStore
 from muster.runtime.messages import retry_delay, rfc3339
 
@@ -221,3 +221,77 @@ def test_deeply_nested_json_is_rejected_by_ingest_and_not_retried(rig: Rig):
     deep = "[" * 100_000 + "]" * 100_000
     assert _ingest(rig, deep) == {"batchItemFailures": []}
     assert rig.metrics.total("InvalidEvents") == 1
+
+
+class _Context:
+    def __init__(self, seconds_left: float) -> None:
+        self.left = seconds_left
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.left * 1000)
+
+
+def _early_batch(rig: Rig, early: list[float]) -> tuple[list[str], dict]:
+    """Workloads admitted at once, and one deadline signal for each, `early` seconds before
+    its deadline, all in one batch."""
+    keys = [f"team-a/job-{i}" for i in range(len(early))]
+    rig.doc["gpuQuota"] = 1000
+    for key in keys:
+        rig.submit(key, 1)
+    assert sorted(rig.admit()) == sorted(keys)
+    rig.clock.now += 57
+    bodies = [
+        {**sample("deadline_reached.json"), "workload": key, "deadline": rfc3339(rig.clock.now + e)}
+        for key, e in zip(keys, early, strict=True)
+    ]
+    return keys, sqs_event(*bodies, queue="muster-timer")
+
+
+def test_a_batch_of_early_signals_is_held_once_never_past_a_deadline(rig: Rig):
+    # GIVEN ten signals a little early (up to 1.9 s) and one 3 s early, in one batch
+    early = [1.9 - 0.2 * i for i in range(10)] + [3.0]
+    early = [max(e, 0.05) for e in early]
+    keys, event = _early_batch(rig, early)
+    start = rig.clock.now
+    deadlines = {k: start + e for k, e in zip(keys, early, strict=True)}
+    slept: list[float] = []
+    evicted_at: dict[str, float] = {}
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        rig.clock.now += seconds
+
+    plane = rig.plane()
+    evict = rig.cluster.evict
+
+    def watch(effect):  # type: ignore[no-untyped-def]
+        evicted_at[effect.workload] = rig.clock.now
+        evict(effect)
+
+    rig.cluster.evict = watch  # type: ignore[method-assign]
+    # WHEN the timer function takes the batch
+    response = timer_batch(plane, event, _Context(30), sqs_processor(), sleep=sleep)
+    # THEN it slept once, for the latest of the little-early ones (not 11 times, not 50 s)
+    assert response == {"batchItemFailures": []}
+    assert slept == [pytest.approx(1.9)]
+    # AND every gang it evicted was evicted at or after its deadline
+    assert set(evicted_at) == set(keys[:10])
+    assert all(evicted_at[k] >= deadlines[k] - 1e-9 for k in evicted_at)
+    # AND the one far too early is re-armed for its remainder
+    [(workload, _timer, delay)] = rig.messages.deadlines
+    assert workload == keys[10] and delay == pytest.approx(deadlines[keys[10]] - rig.clock.now)
+
+
+def test_a_batch_without_time_to_hold_re_arms_its_early_signals(rig: Rig):
+    # GIVEN two signals 1 s early, and a function with 10.5 s left (it keeps 10 for the records)
+    keys, event = _early_batch(rig, [1.0, 1.0])
+    slept: list[float] = []
+    # WHEN the timer function takes the batch
+    timer_batch(rig.plane(), event, _Context(10.5), sqs_processor(), sleep=slept.append)
+    # THEN it does not sleep, evicts nobody, and re-arms both for the remainder
+    assert slept == []
+    assert [c for c in rig.cluster.calls if c[0] == "evict"] == []
+    assert sorted((w, d) for w, _t, d in rig.messages.deadlines) == [
+        (keys[0], pytest.approx(1.0)),
+        (keys[1], pytest.approx(1.0)),
+    ]

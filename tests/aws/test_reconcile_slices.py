@@ -242,3 +242,33 @@ def test_a_snapshot_of_2000_workloads_that_changes_nothing_costs_no_kubernetes_c
     # At most the snapshot's revision on each workload (older pod events than it stay
     # stale), plus opening and closing the slices.
     assert rig.store.writes - writes <= len(keys) + 1 + slices
+
+
+def test_an_ingest_batch_of_slices_stops_short_of_its_invocations_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a hundred open slices of one snapshot (an ingest batch's worth)
+    rig, queue, keys = _rig(100 * 2)
+    monkeypatch.setattr("muster.runtime.reconciliation.SLICE_KEYS", 2)
+    _plane(rig, queue).handle(_pods_snapshot(rig, keys, 100))
+    slices = queue.take()
+    assert len(slices) == 100
+    # WHEN they are applied with a clock that moves a second per read and an
+    # invocation that must be done 20 s from now
+    plane = _plane(rig, queue)
+    ticks = iter(range(0, 100_000))
+    plane.clock = lambda: float(next(ticks))
+    until = 20.0
+    for s, _ in slices:
+        plane.reconcile_slice(s, until=until)
+    # THEN the slices past that point did nothing but send themselves on, whole
+    sent = queue.take()
+    assert sent and all(delay == 0 and rest.tries == 0 for rest, delay in sent)
+    untouched = [rest for rest, _ in sent if rest.keys in {s.keys for s, _ in slices}]
+    assert len(untouched) >= 90
+    # AND applied later, they complete the snapshot
+    later = _plane(rig, queue)
+    for rest, _ in sent:
+        later.reconcile_slice(rest)
+    _drain(rig, queue)
+    assert rig.store.snapshot_revision(POD_SCOPE) == 100

@@ -76,14 +76,32 @@ def test_every_queue_and_dlq_has_an_alarm(synthesized: Synthesized) -> None:
     assert alarmed == set(main) | set(dlqs)
 
 
-def test_visibility_timeout_is_six_times_the_consumer_timeout(synthesized: Synthesized) -> None:
+def test_visibility_timeout_is_six_times_the_consumer_timeout_plus_its_window(
+    synthesized: Synthesized,
+) -> None:
     doc = synthesized.template
     functions = resources(doc, "AWS::Lambda::Function")
     for mapping in resources(doc, "AWS::Lambda::EventSourceMapping").values():
-        queue = doc["Resources"][_ref_id(mapping["Properties"]["EventSourceArn"])]
-        function = functions[_ref_id(mapping["Properties"]["FunctionName"])]
-        assert queue["Properties"]["VisibilityTimeout"] >= 6 * function["Properties"]["Timeout"]
-        assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        props = mapping["Properties"]
+        queue = doc["Resources"][_ref_id(props["EventSourceArn"])]
+        function = functions[_ref_id(props["FunctionName"])]
+        window = props.get("MaximumBatchingWindowInSeconds", 0)
+        assert queue["Properties"]["VisibilityTimeout"] >= (
+            6 * function["Properties"]["Timeout"] + window
+        )
+        assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_ingest_takes_large_batches_gathered_for_a_second(synthesized: Synthesized) -> None:
+    """A gang's burst of pod events arrives together, so its pod events share writes."""
+    mappings = resources(synthesized.template, "AWS::Lambda::EventSourceMapping").values()
+    by_queue = {_ref_id(m["Properties"]["EventSourceArn"]): m["Properties"] for m in mappings}
+    [ingest] = [p for q, p in by_queue.items() if "IngestQueue" in q]
+    assert ingest["BatchSize"] == 100
+    assert ingest["MaximumBatchingWindowInSeconds"] == 1
+    others = [p for q, p in by_queue.items() if "IngestQueue" not in q]
+    assert len(others) == 2
+    assert all(p["BatchSize"] == 10 and "MaximumBatchingWindowInSeconds" not in p for p in others)
 
 
 def test_each_function_has_its_own_role_layer_and_the_runtime_environment(

@@ -494,3 +494,21 @@ def test_an_admitted_workload_keeps_its_queue_so_quotas_hold() -> None:
     w = admitted()
     d = decide(w, submit(KEY, queue="other", seq=2, priority=3), DEFAULT, 1)
     assert d.workload is not None and d.workload.queue == "q" and d.workload.priority == 3
+
+
+def test_a_pod_first_heard_of_after_an_eviction_never_counts_for_the_next_attempt() -> None:
+    # GIVEN a gang of one evicted at its deadline before its pod's Ready was applied
+    # (the pod event failed, and comes back redelivered after the eviction)
+    w = admitted(pods=1)
+    evicted = timeout(w).workload
+    assert evicted is not None and evicted.phase is Phase.REQUEUED
+    late = decide(evicted, ready(KEY, "p0", seq=177, uid="old"), DEFAULT, 1)
+    # THEN the pod is the evicted attempt's: kept, but retired
+    assert late.workload is not None and late.workload.pods["p0"].retired
+    # WHEN the gang is admitted again
+    again = requeue_and_admit(late.workload)
+    # THEN the old pod does not make it whole: the new attempt waits for its own
+    assert again.phase is Phase.ADMITTED and again.ready_pods == 0
+    # AND its own pod does
+    d = decide(again, ready(KEY, "p0", seq=300, uid="new"), DEFAULT, again.queued_at + 2)
+    assert d.workload is not None and d.workload.phase is Phase.RUNNING

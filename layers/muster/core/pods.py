@@ -14,6 +14,7 @@ from muster.core.copying import replace
 from muster.core.diagnosis import classify
 from muster.core.gang import readiness
 from muster.core.model import (
+    ACTIVE_PHASES,
     NOT_READY_PHASES,
     Decision,
     Kind,
@@ -37,6 +38,7 @@ def observe_pod(
     )
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
+    pod = of_the_attempt(w, pod)
     pods = dict(w.pods)
     if pod is None:
         del pods[e.pod]
@@ -161,9 +163,27 @@ def observe_stored_pod(
         # A redelivery after a crash between the pod write and the gang's transition:
         # count the gang again.
         return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
+    pod = of_the_attempt(w, pod)
     delta = _counts_ready(pod) - _counts_ready(known)
     faults = not delta and _fault_watch_moved(w, settings, known, pod)
     return PodChange(outcome, pod, note, delta, recount=bool(delta) or faults, faults=faults)
+
+
+def of_the_attempt(w: Workload, pod: Pod | None) -> Pod | None:
+    """A live pod first heard of after its workload was evicted is one of the evicted
+    attempt's (its event came late, say redelivered after a failed batch): it is
+    retired, so it never counts for a later attempt.
+
+    After an eviction a Job's pods are being removed (it is suspended) and a pod
+    group's were deleted; a pod group's replacements are gated, so only a bound one
+    is left over. Before the first admission nothing was evicted, and a workload's
+    pods are its own.
+    """
+    if pod is None or not pod.live or w.phase in ACTIVE_PHASES or w.attempt == 0:
+        return pod
+    if w.phase is Phase.FINISHED or (w.kind is Kind.POD_GROUP and pod.node is None):
+        return pod
+    return replace(pod, retired=True, ready=False)
 
 
 def gang_may_have_moved(w: Workload, ready_count: int, *, faults: bool = False) -> bool:

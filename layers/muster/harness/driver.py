@@ -1,8 +1,8 @@
 """A workload driver for the fault wrappers: the control plane's functions, in virtual
 time, on in-memory queues and a model cluster, with faults injected into every port.
 
-What runs is the real thing: the functions' record handlers (`ingest_record`,
-`timer_record`, `admission_batch` with Powertools' `BatchProcessor`), the
+What runs is the real thing: the functions' batch and record handlers (`ingest_batch`,
+`timer_batch`, `admission_batch` with Powertools' `BatchProcessor`), the
 `ControlPlane` and the sweeper, through the wrapped ports. What is modelled:
 SQS (delays, a visibility timeout, a redrive to a DLQ after five receives), Step
 Functions (a timer sends its signal at the deadline, or early), and a cluster
@@ -27,10 +27,7 @@ import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
-
-from aws_lambda_powertools.utilities.batch import process_partial_response
 
 from muster.core import (
     ACTIVE_PHASES,
@@ -50,17 +47,18 @@ from muster.harness.virtual_aws import (
     VirtualQueues,
     VirtualTimers,
 )
+from muster.lambdas.ingest import ingest_batch
 from muster.lambdas.records import (
     admission_batch,
-    ingest_record,
     sqs_processor,
-    timer_record,
+    timer_batch,
 )
 from muster.runtime.memory import MemoryBus, MemoryMetrics, MemoryStore
 from muster.runtime.service import ControlPlane
 from muster.runtime.sweeper import GRACE_SECONDS, SWEPT_PHASES, Sweeper
 
 SWEEP_EVERY = 60.0
+BATCH_SIZE = {"ingest": 100, "timer": 10, "admission": 10}  # as the event source mappings
 FINAL = frozenset({Phase.FINISHED, Phase.DEACTIVATED})
 
 
@@ -241,13 +239,9 @@ class Harness:
         self._current = (queue, batch[0])
         try:
             if queue == "ingest":
-                response = process_partial_response(
-                    event, partial(ingest_record, plane, CLUSTER), processor
-                )
+                response = ingest_batch(plane, CLUSTER, event, None, processor)
             elif queue == "timer":
-                response = process_partial_response(
-                    event, partial(timer_record, plane, sleep=lambda s: None), processor
-                )
+                response = timer_batch(plane, event, None, processor, sleep=lambda s: None)
             else:
                 response = admission_batch(plane, event, None, processor)
             failed = {str(f["itemIdentifier"]) for f in response["batchItemFailures"]}
@@ -411,7 +405,7 @@ class Harness:
                 self.clock.now = max(self.clock.now, min(times))
                 self.cluster.run_due()
                 for queue in ("ingest", "timer", "admission"):
-                    batch = self.queues.due(queue)
+                    batch = self.queues.due(queue, BATCH_SIZE[queue])
                     if batch:
                         self._deliver(queue, batch)
                 if self.clock.now >= next_sweep:

@@ -97,7 +97,15 @@ class FaultPlan:
 
 # Writes that are conditional, and so can lose a race.
 CONDITIONAL_WRITES = frozenset(
-    {"write_workload", "write_pod", "admit", "clear_outbox", "record_failure", "quarantine"}
+    {
+        "write_workload",
+        "write_pod",
+        "write_pods",
+        "admit",
+        "clear_outbox",
+        "record_failure",
+        "quarantine",
+    }
 )
 # Everything else that writes (a crash or a throttle may hit them too).
 OTHER_WRITES = frozenset(

@@ -99,9 +99,7 @@ def _pod_problems(key: str, truth: Truth, w: Workload, running: bool) -> list[st
     """The pods Muster sees against the cluster's, and whether the gang is whole."""
     problems: list[str] = []
     cluster = {name: (e.uid, truth.ready(e)) for (k, name), e in truth.pods.items() if k == key}
-    seen = {
-        p.name: (p.uid, p.counts_ready) for p in w.pods.values() if not p.retired and not p.deleted
-    }
+    seen = {p.name: (p.uid, p.counts_ready) for p in w.pods.values() if not p.deleted}
     if seen != cluster:
         problems.append(f"{key}: pods {seen} in Muster, {cluster} in the cluster")
     if running:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import (
@@ -26,10 +27,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from muster import contract
 from muster.aws.observability import logger
-from muster.core import NodeObserved, SnapshotPart, Timer
+from muster.core import Event, NodeObserved, SnapshotPart, Timer
 from muster.runtime.admission import AdmissionRequests, admit_after_batch
 from muster.runtime.messages import (
     AdmissionRequest,
+    ReconcileSlice,
     control_plane_message,
     parse_reconcile_message,
     parse_requeue_message,
@@ -48,52 +50,88 @@ def reject(plane: ControlPlane, source: str, error: str, body: str) -> None:
 
 
 def ingest_record(plane: ControlPlane, cluster_name: str, record: SQSRecord) -> None:
-    """One agent event, as EventBridge delivered it to the ingest queue (or a slice of a
-    snapshot's reconciliation, which the ingest function sent there itself)."""
-    body = record.body
-    own = control_plane_message(body)
-    if own is not None:
-        try:
-            work = parse_reconcile_message(own)
-        except InvalidEvent as exc:
-            reject(plane, "reconcile", str(exc), body)
-            return
-        logger.set_correlation_id(f"snapshot/{work.scope}/{work.snapshot}/{work.slice}")
-        plane.reconcile_slice(work)
+    """One ingest message: an agent event, as EventBridge delivered it to the ingest
+    queue, or a slice of a snapshot's reconciliation, which the ingest function sent
+    there itself."""
+    message = ingest_message(plane, cluster_name, record.body)
+    if message is None:
         return
+    logger.set_correlation_id(subject(message))
+    apply_message(plane, message)
+
+
+IngestMessage = Event | SnapshotPart | ReconcileSlice
+
+
+def ingest_message(plane: ControlPlane, cluster_name: str, body: str) -> IngestMessage | None:
+    """What an ingest message holds, or None when it is rejected (and counted)."""
+    own = control_plane_message(body)
+    if own is None:
+        return agent_event(plane, cluster_name, body)
+    try:
+        return parse_reconcile_message(own)
+    except InvalidEvent as exc:
+        reject(plane, "reconcile", str(exc), body)
+        return None
+
+
+def apply_message(
+    plane: ControlPlane, message: IngestMessage, *, until: float | None = None
+) -> None:
+    """`until`: when the invocation must be done (a slice sends on what it cannot finish)."""
+    if isinstance(message, ReconcileSlice):
+        plane.reconcile_slice(message, until=until)
+    else:
+        plane.handle(message)
+
+
+def agent_event(plane: ControlPlane, cluster_name: str, body: str) -> Event | SnapshotPart | None:
+    """The agent event in an ingest message, or None when it is rejected (and counted)."""
     try:
         cluster, event = parse_agent_event(json.loads(body))
     except (InvalidEvent, ValueError) as exc:
         reject(plane, "agent", str(exc), body)
-        return
+        return None
     except RecursionError:
         reject(plane, "agent", "body: JSON nested too deeply", body)
-        return
+        return None
     if cluster != cluster_name:
         reject(plane, "agent", f"cluster: expected {cluster_name!r}, got {cluster!r}", body)
-        return
+        return None
+    return event
+
+
+def subject(event: IngestMessage) -> str:
+    """What an ingest message is about, for the log lines' correlation id."""
+    if isinstance(event, ReconcileSlice):
+        return f"snapshot/{event.scope}/{event.snapshot}/{event.slice}"
     if isinstance(event, SnapshotPart):
-        subject = f"snapshot/{event.scope}/{event.snapshot}"
-    elif isinstance(event, NodeObserved):
-        subject = f"node/{event.node}"
-    else:
-        subject = event.workload
-    logger.set_correlation_id(subject)
-    plane.handle(event)
+        return f"snapshot/{event.scope}/{event.snapshot}"
+    if isinstance(event, NodeObserved):
+        return f"node/{event.node}"
+    return event.workload
 
 
-EARLY_TOLERANCE_SECONDS = 5.0
+EARLY_TOLERANCE_SECONDS = 2.0
+"""A signal at most this early is held (a Wait state counts whole seconds); one earlier
+is re-armed."""
+HOLD_RESERVE_SECONDS = 10.0
+"""What a timer batch keeps of its function's time for the records after a hold."""
 
 
 def timer_record(
-    plane: ControlPlane, record: SQSRecord, sleep: Callable[[float], None] = time.sleep
+    plane: ControlPlane,
+    record: SQSRecord,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    hold_up_to: float = EARLY_TOLERANCE_SECONDS,
 ) -> None:
     """One "deadline reached" message from the timer state machine.
 
-    A signal that comes a little early (a Wait state's one-second precision, or
-    clock skew) is held until the deadline; one that comes well before it is
-    re-armed for the remainder (sent again to the timer queue with that delay),
-    so no gang is evicted before its time.
+    A signal at most `hold_up_to` early (a Wait state's one-second precision, or
+    clock skew) is held until the deadline; one that comes earlier is re-armed
+    for the remainder (sent again to the timer queue with that delay), so no gang
+    is evicted before its time.
     """
     body = record.body
     try:
@@ -103,17 +141,58 @@ def timer_record(
         return
     logger.set_correlation_id(event.workload)
     early = deadline - plane.clock()
-    if 0 < early <= EARLY_TOLERANCE_SECONDS:
+    if 0 < early <= hold_up_to:
         sleep(early)
-    elif early > EARLY_TOLERANCE_SECONDS:
+    elif early > 0:
         logger.warning(
-            "timer fired well before its deadline; re-armed for the remainder",
+            "timer fired before its deadline; re-armed for the remainder",
             extra={"earlySeconds": early},
         )
         timer = Timer(event.kind, event.attempt, event.episode, deadline, event.incarnation)
         plane.messages.deadline_later(event.workload, timer, early)
         return
     plane.handle(event)
+
+
+def timer_batch(
+    plane: ControlPlane,
+    event: dict[str, Any],
+    context: LambdaContext | None,
+    processor: BatchProcessor,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PartialItemFailureResponse:
+    """A batch of deadline signals, held at most once: for the latest of those a
+    little early, and only while the function's time allows; every signal still
+    early after that is re-armed (`timer_record`), so ten early records never
+    sleep ten times, and no gang is evicted before its deadline."""
+    hold = batch_hold(plane, event, context)
+    if hold > 0:
+        sleep(hold)
+    return process_partial_response(
+        event=event,
+        record_handler=partial(timer_record, plane, sleep=sleep, hold_up_to=0.0),
+        processor=processor,
+        context=context,
+    )
+
+
+def batch_hold(plane: ControlPlane, event: dict[str, Any], context: LambdaContext | None) -> float:
+    """How long a timer batch holds: the largest earliness up to the tolerance, or 0
+    when that would eat into what the records need of the function's time."""
+    now = plane.clock()
+    early = []
+    for raw in event.get("Records") or []:
+        try:
+            _, deadline = parse_timer_message(SQSRecord(raw).body)
+        except InvalidEvent:
+            continue  # the record handler rejects it
+        if 0 < deadline - now <= EARLY_TOLERANCE_SECONDS:
+            early.append(deadline - now)
+    hold = max(early, default=0.0)
+    if context is not None and hold:
+        left = context.get_remaining_time_in_millis() / 1000 - HOLD_RESERVE_SECONDS
+        hold = hold if hold <= left else 0.0
+    return hold
 
 
 def admission_batch(

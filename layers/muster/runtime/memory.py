@@ -17,7 +17,16 @@ from typing import Any
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
 from muster.runtime import ports
-from muster.runtime.ports import Conflict, Ledger, PodWrite, Quarantine, Stored, StoredPod
+from muster.runtime.ports import (
+    MAX_POD_WRITES,
+    Conflict,
+    Ledger,
+    PodWrite,
+    Quarantine,
+    Stored,
+    StoredPod,
+    StoredPods,
+)
 
 
 @dataclass
@@ -119,6 +128,41 @@ class MemoryStore:
             ports.settle_pod(stored[0], stored[2], item.epoch) if stored and mine else None,
             stored[1] if stored else None,
         )
+
+    def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
+        item = self.items.get(key)
+        if item is None:
+            return None
+        stored = self.pods.get(key, {})
+        found = {n: stored[n] for n in names if n in stored}
+        return StoredPods(
+            item.workload,
+            item.version,
+            item.epoch,
+            item.ready_count,
+            item.outbox,
+            {
+                n: ports.settle_pod(p, e, item.epoch)
+                for n, (p, _, e, owner) in found.items()
+                if ports.belongs(owner, item.workload.uid)
+            },
+            {n: rev for n, (_, rev, _, _) in found.items()},
+        )
+
+    def write_pods(
+        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
+        if len(writes) > MAX_POD_WRITES:
+            raise ValueError(f"{len(writes)} pod writes in one transaction")
+        self._maybe_conflict()
+        for write in writes:
+            self._check_pod(key, write)
+        item = self.items[key]
+        if ready_delta and item.epoch != epoch:
+            raise Conflict(f"{key}: evicted meanwhile")
+        for write in writes:
+            self._apply_pod(key, write, epoch, write.owner, now)
+        item.ready_count += ready_delta
 
     def _check_pod(self, key: str, write: PodWrite) -> None:
         current = self.pods.get(key, {}).get(write.name)

@@ -87,6 +87,25 @@ class StoredPod:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredPods:
+    """The workload item without the gang, and the named pods: what a run of pod events
+    of one gang needs (`pods`: those of this incarnation, settled; `revs`: every named
+    pod item found, whoever it belongs to)."""
+
+    workload: Workload  # without pods
+    version: int
+    epoch: int
+    ready_count: int
+    outbox: tuple[Effect, ...] = ()
+    pods: Mapping[str, Pod] = field(default_factory=dict)
+    revs: Mapping[str, int] = field(default_factory=dict)
+
+
+MAX_POD_WRITES = 99
+"""Pods in one `write_pods`: a DynamoDB transaction holds at most 100 items, one is the count."""
+
+
+@dataclass(frozen=True, slots=True)
 class PodWrite:
     """Put `pod` (or delete `name` when `pod` is None) if its revision is still `expected`."""
 
@@ -129,6 +148,17 @@ class WorkloadStore(Protocol):
 
         A tombstone (a deleted pod), or a pod of a finished workload, expires on its own.
         """
+        ...
+
+    def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
+        """The workload item and the named pod items, read consistently."""
+        ...
+
+    def write_pods(
+        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
+        """Pods (at most `MAX_POD_WRITES`), each on its revision, with the summed change of
+        the ready count (same epoch only), all or none; as `write_pod` otherwise."""
         ...
 
     def write_workload(

@@ -32,7 +32,7 @@ log = logging.getLogger("muster.runtime")
 SLICE_KEYS = 50
 """Workloads per slice: a few reads, a write and at most a few cluster calls each."""
 SLICE_SECONDS = 1.5
-"""A slice's time budget: an ingest batch of ten slices stays well inside 30 s."""
+"""A slice's own time budget; an ingest batch also stops its slices short of its end."""
 MAX_SLICE_TRIES = 8
 """Tries of a workload that keeps failing; after that the next snapshot heals it."""
 

@@ -9,7 +9,8 @@ touches the workload (a retry of the same message, or any later event).
 Pods live in items of their own, so pod events of a large gang neither rewrite
 nor reload the whole gang. A pod event reads the workload item and its one pod,
 asks the core what the pod's change is (`observe_stored_pod`), and writes the pod
-together with the change of the gang's ready count. It then reads the count back,
+together with the change of the gang's ready count (`handle_pods` does that for
+many pod events of one gang at once: one read, one write). It then reads the count back,
 and only when the core says the gang may have become whole (or stopped being
 whole; `gang_may_have_moved`) loads the gang and lets the core decide
 (`PodsCounted`). Every writer reads after its own write, so of two concurrent
@@ -60,6 +61,7 @@ from muster.core.reconcile import complete
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
 from muster.runtime.messages import ReconcileSlice
+from muster.runtime.pod_batch import pod_events
 from muster.runtime.ports import (
     Bus,
     ClusterActions,
@@ -75,7 +77,7 @@ from muster.runtime.ports import (
     WorkloadStore,
     workload_state,
 )
-from muster.runtime.reconciliation import SliceQueue, apply_slice, fan_out
+from muster.runtime.reconciliation import SLICE_SECONDS, SliceQueue, apply_slice, fan_out
 from muster.runtime.results import (
     EffectFailed,
     Quarantined,
@@ -134,6 +136,11 @@ class ControlPlane:
                 self._count_outcome(Outcome.IGNORED)
             return [self._handle_one(replace(event, workload=key)) for key in keys]
         return [self._handle_one(event)]
+
+    def handle_pods(self, key: str, events: Sequence[PodObserved]) -> list[Outcome]:
+        """Pod events of one workload, in order, applied together: one read, one write
+        and one count for many (`muster.runtime.pod_batch`), as `handle` would one by one."""
+        return pod_events(self, key, events)
 
     def _node_capacity(self, event: NodeObserved) -> bool:
         """Keep the node's capacity report (the newest by `seq`); with `capacityCheck`,
@@ -353,9 +360,11 @@ class ControlPlane:
             return [Outcome.STALE]
         return fan_out(self, snapshot)
 
-    def reconcile_slice(self, s: ReconcileSlice) -> list[Outcome]:
-        """One slice of a snapshot's reconciliation (a message of the ingest queue)."""
-        outcomes = apply_slice(self, s)
+    def reconcile_slice(self, s: ReconcileSlice, *, until: float | None = None) -> list[Outcome]:
+        """One slice of a snapshot's reconciliation (a message of the ingest queue);
+        what it cannot finish by `until` (or within its own budget) it sends on."""
+        budget = SLICE_SECONDS if until is None else min(SLICE_SECONDS, until - self.clock())
+        outcomes = apply_slice(self, s, budget=max(0.0, budget))
         if outcomes == [Outcome.STALE]:
             self._count_outcome(
                 Outcome.STALE, "", "ReconcileSlice", "a newer snapshot was acted on"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from muster.aws.dynamo.table import (
+    MAX_TRANSACTION,
     POD_PREFIX,
     STATE,
     Table,
@@ -23,10 +24,21 @@ from muster.aws.dynamo.table import (
 )
 from muster.core import Pod
 from muster.runtime.codec import decode_effect, decode_pod, decode_workload, dumps, encode_pod
-from muster.runtime.ports import Conflict, PodWrite, StoredPod, belongs, settle_pod
+from muster.runtime.ports import (
+    MAX_POD_WRITES,
+    Conflict,
+    PodWrite,
+    StoredPod,
+    StoredPods,
+    belongs,
+    settle_pod,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
+
+
+MAX_BATCH_GET = 100  # keys in one BatchGetItem
 
 
 class PodItems(Table):
@@ -65,6 +77,73 @@ class PodItems(Table):
             stored,
             int(pod_item["rev"]["N"]) if pod_item else None,
         )
+
+    def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
+        """The workload item and the named pods: `BatchGetItem`s of at most 100 keys."""
+        pk = string(workload_pk(key))
+        keys = [{"pk": pk, "sk": string(STATE)}]
+        keys += [{"pk": pk, "sk": string(POD_PREFIX + n)} for n in dict.fromkeys(names)]
+        items: list[dict[str, Any]] = []
+        for start in range(0, len(keys), MAX_BATCH_GET):
+            chunk = keys[start : start + MAX_BATCH_GET]
+            request: dict[str, Any] = {self.table: {"Keys": chunk, "ConsistentRead": True}}
+            while request:
+                reply = self.client.batch_get_item(RequestItems=request)
+                items.extend(reply["Responses"].get(self.table, []))
+                request = reply.get("UnprocessedKeys") or {}
+        state = next((i for i in items if i["sk"]["S"] == STATE), None)
+        if state is None:
+            return None
+        epoch = int(state["epoch"]["N"])
+        w = decode_workload(json.loads(state["state"]["S"]))
+        pods: dict[str, Pod] = {}
+        revs: dict[str, int] = {}
+        for item in items:
+            if item["sk"]["S"] == STATE:
+                continue
+            name = item["sk"]["S"].removeprefix(POD_PREFIX)
+            revs[name] = int(item["rev"]["N"])
+            if belongs(item.get("owner", {}).get("S", ""), w.uid):
+                pod = decode_pod(json.loads(item["pod"]["S"]))
+                pods[name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
+        return StoredPods(
+            w,
+            int(state["version"]["N"]),
+            epoch,
+            int(state.get("readyCount", {}).get("N", "0")),
+            tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]"))),
+            pods,
+            revs,
+        )
+
+    def write_pods(
+        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+    ) -> None:
+        """One transaction: every pod on its revision, and the count's change on the epoch."""
+        if len(writes) > MAX_POD_WRITES:
+            raise ValueError(f"{len(writes)} pod writes in one transaction")
+        if len(writes) == 1:
+            self.write_pod(key, writes[0], epoch, ready_delta, now)
+            return
+        operations = [self._pod_operation(key, write, epoch, now) for write in writes]
+        if ready_delta:
+            count: UpdateTypeDef = {
+                "TableName": self.table,
+                "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
+                "UpdateExpression": "ADD readyCount :d",
+                "ConditionExpression": "epoch = :e",
+                "ExpressionAttributeValues": {":d": number(ready_delta), ":e": number(epoch)},
+            }
+            operations.append({"Update": count})
+        if not operations:
+            return
+        assert len(operations) <= MAX_TRANSACTION
+        try:
+            self.client.transact_write_items(TransactItems=operations)
+        except ClientError as exc:
+            if is_conflict(exc):
+                raise Conflict(f"{key}: {len(writes)} pods") from exc
+            raise
 
     def _pod_operation(
         self, key: str, write: PodWrite, epoch: int, now: float = 0.0

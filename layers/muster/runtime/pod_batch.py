@@ -1,0 +1,134 @@
+"""Pod events of one gang applied together: one read, one write, one count for many.
+
+A burst of a large gang's pod events, handled one at a time, is a write per event,
+and every writer of the gang meets the others on its workload item. Here a run of
+them reads the workload item and the named pods once (`load_pods`), lets the core
+fold the events in order (`observe_stored_pods`), writes every changed pod with
+the summed change of the ready count in one transaction (`write_pods`), and reads
+the count back once. The core ends a run where one-by-one handling could have
+moved the gang, so the gang goes through the same transitions. A lost race reads
+and folds the run again. An event the light path cannot take (the core asks for
+the whole gang, or the workload has an unfinished outbox) goes the one-event way
+(`ControlPlane.handle`), in order: an outbox is carried out by it, after which the
+run goes on together; a whole gang is needed for every later event too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Protocol
+
+from muster.core import Event, Outcome, Phase, Pod, PodObserved, Settings
+from muster.core.pod_runs import observe_stored_pods
+from muster.retry import Backoff, retry
+from muster.runtime.ports import MAX_POD_WRITES, Conflict, PodWrite, StoredPods, WorkloadStore
+from muster.runtime.results import Quarantined, Stats, TooManyConflicts, WorkloadNotYetKnown
+
+log = logging.getLogger("muster.runtime")
+
+
+class Plane(Protocol):
+    """What a run needs of the control plane (`muster.runtime.service.ControlPlane`)."""
+
+    @property
+    def store(self) -> WorkloadStore: ...
+    @property
+    def settings(self) -> Callable[[], Settings]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def draw(self) -> Callable[[], float]: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+    @property
+    def max_conflicts(self) -> int: ...
+    @property
+    def stats(self) -> Stats: ...
+
+    def _handle_one(self, event: Event) -> Outcome: ...
+
+    def _check_readiness(
+        self, key: str, settings: Settings, now: float, *, faults: bool = False
+    ) -> None: ...
+
+    def _count_outcome(
+        self, outcome: Outcome, workload: str = "", event: str = "", note: str = ""
+    ) -> None: ...
+
+
+def pod_events(plane: Plane, key: str, events: Sequence[PodObserved]) -> list[Outcome]:
+    """Every event of workload `key` applied in order; one outcome per event."""
+    assert all(e.workload == key for e in events)
+    outcomes: list[Outcome] = []
+    rest = list(events)
+    while rest:
+        taken = _run_with_retries(plane, key, rest)
+        if taken is None:  # the whole gang, for this event and every later one
+            outcomes.extend(plane._handle_one(e) for e in rest)
+            break
+        if not taken:  # an outbox first: the one-event way carries it out
+            taken = [plane._handle_one(rest[0])]
+        outcomes.extend(taken)
+        rest = rest[len(taken) :]
+    return outcomes
+
+
+def _run_with_retries(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
+    def lost_race(_try: int, _error: BaseException) -> None:
+        plane.stats.conflicts += 1
+        log.info("write conflict, applying the pod events again", extra={"workload": key})
+
+    try:
+        return retry(
+            partial(_run, plane, key, events),
+            attempts=plane.max_conflicts,
+            retry_on=Conflict,
+            backoff=Backoff(0.02, 1.0, jitter=plane.draw),
+            sleep=plane.sleep,
+            on_retry=lost_race,
+        )
+    except Conflict:
+        plane.stats.conflicts += 1
+        raise TooManyConflicts(f"{key}: gave up after {plane.max_conflicts} conflicts") from None
+
+
+def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
+    """The outcomes of the events taken: [] for an outbox first, None for the whole gang."""
+    names = list(dict.fromkeys(e.pod for e in events))
+    light = plane.store.load_pods(key, names)
+    if light is None:
+        plane.stats.events += len(events)
+        for _ in events:
+            plane._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
+        raise WorkloadNotYetKnown(f"pods {', '.join(names[:3])}... of unknown workload {key}")
+    if light.outbox:
+        return []
+    settings = plane.settings()
+    w = light.workload
+    run = observe_stored_pods(
+        w, light.pods, light.ready_count, events, settings, limit=MAX_POD_WRITES
+    )
+    if not run.taken:
+        return None if run.whole_gang else []
+    now = plane.clock()
+    writes = [_write(light, name, pod) for name, pod in run.pods.items()]
+    if writes:
+        plane.store.write_pods(key, writes, light.epoch, run.ready_delta, now)
+        if w.phase is Phase.FINISHED:
+            plane.store.expire_pods(key, list(run.pods), now)  # late pods of a finished workload
+    plane.stats.events += run.taken
+    for change in run.changes:
+        plane._count_outcome(change.outcome, key, "PodObserved", change.note)
+    if run.recount:
+        try:
+            plane._check_readiness(key, settings, plane.clock(), faults=run.faults)
+        except Quarantined as exc:
+            # Applied once it is released: the agent's resync sends the state again.
+            plane._count_outcome(Outcome.IGNORED, key, "PodObserved", str(exc))
+    return [change.outcome for change in run.changes]
+
+
+def _write(light: StoredPods, name: str, pod: Pod | None) -> PodWrite:
+    return PodWrite(name, pod, light.revs.get(name), light.workload.uid)

@@ -1,0 +1,231 @@
+"""Pod events of one gang applied together (`ControlPlane.handle_pods`): the same gang and
+the same lifecycle as one by one, in fewer writes; lost races applied again."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from muster.core import Outcome, PodObserved
+from muster.runtime.ports import MAX_POD_WRITES
+
+from .conftest import Rig
+
+KEY = "ns/train"
+FAULTS = {"limitCount": 1, "evictAfter": "20s"}
+
+
+def _script(rng: random.Random, gang: int) -> list[PodObserved]:
+    """Every pod Pending, Running, Ready; some fail or go away again; duplicates and
+    reordered events among them, as the agent's stream has."""
+    events: list[PodObserved] = []
+    seq = 10
+    for step in range(4):
+        for i in rng.sample(range(gang), gang):
+            seq += 1
+            name = f"train-{i}"
+            uid = f"{name}-uid"
+            if step == 0:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Pending")
+            elif step == 1:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Running", node=f"n{i % 3}")
+            elif step == 2:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Running", ready=True, node="n1")
+            elif rng.random() < 0.3:
+                e = PodObserved(
+                    KEY, name, seq, uid=uid, phase="Failed", node="n1", terminated="Error"
+                )
+            elif rng.random() < 0.2:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Running", deleted=True)
+            else:
+                continue
+            events.append(e)
+            if rng.random() < 0.2:
+                events.append(e)  # delivered twice
+    for _ in range(len(events) // 4):  # neighbours swapped: reordered deliveries
+        i = rng.randrange(len(events) - 1)
+        events[i], events[i + 1] = events[i + 1], events[i]
+    return events
+
+
+def _chunks(rng: random.Random, events: list[PodObserved]) -> list[list[PodObserved]]:
+    out, i = [], 0
+    while i < len(events):
+        n = rng.choice([1, 3, 10, 40, 100])
+        out.append(events[i : i + n])
+        i += n
+    return out
+
+
+def _rig(doc: dict, gang: int) -> Rig:
+    rig = Rig(doc=dict(doc))
+    rig.submit(KEY, gang)
+    assert rig.admit() == [KEY]
+    return rig
+
+
+def _seen(rig: Rig) -> tuple:
+    snap = rig.store.load(KEY)
+    assert snap is not None
+    return (
+        snap.workload,
+        snap.ready_count,
+        snap.version,
+        snap.epoch,
+        rig.bus.events,
+        rig.timers.started,
+        rig.timers.stopped,
+        rig.cluster.calls,
+        rig.messages.requeues,
+    )
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_a_batch_of_pod_events_leaves_the_gang_as_one_by_one_would(seed: int) -> None:
+    # GIVEN two control planes holding the same admitted gang (some with workloadFaults,
+    # some keeping a gang that lost a pod waiting)
+    rng = random.Random(seed)
+    gang = rng.choice([2, 5, 12])
+    doc: dict = {"timeout": "60s", "recoveryTimeout": "0s" if seed % 3 == 0 else "60s"}
+    if seed % 2:
+        doc["workloadFaults"] = FAULTS
+    one, many = _rig(doc, gang), _rig(doc, gang)
+    chunks = _chunks(rng, _script(rng, gang))
+    # WHEN one takes the pod events one at a time and the other in batches
+    for chunk in chunks:
+        for e in chunk:
+            one.plane().handle(e)
+        outcomes = many.plane().handle_pods(KEY, chunk)
+        assert len(outcomes) == len(chunk)
+        one.clock.now += 5
+        many.clock.now += 5
+    # THEN the stored gang, its version, the lifecycle events, timers and calls agree
+    assert _seen(many) == _seen(one)
+    assert many.metrics.counts == one.metrics.counts  # duplicates and stale ones alike
+
+
+def test_a_burst_of_a_gang_s_pod_events_is_a_few_writes() -> None:
+    # GIVEN an admitted gang of 64
+    rig = _rig({"timeout": "60s"}, 64)
+    writes = rig.store.writes
+    plane = rig.plane()
+    # WHEN its pods report Running then Ready, a hundred events at a time
+    events = [
+        PodObserved(
+            KEY, f"train-{i}", 100 + i + 64 * ready, uid=f"u{i}", phase="Running", ready=ready
+        )
+        for ready in (False, True)
+        for i in range(64)
+    ]
+    outcomes = [o for i in range(0, 128, 100) for o in plane.handle_pods(KEY, events[i : i + 100])]
+    # THEN all are applied, the gang is Running, and every pod item was written twice at most
+    assert outcomes == [Outcome.APPLIED] * 128
+    assert rig.phase(KEY) == "Running"
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.ready_count == 64
+    assert rig.store.writes - writes <= 2 * 64 + 2  # pods, the gang's transition
+
+
+def test_several_events_of_one_pod_fold_into_one_write() -> None:
+    rig = _rig({"timeout": "60s"}, 3)
+    writes = rig.store.writes
+    name = "train-0"
+    events = [
+        PodObserved(KEY, name, 11, uid="u", phase="Pending"),
+        PodObserved(KEY, name, 13, uid="u", phase="Running", ready=True),
+        PodObserved(KEY, name, 12, uid="u", phase="Running"),  # older: stale
+        PodObserved(KEY, name, 13, uid="u", phase="Running", ready=True),  # again: duplicate
+    ]
+    outcomes = rig.plane().handle_pods(KEY, events)
+    assert outcomes == [Outcome.APPLIED, Outcome.APPLIED, Outcome.STALE, Outcome.DUPLICATE]
+    assert rig.store.writes - writes == 1
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.ready_count == 1
+    assert snap.workload.pods[name].seq == 13 and snap.pod_revs[name] == 1
+
+
+def test_a_lost_race_reads_the_pods_again_and_applies_the_run_again() -> None:
+    # GIVEN a gang of 4 whose first write of the run loses a race
+    rig = _rig({"timeout": "60s"}, 4)
+    plane = rig.plane()
+    events = [
+        PodObserved(KEY, f"train-{i}", 20 + i, uid=f"u{i}", phase="Running", ready=True)
+        for i in range(4)
+    ]
+    rig.store.conflict_next = 2
+    # WHEN the run is applied
+    outcomes = plane.handle_pods(KEY, events)
+    # THEN it was read and applied again, once per lost race, and the gang counts every pod
+    assert plane.stats.conflicts == 2
+    assert outcomes == [Outcome.APPLIED] * 4
+    assert rig.phase(KEY) == "Running"
+    assert rig.bus.names(KEY).count("PodsReady") == 1
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.ready_count == 4
+
+
+def test_a_run_that_keeps_losing_gives_up_and_leaves_nothing_half_written() -> None:
+    from muster.runtime.results import TooManyConflicts
+
+    rig = _rig({"timeout": "60s"}, 2)
+    rig.store.conflict_next = 1000
+    events = [PodObserved(KEY, "train-0", 20, uid="u", phase="Running", ready=True)]
+    with pytest.raises(TooManyConflicts):
+        rig.plane().handle_pods(KEY, [*events, PodObserved(KEY, "train-1", 21, uid="v")])
+    rig.store.conflict_next = 0
+    assert rig.store.load(KEY).ready_count == 0  # type: ignore[union-attr]
+    assert rig.store.pods.get(KEY, {}) == {}
+
+
+def test_a_run_larger_than_one_transaction_is_written_in_a_few() -> None:
+    rig = _rig({"timeout": "60s"}, 250)
+    writes: list[int] = []
+    inner = rig.store.write_pods
+
+    def write_pods(key, pods, epoch, delta, now=0.0):  # type: ignore[no-untyped-def]
+        writes.append(len(pods))
+        inner(key, pods, epoch, delta, now)
+
+    rig.store.write_pods = write_pods  # type: ignore[method-assign]
+    events = [
+        PodObserved(KEY, f"train-{i}", 30 + i, uid=f"u{i}", phase="Pending") for i in range(250)
+    ]
+    assert rig.plane().handle_pods(KEY, events) == [Outcome.APPLIED] * 250
+    assert writes == [MAX_POD_WRITES, MAX_POD_WRITES, 250 - 2 * MAX_POD_WRITES]
+
+
+def test_an_unfinished_outbox_is_carried_out_by_the_one_event_way_then_the_run_goes_on() -> None:
+    # GIVEN a gang whose admission left its outbox unfinished (the cluster failed once)
+    rig = Rig()
+    rig.submit(KEY, 3)
+    rig.cluster.fail_next = RuntimeError("API down")
+    rig.admit()
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.outbox
+    # WHEN a run of pod events comes
+    events = [
+        PodObserved(KEY, f"train-{i}", 20 + i, uid=f"u{i}", phase="Pending") for i in range(3)
+    ]
+    outcomes = rig.plane().handle_pods(KEY, events)
+    # THEN the outbox is carried out and every event applied
+    assert outcomes == [Outcome.APPLIED] * 3
+    snap = rig.store.load(KEY)
+    assert (
+        snap is not None
+        and not snap.outbox
+        and set(snap.workload.pods)
+        == {
+            "train-0",
+            "train-1",
+            "train-2",
+        }
+    )
+    assert ("admit", KEY, 1) in rig.cluster.calls
+
+
+def test_pod_events_of_an_unknown_workload_are_not_yet_known() -> None:
+    from muster.runtime.results import WorkloadNotYetKnown
+
+    rig = Rig()
+    with pytest.raises(WorkloadNotYetKnown):
+        rig.plane().handle_pods(KEY, [PodObserved(KEY, "train-0", 5)])
