@@ -10,7 +10,10 @@ the whole table) and sends again whatever should already have arrived:
   passed: its timer's signal;
 - Pending workloads of which the admission planner would admit one now: a pass;
 - a workload with effects left over from an interrupted decision: a pass that
-  names it, which carries them out first.
+  names it, which carries them out first;
+- a finished (or replaced) incarnation whose pods were not all set to expire
+  (the invocation that ended it stopped halfway): the rest of that expiry, done
+  here, at most `MAX_EXPIRIES` workloads a sweep.
 
 Everything it sends is idempotent (the core answers a duplicate with STALE), so
 a sweep that races the real message changes nothing. Quarantined workloads are
@@ -32,6 +35,9 @@ log = logging.getLogger("muster.runtime")
 
 GRACE_SECONDS = 60.0
 """How late a message must be before the sweeper sends it again."""
+
+MAX_EXPIRIES = 20
+"""Workloads whose leftover pod expiry one sweep finishes (the rest: the next sweeps)."""
 
 # Phases whose leftover effects the sweeper looks for: every one but Finished, which
 # is final (what it may leave is a lifecycle event and a timer stop; the quota it
@@ -55,6 +61,7 @@ class SweepReport:
     repairs: list[str] = field(default_factory=list)
     admission_requested: bool = False
     quarantined: list[str] = field(default_factory=list)
+    expiries: list[str] = field(default_factory=list)  # leftover pod expiries carried on
 
     @property
     def sent(self) -> int:
@@ -102,9 +109,10 @@ def sweep(
     if plan.admit and not report.repairs:
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True
+    report.expiries = _expire_leftovers(store)
     metrics.count(contract.METRIC_QUARANTINED, len(quarantined))
     metrics.count(contract.METRIC_SWEEPER_RESENT, report.sent)
-    if report.sent or quarantined:
+    if report.sent or quarantined or report.expiries:
         log.warning(
             "sweeper sent again what should have arrived",
             extra={
@@ -113,9 +121,18 @@ def sweep(
                 "repairs": report.repairs,
                 "admissionRequested": report.admission_requested,
                 "quarantined": report.quarantined,
+                "expiries": report.expiries,
             },
         )
     return report
+
+
+def _expire_leftovers(store: WorkloadStore) -> list[str]:
+    """Finish pod expiries an ended incarnation's invocation left halfway."""
+    keys = store.expiring()[:MAX_EXPIRIES]
+    for key in keys:
+        store.expire_leftover_pods(key)
+    return keys
 
 
 @dataclass(slots=True)
