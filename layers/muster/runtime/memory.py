@@ -233,7 +233,7 @@ class MemoryStore:
             keep = "" if after.phase is Phase.FINISHED else after.uid
             left = (now + self.finished_ttl, keep)
         self.items[after.key] = _Item(
-            ports.workload_state(after),
+            replace(after, pods={}, listed={}),
             version,
             epoch,
             tuple(outbox),

@@ -8,7 +8,6 @@ name that comes back is a newer report and clears the expiry.
 from __future__ import annotations
 
 import time
-
 from collections.abc import Mapping
 from typing import Any
 

@@ -10,8 +10,8 @@ is no pod; `muster.runtime.listing`).
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
@@ -86,10 +86,11 @@ class PodItems(Table):
         epoch = int(state["epoch"]["N"])
         pod_item = next((i for i in items if i["sk"]["S"] != STATE), None)
         workload = decode_workload(json.loads(state["state"]["S"]))
-        found = pod_of(pod_item) if pod_item else None
-        mine = pod_item is not None and belongs(owner_of(pod_item), workload.uid)
-        stored = settle_pod(found, int(pod_item["epoch"]["N"]), epoch) if found and mine else None
+        stored: Pod | None = None
         if pod_item is not None:
+            found = pod_of(pod_item)
+            if found is not None and belongs(owner_of(pod_item), workload.uid):
+                stored = settle_pod(found, int(pod_item["epoch"]["N"]), epoch)
             found_listed = listing_items([pod_item])
             workload = replace(
                 workload, listed=listing.rebuilt(workload.listed_seq, found_listed, workload.uid)

@@ -234,9 +234,7 @@ class WorkloadItems(PodItems):
                         {"Update": self._count_update(after.key, before, delta)},
                     ]
                 )
-            update = self._workload_update(
-                before, after, epoch, outbox, now, ready_delta, expiring
-            )
+            update = self._workload_update(before, after, epoch, outbox, now, ready_delta, expiring)
             if not tail and not last:
                 self.client.update_item(**update)
             else:
