@@ -12,8 +12,9 @@ stamps nothing. A stamp of an older listing is ignored; a pod write whose new
 record no longer stands for what the listing said keeps the stamp on the item.
 
 Both stores rebuild from the items a map that gives the core's rule the same
-answer as the listing itself: a live pod's own uid wherever the listing did not
-name it is never asked for (an event of another uid is refused either way).
+answer as the listing itself: equal to it wherever it names a pod; beyond it only
+the uid of a pod stored at or after the listing (a live pod's own, or kept from
+one), whose older events are refused either way.
 """
 
 from __future__ import annotations
