@@ -53,6 +53,10 @@ SCHEMA_VERSION = 1
 MAX_SNAPSHOT_PART_BYTES = 200 * 1024
 
 WORKLOAD_STATUSES = ("Active", "Succeeded", "Failed", "Deleted")
+NODE_DELETED = "deleted"
+"""The `unschedulable` reason of a `Node Observed` event for a node gone from the
+cluster (0 GPUs): the capacity view drops it, keeping its `seq` only to order
+reordered reports, until it expires."""
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 # Kubernetes labels and annotations that make a workload Muster's.

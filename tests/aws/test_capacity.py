@@ -186,3 +186,53 @@ def test_a_node_not_ready_delivered_after_its_later_ready_leaves_the_gang_runnin
     again = rig.plane()
     again.handle(capacity("n0", 30, ready=False))
     assert again.stats.events == 1
+
+
+def _deleted(node: str, seq: int) -> NodeObserved:
+    from muster.schema import NODE_DELETED
+
+    return NodeObserved(
+        node, ready=False, seq=seq, gpus=0, schedulable=False, unschedulable=NODE_DELETED
+    )
+
+
+@pytest.mark.parametrize("kind", ["memory", "dynamodb"])
+def test_a_deleted_node_leaves_the_capacity_view_and_expires(kind: str) -> None:
+    from contextlib import nullcontext
+
+    from tests.aws.stores import dynamo_store
+
+    with dynamo_store("nodes") if kind == "dynamodb" else nullcontext(MemoryStore()) as store:
+        rig = Rig(store=store)  # type: ignore[arg-type]
+        # GIVEN two nodes of 8 GPUs in the view
+        rig.plane().handle(capacity("n0", 10))
+        rig.plane().handle(capacity("n1", 10))
+        assert [n.node for n in store.nodes()] == ["n0", "n1"]
+        # WHEN the agent reports n0 deleted
+        rig.plane().handle(_deleted("n0", 12))
+        # THEN its GPUs leave the view at once
+        assert [n.node for n in store.nodes()] == ["n1"]
+        # AND a late report from before its deletion does not bring it back
+        assert not store.put_node(NodeCapacity("n0", 11, 8, True, None, 0), rig.clock())[0]
+        assert [n.node for n in store.nodes()] == ["n1"]
+        # AND its item expires (DynamoDB's TTL, after the tombstone TTL)
+        if isinstance(store, MemoryStore):
+            assert store.expire(rig.clock() + store.tombstone_ttl) == 1
+            assert "n0" not in store.capacity
+        else:
+            [item] = [
+                i
+                for i in store._query(
+                    KeyConditionExpression="pk = :pk AND sk = :sk",
+                    ExpressionAttributeValues={":pk": {"S": "NODES"}, ":sk": {"S": "NODE#n0"}},
+                )
+            ]
+            assert int(item["expiresAt"]["N"]) == int(rig.clock()) + store.tombstone_ttl
+        # WHEN a node of that name comes back (a newer report), it is in the view again
+        rig.plane().handle(capacity("n0", 20))
+        assert [n.node for n in store.nodes()] == ["n0", "n1"]
+        if isinstance(store, DynamoStore):
+            back = store.client.get_item(
+                TableName=store.table, Key={"pk": {"S": "NODES"}, "sk": {"S": "NODE#n0"}}
+            )["Item"]
+            assert "expiresAt" not in back

@@ -39,9 +39,9 @@ class InterleavingStore(MemoryStore):
         self._maybe_interleave()
         super().write_pod(key, write, epoch, ready_delta, now)
 
-    def write_workload(self, before, after, epoch, outbox, now, pods=(), ready_delta=0):
+    def write_workload(self, before, after, epoch, outbox, now, pods=(), ready_delta=0, **kw):
         self._maybe_interleave()
-        return super().write_workload(before, after, epoch, outbox, now, pods, ready_delta)
+        return super().write_workload(before, after, epoch, outbox, now, pods, ready_delta, **kw)
 
 
 pod_event = st.tuples(st.integers(0, 3), st.booleans())  # (pod, ready)

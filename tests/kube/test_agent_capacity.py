@@ -151,3 +151,34 @@ def test_a_clusters_own_tolerated_taints_keep_its_nodes_open() -> None:
     template = {"spec": {"tolerations": [{"key": "sagemaker.amazonaws.com/team"}]}}
     assert placement_rules([template]) == "tolerations"
     assert placement_rules([template], tolerated) == ""
+
+
+def test_a_deleted_node_is_reported_as_deleted_by_its_watch_and_by_a_relist(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    from muster.schema import NODE_DELETED
+
+    # GIVEN an agent that sees two GPU nodes
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Sync(NODE_RESOURCE, [gpu_node("node-a", "10"), gpu_node("node-b", "10")], "10"))
+    agent.flush(everything=True)
+    node_events(aws)
+    # WHEN the watch says node-a was deleted
+    agent.handle(Change(NODE_RESOURCE, "DELETED", gpu_node("node-a", "12")))
+    agent.flush(everything=True)
+    # THEN it is reported with no GPUs, as deleted, at the deletion's revision
+    [gone] = node_events(aws)
+    assert (gone.node, gone.gpus, gone.schedulable, gone.unschedulable, gone.seq) == (
+        "node-a",
+        0,
+        False,
+        NODE_DELETED,
+        12,
+    )
+    # AND a relist that no longer holds node-b reports it deleted too
+    agent.handle(Sync(NODE_RESOURCE, [], "20"))
+    agent.flush(everything=True)
+    [relisted] = node_events(aws)
+    assert (relisted.node, relisted.unschedulable, relisted.seq) == ("node-b", NODE_DELETED, 20)

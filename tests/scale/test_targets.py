@@ -65,11 +65,6 @@ def test_kubernetes_calls_per_pod_event_are_bounded_for_a_job(job: ScaleReport) 
     assert job.kube_calls / job.pod_events <= 0.1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the workload item holds the pod snapshot's listing of the gang (`listed`): "
-    "128 pods of ~60-char names made it 20,155 B (96 pods: 15,353 B)",
-)
 def test_the_workload_item_stays_small_whatever_the_gang_size(job: ScaleReport) -> None:
     assert job.workload_item < 16 * 1024
 

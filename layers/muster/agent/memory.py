@@ -56,6 +56,7 @@ from muster.agent.mapping import (
 from muster.agent.sender import Entry, Outbox, Sender
 from muster.core.model import Kind
 from muster.schema import (
+    NODE_DELETED,
     NODE_OBSERVED,
     POD_OBSERVED,
     WORKLOAD_OBSERVED,
@@ -381,7 +382,7 @@ class Memory:
         # than the node's own revision.
         seq = max(self.seq(meta(node).get("resourceVersion")), self.node_seq.get(name, 0))
         if deleted:
-            view = NodeView(False, view.health, 0, "deleted")
+            view = NodeView(False, view.health, 0, NODE_DELETED)
             self.nodes.pop(name, None)
             self.node_seq.pop(name, None)
         elif not force and self.nodes.get(name) == view:

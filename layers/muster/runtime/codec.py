@@ -32,7 +32,9 @@ from muster.core import (
     Workload,
 )
 
-_WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload) if f.name != "pods")
+# The pods are items of their own, and so is the pod listing but for its revision
+# (`listed_seq`; `muster.runtime.listing`): the state's size does not grow with the gang.
+_WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload) if f.name not in ("pods", "listed"))
 NOT_READY_STORED = 20
 """Not-ready pods an eviction keeps in its outbox (the same number its history entry names)."""
 
@@ -72,7 +74,7 @@ def decode_timer(doc: dict[str, Any] | None) -> Timer | None:
 
 
 def encode_workload(w: Workload) -> dict[str, Any]:
-    """Everything but the pods, which are stored as items of their own."""
+    """Everything but the pods and their listing, which are stored on items of their own."""
     doc = {name: getattr(w, name) for name in _WORKLOAD_FIELDS}
     doc["kind"] = w.kind.value
     doc["phase"] = w.phase.value

@@ -5,6 +5,8 @@ version per workload, a revision per pod, an epoch that retires an evicted
 attempt's pods, pods kept per workload incarnation, expiry times where DynamoDB
 has a TTL), and can be told to lose the next race (`conflict_next`) so that
 tests exercise the retry paths. `expire(now)` plays DynamoDB's TTL deletion.
+The pod listing lives on the pod items as stamps and stubs (`muster.runtime.listing`),
+and a finished incarnation's pods expire in chunks that resume after a crash.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
-from muster.runtime import ports
+from muster.runtime import listing, ports
+from muster.runtime.listing import Stamp
 from muster.runtime.ports import (
     MAX_POD_WRITES,
     Conflict,
@@ -27,6 +30,10 @@ from muster.runtime.ports import (
     StoredPod,
     StoredPods,
 )
+from muster.schema import NODE_DELETED
+
+EXPIRY_CHUNK = 100
+"""Pod items set to expire per write (DynamoDB: one transaction)."""
 
 
 @dataclass
@@ -38,13 +45,17 @@ class _Item:
     ready_count: int = 0
     failures: int = 0
     quarantine: Quarantine | None = None
+    # (expiresAt, the uid whose pods stay: "" none) of pods still to be set to expire
+    expiring: tuple[float, str] | None = None
 
 
 @dataclass
 class MemoryStore:
     items: dict[str, _Item] = field(default_factory=dict)
-    # key -> pod -> (pod, rev, epoch, owner: the workload uid it was written for)
-    pods: dict[str, dict[str, tuple[Pod, int, int, str]]] = field(default_factory=dict)
+    # key -> pod -> (pod, rev, epoch, owner: the workload uid it was written for);
+    # pod None: a stub that only carries what a listing said of the name
+    pods: dict[str, dict[str, tuple[Pod | None, int, int, str]]] = field(default_factory=dict)
+    stamps: dict[str, dict[str, Stamp]] = field(default_factory=dict)  # key -> pod -> stamp
     histories: dict[str, dict[tuple[int, int], dict[str, Any]]] = field(default_factory=dict)
     ledger_state: Ledger = field(default_factory=Ledger)
     settings_doc: tuple[dict[str, Any], int] | None = None
@@ -57,19 +68,31 @@ class MemoryStore:
     snapshot_revisions: dict[str, int] = field(default_factory=dict)
     slices: dict[str, set[int]] = field(default_factory=dict)  # scope#snapshot -> slices open
     capacity: dict[str, NodeCapacity] = field(default_factory=dict)
+    node_expires: dict[str, float] = field(default_factory=dict)  # deleted nodes
     node_reads: int = 0
+    expiry_chunk: int = EXPIRY_CHUNK
 
-    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+    def put_node(
+        self, node: NodeCapacity, now: float | None = None
+    ) -> tuple[bool, NodeCapacity | None]:
         known = self.capacity.get(node.node)
         if known is not None and known.seq >= node.seq:
             return False, known
         self.capacity[node.node] = node
         self.writes += 1
+        if node.unschedulable == NODE_DELETED:
+            self.node_expires[node.node] = (now or 0.0) + self.tombstone_ttl
+        else:
+            self.node_expires.pop(node.node, None)
         return True, known
 
     def nodes(self) -> list[NodeCapacity]:
         self.node_reads += 1
-        return [self.capacity[name] for name in sorted(self.capacity)]
+        return [
+            self.capacity[name]
+            for name in sorted(self.capacity)
+            if self.capacity[name].unschedulable != NODE_DELETED
+        ]
 
     def expire(self, now: float) -> int:
         """Delete what has expired, as DynamoDB's TTL does (eventually); returns how many."""
@@ -81,7 +104,12 @@ class MemoryStore:
                 self.histories.pop(key, None)
             else:
                 self.pods.get(key, {}).pop(pod, None)
-        return len(gone)
+                self.stamps.get(key, {}).pop(pod, None)
+        nodes = [n for n, at in self.node_expires.items() if at <= now]
+        for node in nodes:
+            del self.node_expires[node]
+            self.capacity.pop(node, None)
+        return len(gone) + len(nodes)
 
     def item_count(self) -> int:
         return len(self.items) + sum(len(p) for p in self.pods.values())
@@ -100,10 +128,16 @@ class MemoryStore:
         pods = {
             n: ports.settle_pod(p, e, item.epoch)
             for n, (p, _, e, owner) in stored.items()
-            if ports.belongs(owner, uid)
+            if p is not None and ports.belongs(owner, uid)
         }
+        stamps = self.stamps.get(key, {})
+        listed = listing.rebuilt(
+            item.workload.listed_seq,
+            ((n, stamps.get(n), p, owner) for n, (p, _, _, owner) in stored.items()),
+            uid,
+        )
         return Stored(
-            replace(item.workload, pods=pods),
+            replace(item.workload, pods=pods, listed=listed),
             item.version,
             item.epoch,
             {n: rev for n, (_, rev, _, _) in stored.items()},
@@ -111,6 +145,7 @@ class MemoryStore:
             item.ready_count,
             item.failures,
             item.quarantine,
+            item.expiring is not None,
         )
 
     def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
@@ -118,14 +153,20 @@ class MemoryStore:
         if item is None:
             return None
         stored = self.pods.get(key, {}).get(pod) if pod else None
-        mine = stored is not None and ports.belongs(stored[3], item.workload.uid)
+        w = item.workload
+        mine = stored is not None and ports.belongs(stored[3], w.uid)
+        known = stored[0] if stored and mine else None
+        if stored is not None and pod is not None:
+            stamp = self.stamps.get(key, {}).get(pod)
+            found = [(pod, stamp, stored[0], stored[3])]
+            w = replace(w, listed=listing.rebuilt(w.listed_seq, found, w.uid))
         return StoredPod(
-            item.workload,
+            w,
             item.version,
             item.epoch,
             item.ready_count,
             item.outbox,
-            ports.settle_pod(stored[0], stored[2], item.epoch) if stored and mine else None,
+            ports.settle_pod(known, stored[2], item.epoch) if stored and known else None,
             stored[1] if stored else None,
         )
 
@@ -135,8 +176,15 @@ class MemoryStore:
             return None
         stored = self.pods.get(key, {})
         found = {n: stored[n] for n in names if n in stored}
+        stamps = self.stamps.get(key, {})
+        w = item.workload
+        listed = listing.rebuilt(
+            w.listed_seq,
+            ((n, stamps.get(n), p, owner) for n, (p, _, _, owner) in found.items()),
+            w.uid,
+        )
         return StoredPods(
-            item.workload,
+            replace(w, listed=listed),
             item.version,
             item.epoch,
             item.ready_count,
@@ -144,7 +192,7 @@ class MemoryStore:
             {
                 n: ports.settle_pod(p, e, item.epoch)
                 for n, (p, _, e, owner) in found.items()
-                if ports.belongs(owner, item.workload.uid)
+                if p is not None and ports.belongs(owner, w.uid)
             },
             {n: rev for n, (_, rev, _, _) in found.items()},
         )
@@ -161,7 +209,7 @@ class MemoryStore:
         if ready_delta and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
         for write in writes:
-            self._apply_pod(key, write, epoch, write.owner, now)
+            self._apply_pod(key, write, epoch, now, listing.carried(write))
         item.ready_count += ready_delta
 
     def _check_pod(self, key: str, write: PodWrite) -> None:
@@ -169,16 +217,30 @@ class MemoryStore:
         if (current[1] if current else None) != write.expected:
             raise Conflict(f"pod {write.name}")
 
-    def _apply_pod(self, key: str, write: PodWrite, epoch: int, owner: str, now: float) -> None:
+    def _apply_pod(
+        self, key: str, write: PodWrite, epoch: int, now: float, stamp: Stamp | None
+    ) -> None:
         stored = self.pods.setdefault(key, {})
+        stamps = self.stamps.setdefault(key, {})
         self.writes += 1
         self.expires.pop((key, write.name), None)
-        if write.pod is None:
+        stamps.pop(write.name, None)
+        if stamp is not None:
+            stamps[write.name] = stamp
+        if write.pod is None and stamp is None:
             stored.pop(write.name, None)
         else:
-            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch, owner)
-            if write.pod.deleted:
+            stored[write.name] = (write.pod, (write.expected or 0) + 1, epoch, write.owner)
+            if write.pod is not None and write.pod.deleted:
                 self.expires[(key, write.name)] = now + self.tombstone_ttl
+
+    def _stamp(self, key: str, name: str, stamp: Stamp, owner: str) -> None:
+        """A stamp on an item not otherwise written (a stub where there is none)."""
+        stored = self.pods.setdefault(key, {})
+        pod, rev, epoch, was = stored.get(name, (None, 0, 0, owner))
+        stored[name] = (pod, rev + 1, epoch, was)
+        self.stamps.setdefault(key, {})[name] = stamp
+        self.writes += 1
 
     def write_pod(
         self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
@@ -188,7 +250,7 @@ class MemoryStore:
         item = self.items[key]
         if ready_delta and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
-        self._apply_pod(key, write, epoch, write.owner, now)
+        self._apply_pod(key, write, epoch, now, listing.carried(write))
         item.ready_count += ready_delta
 
     def write_workload(
@@ -200,6 +262,8 @@ class MemoryStore:
         now: float,
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
+        *,
+        expiring: bool = False,
     ) -> int:
         self._maybe_conflict()
         current = self.items.get(after.key)
@@ -212,33 +276,67 @@ class MemoryStore:
         if current is not None and current.epoch != epoch:
             count = 0  # an eviction retired every pod
         version = (expected or 0) + 1
+        stamps = listing.stamping(before, after, pods)
+        for name, stamp in stamps.others.items():
+            self._stamp(after.key, name, stamp, after.uid)
         self.writes += 1
+        left = current.expiring if current else None
+        if expiring:
+            keep = "" if after.phase is Phase.FINISHED else after.uid
+            left = (now + self.finished_ttl, keep)
         self.items[after.key] = _Item(
-            replace(after, pods={}),
+            replace(after, pods={}, listed={}),
             version,
             epoch,
             tuple(outbox),
             count + ready_delta,
             current.failures if current else 0,
             current.quarantine if current else None,
+            left,
         )
         if after.phase is Phase.FINISHED:
             self.expires[(after.key, None)] = now + self.finished_ttl
         else:
             self.expires.pop((after.key, None), None)
         for write in pods:
-            self._apply_pod(after.key, write, epoch, write.owner, now)
+            self._apply_pod(after.key, write, epoch, now, stamps.written.get(write.name))
         return version
 
+    def _set_to_expire(self, key: str, name: str, at: float) -> None:
+        self.writes += 1
+        self.expires[(key, name)] = min(self.expires.get((key, name), at), at)
+
     def expire_pods(self, key: str, names: Iterable[str], now: float) -> None:
-        """Pods of a finished (or replaced) incarnation: expire, and leave the node index."""
+        """Pods of a finished incarnation: expire, and leave the node index."""
         stored = self.pods.get(key, {})
         for name in names:
             if name in stored:
-                self.expires[(key, name)] = min(
-                    self.expires.get((key, name), now + self.finished_ttl),
-                    now + self.finished_ttl,
-                )
+                self._set_to_expire(key, name, now + self.finished_ttl)
+
+    def expire_leftover_pods(self, key: str) -> bool:
+        """The recorded expiry, `expiry_chunk` pods a write; the record goes when done."""
+        item = self.items.get(key)
+        if item is None or item.expiring is None:
+            return True
+        at, keep = item.expiring
+        todo = [
+            name
+            for name, (_, _, _, owner) in sorted(self.pods.get(key, {}).items())
+            if (not keep or owner != keep) and (key, name) not in self.expires
+        ]
+        for start in range(0, len(todo), self.expiry_chunk):
+            self._expire_chunk(key, todo[start : start + self.expiry_chunk], at)
+        current = self.items.get(key)
+        if current is not None and current.expiring == (at, keep):
+            current.expiring = None  # unless a later write recorded another
+        return True
+
+    def _expire_chunk(self, key: str, names: Sequence[str], at: float) -> None:
+        for name in names:
+            self._set_to_expire(key, name, at)
+
+    def expiring(self) -> list[str]:
+        return sorted(k for k, i in self.items.items() if i.expiring is not None)
 
     def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
         parts = self.snapshots.setdefault(f"{part.scope}#{part.snapshot}", {})
@@ -311,7 +409,8 @@ class MemoryStore:
             if key in self.items
             and self.items[key].workload.phase is not Phase.FINISHED
             and any(
-                p.node == node
+                p is not None
+                and p.node == node
                 and not p.retired
                 and not p.deleted
                 and (key, name) not in self.expires

@@ -23,6 +23,7 @@ from typing import Protocol
 from muster.core import Event, Outcome, Phase, Pod, PodObserved, Settings
 from muster.core.pod_runs import observe_stored_pods
 from muster.retry import Backoff, retry
+from muster.runtime.listing import listed_entry
 from muster.runtime.ports import MAX_POD_WRITES, Conflict, PodWrite, StoredPods, WorkloadStore
 from muster.runtime.results import Quarantined, Stats, TooManyConflicts, WorkloadNotYetKnown
 
@@ -131,4 +132,5 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
 
 
 def _write(light: StoredPods, name: str, pod: Pod | None) -> PodWrite:
-    return PodWrite(name, pod, light.revs.get(name), light.workload.uid)
+    w = light.workload
+    return PodWrite(name, pod, light.revs.get(name), w.uid, listed_entry(w, name))

@@ -66,6 +66,9 @@ class Stored:
     ready_count: int = 0  # pods counting ready, kept beside the pods by every pod write
     failures: int = 0  # failed tries at carrying out the outbox
     quarantine: Quarantine | None = None
+    # Pods of a finished (or replaced) incarnation are still to be set to expire:
+    # whoever next loads the workload carries it on (`expire_leftover_pods`).
+    expiring: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,10 @@ class PodWrite:
     pod: Pod | None
     expected: int | None  # None: the pod must not exist yet
     owner: str = ""  # the uid of the workload incarnation the pod belongs to
+    # (revision, uid) the last complete pod listing held under this name, as loaded
+    # (`muster.runtime.listing`): the item keeps it when the new record no longer
+    # stands for it. None: no listing named it.
+    listed: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +177,16 @@ class WorkloadStore(Protocol):
         now: float,
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
+        *,
+        expiring: bool = False,
     ) -> int:
-        """The workload (on its version) with its pod writes, atomically; a new epoch resets the count."""
+        """The workload (on its version) with its pod writes, atomically; a new epoch resets the count.
+
+        `expiring`: the write ends an incarnation (finished, or replaced by a new
+        object); it records that the pods stored so far (all of them if `after` is
+        finished, else those not of `after`'s uid) are to expire, which
+        `expire_leftover_pods` then carries out.
+        """
         ...
 
     def clear_outbox(self, key: str, version: int) -> None:
@@ -191,7 +206,16 @@ class WorkloadStore(Protocol):
     def quarantined(self) -> list[tuple[str, Quarantine]]: ...
 
     def expire_pods(self, key: str, names: Sequence[str], now: float) -> None:
-        """The pods of a finished or replaced incarnation: set to expire, off the node index."""
+        """These pods (of a finished incarnation): set to expire, off the node index."""
+        ...
+
+    def expire_leftover_pods(self, key: str) -> bool:
+        """Carry out (or on) the expiry a write with `expiring` recorded, in chunks;
+        idempotent and resumable. True when nothing is left to expire."""
+        ...
+
+    def expiring(self) -> list[str]:
+        """Workloads with pods still to be set to expire (for the sweeper)."""
         ...
 
     def put_snapshot_part(self, part: SnapshotPart, now: float) -> list[SnapshotPart] | None:
@@ -221,13 +245,18 @@ class WorkloadStore(Protocol):
 
     def workloads_on_node(self, node: str) -> list[str]: ...
 
-    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+    def put_node(
+        self, node: NodeCapacity, now: float | None = None
+    ) -> tuple[bool, NodeCapacity | None]:
         """Keep a node's capacity report if it is newer (by `seq`) than the one kept:
-        (whether it was kept, the report it replaced, or the one kept instead)."""
+        (whether it was kept, the report it replaced, or the one kept instead). A
+        deleted node's report (`NODE_DELETED`) is kept only to order later ones, and
+        expires."""
         ...
 
     def nodes(self) -> list[NodeCapacity]:
-        """Every node's latest capacity report (the capacity view), read consistently."""
+        """Every node's latest capacity report (the capacity view), read consistently;
+        deleted nodes left out."""
         ...
 
     def pending(self) -> list[Workload]: ...
@@ -319,8 +348,9 @@ class Metrics(Protocol):
 
 
 def workload_state(w: Workload | None) -> Workload | None:
-    """The workload without its pods: what the workload item stores."""
-    return None if w is None else replace(w, pods={})
+    """The workload without its pods, and of its pod listing only the revision: what
+    the workload item stores (the stores keep the listing on the pod items)."""
+    return None if w is None else replace(w, pods={}, listed={})
 
 
 class WorkloadGone(Exception):

@@ -60,6 +60,7 @@ from muster.core.capacity import Pace, more_room, observe_node, pace_request, su
 from muster.core.reconcile import complete
 from muster.retry import Backoff, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
 from muster.runtime.pod_batch import pod_events
 from muster.runtime.ports import (
@@ -154,7 +155,7 @@ class ControlPlane:
         entry = observe_node(None, event)
         if entry is None:
             return False
-        kept, before = self.store.put_node(entry)
+        kept, before = self.store.put_node(entry, self.clock())
         if not kept:
             self._count_outcome(Outcome.STALE, "", "NodeObserved", f"capacity of {event.node}")
             return superseded(before, entry)
@@ -233,13 +234,16 @@ class ControlPlane:
         if not (snap is None or writes or changed or _needs_outbox(effects)):
             self.carry_out(after, None, effects)
             return
-        version = self.store.write_workload(
-            snap, after, epoch, effects, now, pods=writes, ready_delta=delta
-        )
         ended = before is not None and before.phase is not Phase.FINISHED
-        if snap is not None and (reborn or (ended and after.phase is Phase.FINISHED)):
-            # Everything a finished incarnation owns expires with it.
-            self.store.expire_pods(after.key, list(snap.pod_revs), now)
+        # Everything a finished incarnation owns expires with it: recorded in the
+        # write that ends it, carried out in chunks, resumed by whoever comes next
+        # should this invocation end halfway.
+        expiring = snap is not None and (reborn or (ended and after.phase is Phase.FINISHED))
+        version = self.store.write_workload(
+            snap, after, epoch, effects, now, pods=writes, ready_delta=delta, expiring=expiring
+        )
+        if expiring:
+            self.store.expire_leftover_pods(after.key)
         self.carry_out(after, version, effects)
         if writes or (before is not None and before.phase is not after.phase):
             self._check_readiness(after.key, settings, now)
@@ -268,7 +272,7 @@ class ControlPlane:
                 self._check_readiness(key, settings, self.clock())
             return change.outcome
         now = self.clock()
-        write = PodWrite(event.pod, change.pod, light.rev, w.uid)
+        write = PodWrite(event.pod, change.pod, light.rev, w.uid, listed_entry(w, event.pod))
         self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
@@ -329,6 +333,9 @@ class ControlPlane:
         the left-over effects fail again.
         """
         snap = self.store.load(key)
+        if snap is not None and snap.expiring:
+            # An incarnation's end was committed, its pods' expiry not finished.
+            self.store.expire_leftover_pods(key)
         if snap is not None and snap.quarantine is not None:
             raise Quarantined(key, snap.quarantine.error)
         if snap is not None and snap.outbox:

@@ -13,7 +13,10 @@ the whole table) and sends again whatever should already have arrived:
   on the nodes, which reads every quota holder's pods, at most every
   `FIT_CHECK_SECONDS` of a warm sweeper);
 - a workload with effects left over from an interrupted decision: a pass that
-  names it, which carries them out first.
+  names it, which carries them out first;
+- a finished (or replaced) incarnation whose pods were not all set to expire
+  (the invocation that ended it stopped halfway): the rest of that expiry, done
+  here, at most `MAX_EXPIRIES` workloads a sweep.
 
 Everything it sends is idempotent (the core answers a duplicate with STALE), so
 a sweep that races the real message changes nothing. Quarantined workloads are
@@ -41,6 +44,9 @@ FIT_CHECK_SECONDS = 300.0
 nodes (a read of every quota holder's pods); a lost admission request then waits
 at most this long, and a cluster whose queue waits for room is not read every minute."""
 
+MAX_EXPIRIES = 20
+"""Workloads whose leftover pod expiry one sweep finishes (the rest: the next sweeps)."""
+
 # Phases whose leftover effects the sweeper looks for: every one but Finished, which
 # is final (what it may leave is a lifecycle event and a timer stop; the quota it
 # held is free, and a pass comes by the admissible rule above). Running is read
@@ -64,6 +70,7 @@ class SweepReport:
     admission_requested: bool = False
     quarantined: list[str] = field(default_factory=list)
     fit_judged: bool = False  # whether it read the quota holders' pods to judge the fit
+    expiries: list[str] = field(default_factory=list)  # leftover pod expiries carried on
 
     @property
     def sent(self) -> int:
@@ -113,9 +120,10 @@ def sweep(
     ):
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True
+    report.expiries = _expire_leftovers(store)
     metrics.count(contract.METRIC_QUARANTINED, len(quarantined))
     metrics.count(contract.METRIC_SWEEPER_RESENT, report.sent)
-    if report.sent or quarantined:
+    if report.sent or quarantined or report.expiries:
         log.warning(
             "sweeper sent again what should have arrived",
             extra={
@@ -124,6 +132,7 @@ def sweep(
                 "repairs": report.repairs,
                 "admissionRequested": report.admission_requested,
                 "quarantined": report.quarantined,
+                "expiries": report.expiries,
             },
         )
     return report
@@ -154,6 +163,14 @@ def _admissible(
     report.fit_judged = True
     fitting = HoldingsReader(store).inputs(settings, inputs.queued, inputs.active)
     return bool(fitting.plan(settings, now).admit)
+
+
+def _expire_leftovers(store: WorkloadStore) -> list[str]:
+    """Finish pod expiries an ended incarnation's invocation left halfway."""
+    keys = store.expiring()[:MAX_EXPIRIES]
+    for key in keys:
+        store.expire_leftover_pods(key)
+    return keys
 
 
 @dataclass(slots=True)

@@ -1,7 +1,13 @@
-"""Node capacity for `capacityCheck`: one item per node, the newest report by `seq` wins."""
+"""Node capacity for `capacityCheck`: one item per node, the newest report by `seq` wins.
+
+A deleted node's item stays only to order reports that arrive late, leaves the
+view at once, and expires (`expiresAt`) after `tombstone_ttl_hours`; a node of that
+name that comes back is a newer report and clears the expiry.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from muster.aws.dynamo.table import NODES_PK, Table, is_conflict, number, string
 from muster.core.capacity import NodeCapacity
+from muster.schema import NODE_DELETED
 
 
 def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
@@ -25,7 +32,9 @@ def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
 class NodeItems(Table):
     """The capacity view the admission pass reads."""
 
-    def put_node(self, node: NodeCapacity) -> tuple[bool, NodeCapacity | None]:
+    def put_node(
+        self, node: NodeCapacity, now: float | None = None
+    ) -> tuple[bool, NodeCapacity | None]:
         """One item per node, written only over an older report (a reordered one loses)."""
         values: dict[str, Any] = {
             ":seq": number(node.seq),
@@ -33,12 +42,20 @@ class NodeItems(Table):
             ":sched": {"BOOL": node.schedulable},
             ":foreign": number(node.foreign_gpus),
         }
-        update = "SET seq = :seq, gpus = :gpus, schedulable = :sched, foreignGpus = :foreign"
+        sets = ["seq = :seq", "gpus = :gpus", "schedulable = :sched", "foreignGpus = :foreign"]
+        removes = []
         if node.unschedulable:
             values[":why"] = string(node.unschedulable)
-            update += ", unschedulable = :why"
+            sets.append("unschedulable = :why")
         else:
-            update += " REMOVE unschedulable"
+            removes.append("unschedulable")
+        if node.unschedulable == NODE_DELETED:
+            at = time.time() if now is None else now
+            values[":expires"] = number(int(at) + self.tombstone_ttl)
+            sets.append("expiresAt = :expires")
+        else:
+            removes.append("expiresAt")
+        update = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         try:
             reply = self.client.update_item(
                 TableName=self.table,
@@ -64,6 +81,7 @@ class NodeItems(Table):
             _node_of(item)
             for item in self._query(
                 KeyConditionExpression="pk = :pk",
+                FilterExpression="attribute_not_exists(expiresAt)",
                 ExpressionAttributeValues={":pk": string(NODES_PK)},
                 ConsistentRead=True,
             )

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from muster.aws.dynamo.pods import PodItems
+from muster.aws.dynamo.pods import PodItems, listing_items, owner_of, pod_of
 from muster.aws.dynamo.quarantine import decode_quarantine
 from muster.aws.dynamo.table import (
+    EXPIRING_PK,
     MAX_TRANSACTION,
     POD_PREFIX,
     STATE,
@@ -21,9 +22,9 @@ from muster.aws.dynamo.table import (
     workload_pk,
 )
 from muster.core import Effect, Phase, Pod, Workload
+from muster.runtime import listing
 from muster.runtime.codec import (
     decode_effect,
-    decode_pod,
     decode_workload,
     dumps,
     encode_effect,
@@ -32,7 +33,7 @@ from muster.runtime.codec import (
 from muster.runtime.ports import Conflict, PodWrite, Stored, belongs, settle_pod
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.type_defs import UpdateTypeDef
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 
 def _ready_delta(writes: Sequence[PodWrite], before: Stored | None) -> int:
@@ -70,13 +71,15 @@ class WorkloadItems(PodItems):
         settled: dict[str, Pod] = {}
         revs: dict[str, int] = {}
         for item in pods:
-            pod = decode_pod(json.loads(item["pod"]["S"]))
-            revs[pod.name] = int(item["rev"]["N"])
-            if belongs(item.get("owner", {}).get("S", ""), workload.uid):
-                settled[pod.name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
+            name = item["sk"]["S"].removeprefix(POD_PREFIX)
+            revs[name] = int(item["rev"]["N"])
+            pod = pod_of(item)
+            if pod is not None and belongs(owner_of(item), workload.uid):
+                settled[name] = settle_pod(pod, int(item["epoch"]["N"]), epoch)
+        listed = listing.rebuilt(workload.listed_seq, listing_items(pods), workload.uid)
         outbox = tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]")))
         return Stored(
-            replace(workload, pods=settled),
+            replace(workload, pods=settled, listed=listed),
             int(state["version"]["N"]),
             epoch,
             revs,
@@ -84,6 +87,7 @@ class WorkloadItems(PodItems):
             int(state.get("readyCount", {}).get("N", "0")),
             int(state.get("failures", {}).get("N", "0")),
             decode_quarantine(state),
+            "expiring" in state,
         )
 
     def _workload_update(
@@ -94,12 +98,15 @@ class WorkloadItems(PodItems):
         outbox: Sequence[Effect],
         now: float,
         ready_delta: int,
+        expiring: bool = False,
     ) -> UpdateTypeDef:
         """An Update of the workload item on its version (transaction form).
 
         An update, not a put: the ready count is changed only by deltas, so a
         concurrent pod write's count is never overwritten; an eviction (a new
-        epoch) resets it, since every pod of the attempt is then retired.
+        epoch) resets it, since every pod of the attempt is then retired. Its
+        state holds no pods and no pod listing (only its revision), so the item
+        stays small whatever the gang's size.
         """
         version = (before.version if before else 0) + 1
         values: dict[str, Any] = {
@@ -134,6 +141,11 @@ class WorkloadItems(PodItems):
             values[":outbox"] = string(dumps([encode_effect(e) for e in outbox]))
         else:
             removes.append("outbox")
+        if expiring:
+            keep = "" if after.phase is Phase.FINISHED else after.uid
+            record = {"at": int(now) + self.history_ttl, "keep": keep, "version": version}
+            sets.append("expiring = :expiring")
+            values[":expiring"] = string(dumps(record))
         if after.phase is Phase.FINISHED:
             sets.append("expiresAt = :expires")
             values[":expires"] = number(int(now) + self.history_ttl)
@@ -174,33 +186,60 @@ class WorkloadItems(PodItems):
         now: float,
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
+        *,
+        expiring: bool = False,
     ) -> int:
-        update = self._workload_update(before, after, epoch, outbox, now, ready_delta)
+        stamps = listing.stamping(before, after, pods)
+        # (operation, its change of the ready count): the listing's stamps first, then
+        # the pods; at most 100 items per transaction, each chunk keeping pods and
+        # count in step, the workload item (and its expiry record) in the last.
+        operations: list[tuple[TransactWriteItemTypeDef, int]] = [
+            (
+                self._stamp_operation(
+                    after.key, name, stamp, before.pod_revs.get(name) if before else None, after.uid
+                ),
+                0,
+            )
+            for name, stamp in sorted(stamps.others.items())
+        ]
+        operations.extend(
+            (
+                self._pod_operation(after.key, w, epoch, now, stamps.written.get(w.name)),
+                _ready_delta([w], before),
+            )
+            for w in pods
+        )
+        last: list[TransactWriteItemTypeDef] = []
+        if expiring:
+            index = {
+                "TableName": self.table,
+                "Item": {
+                    "pk": string(EXPIRING_PK),
+                    "sk": string(workload_pk(after.key)),
+                    "workload": string(after.key),
+                },
+            }
+            last.append({"Put": index})  # type: ignore[typeddict-item]
+        room = MAX_TRANSACTION - 1 - len(last)
+        head = operations[: max(0, len(operations) - room)]
+        tail = operations[len(head) :]
         try:
-            if not pods:
-                self.client.update_item(**update)
-            else:
-                # At most 100 items per transaction: a node rarely holds that many
-                # pods of one gang, and each chunk keeps pods and count in step.
-                chunks = [
-                    list(pods[i : i + MAX_TRANSACTION - 1])
-                    for i in range(0, len(pods), MAX_TRANSACTION - 1)
-                ]
-                for chunk in chunks[:-1]:
-                    delta = _ready_delta(chunk, before)
-                    ready_delta -= delta
-                    self.client.transact_write_items(
-                        TransactItems=[
-                            *(self._pod_operation(after.key, w, epoch, now) for w in chunk),
-                            {"Update": self._count_update(after.key, before, delta)},
-                        ]
-                    )
-                last = self._workload_update(before, after, epoch, outbox, now, ready_delta)
+            for start in range(0, len(head), MAX_TRANSACTION - 1):
+                chunk = head[start : start + MAX_TRANSACTION - 1]
+                delta = sum(d for _, d in chunk)
+                ready_delta -= delta
                 self.client.transact_write_items(
                     TransactItems=[
-                        *(self._pod_operation(after.key, w, epoch, now) for w in chunks[-1]),
-                        {"Update": last},
+                        *(op for op, _ in chunk),
+                        {"Update": self._count_update(after.key, before, delta)},
                     ]
+                )
+            update = self._workload_update(before, after, epoch, outbox, now, ready_delta, expiring)
+            if not tail and not last:
+                self.client.update_item(**update)
+            else:
+                self.client.transact_write_items(
+                    TransactItems=[*(op for op, _ in tail), *last, {"Update": update}]
                 )
         except ClientError as exc:
             if is_conflict(exc):
