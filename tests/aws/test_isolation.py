@@ -6,7 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from muster.core import Admit, DeadlineReached, Evict, Outcome, Phase, TimerKind, WorkloadObserved
+from muster.core import (
+    Admit,
+    DeadlineReached,
+    Evict,
+    Outcome,
+    Phase,
+    Reason,
+    TimerKind,
+    WorkloadFinished,
+    WorkloadObserved,
+)
 from muster.kube.adapter import ClusterUnavailable
 from muster.retry import is_transient
 from muster.runtime import describe, status
@@ -213,9 +223,13 @@ def test_quota_holds_while_the_phase_index_lags_behind_an_admission():
     # WHEN two passes run one after the other
     assert rig.admit() == ["ns/a"]
     assert rig.admit() == []
-    # THEN the second saw a's admission through the ledger's recent entries
+    # THEN the second saw a's admission through the ledger's entries
     assert store.ledger_state.recent == {"ns/a": 1}
-    # AND once the index shows it, the ledger forgets it
+    # AND the ledger names it for as long as it holds quota, whatever the index shows
     store.frozen = None
     assert rig.admit() == []
+    assert store.ledger_state.recent == {"ns/a": 1}
+    # AND the write that ends its holding takes it off the ledger
+    rig.plane().handle(WorkloadFinished("ns/a", Reason.DELETED, 50))
     assert store.ledger_state.recent == {}
+    assert rig.admit() == ["ns/b"]

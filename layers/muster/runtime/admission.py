@@ -35,7 +35,7 @@ from muster.core import (
     decide,
 )
 from muster.runtime.messages import AdmissionRequest
-from muster.runtime.planning import HoldingsReader, quota_holders, stored
+from muster.runtime.planning import HoldingsReader, indexed_holders, stored
 from muster.runtime.ports import (
     Conflict,
     Ledger,
@@ -147,13 +147,14 @@ class AdmissionPass:
         self.conflicts = 0
         # The indexes are read once per pass: admissions since are in the ledger's
         # recent entries, and a workload queued during the pass asks for a pass of its own.
-        self.indexed = {w.key: w for w in quota_holders(self.store)}
+        self.indexed = {w.key: w for w in indexed_holders(self.store)}
         self.queued_keys = {w.key for w in self.store.pending()} | set(hints)
         self.holdings = HoldingsReader(self.store)
         self.fresh: dict[str, Workload] = {}  # read consistently (or written) by this pass
         self.recent: dict[str, int] = {}  # ledger entries already reflected in `fresh`
         self.unread = self._first_read()
-        self.forgotten: int | None = None  # the ledger's `forgotten` as last read
+        self.gone: set[str] = set()  # read consistently and not found
+        self.ledger: Ledger | None = None  # as last read, with this pass's own admissions
         self.queue: AdmissionQueue | None = None
         self.settings: Settings | None = None
 
@@ -163,7 +164,7 @@ class AdmissionPass:
         while self.conflicts <= plane.max_conflicts:
             settings = plane.settings()
             now = plane.clock()
-            ledger = self.store.ledger()
+            ledger = self._ledger()
             if not self._catch_up(ledger):
                 continue  # finished what an earlier pass or event left halfway: read again
             queue = self._queue(settings)
@@ -182,11 +183,6 @@ class AdmissionPass:
         """Read what the view lacks or may have missed: at first every candidate and
         holder to re-check, then only the admissions other passes made meanwhile (and
         what was repaired). False if some had to be repaired first."""
-        if self.forgotten is not None and ledger.forgotten != self.forgotten:
-            # Entries were forgotten since the last round: an admission another pass
-            # made meanwhile may be among them, so read every candidate again.
-            self.unread |= self._first_read()
-        self.forgotten = ledger.forgotten
         keys = self.unread | {
             k for k, attempt in ledger.recent.items() if self.recent.get(k) != attempt
         }
@@ -214,6 +210,15 @@ class AdmissionPass:
         self.unread = broken
         return False
 
+    def _ledger(self) -> Ledger:
+        """The ledger: its entries read again only when someone else moved its version
+        (every admission does), so a pass's rounds cost one small read each."""
+        known = self.ledger
+        if known is None or self.store.ledger_version() != known.version:
+            self.ledger = self.store.ledger()
+        assert self.ledger is not None
+        return self.ledger
+
     def _first_read(self) -> set[str]:
         """Every candidate, and the holders whose quota may have been freed."""
         return self.queued_keys | {
@@ -224,6 +229,7 @@ class AdmissionPass:
         """The view of `key` is now `w` (None: it is gone)."""
         if w is None:
             self.fresh.pop(key, None)
+            self.gone.add(key)
         else:
             self.fresh[key] = w
         if self.queue is not None:
@@ -294,6 +300,7 @@ class AdmissionPass:
         self.admitted.append(key)
         plane.stats.admitted.append(key)
         self.recent[key] = decision.workload.attempt
+        self.ledger = Ledger(ledger.version + 1, {**ledger.recent, key: decision.workload.attempt})
         self._learn(key, workload_state(decision.workload))
         try:
             plane.carry_out(decision.workload, version, effects)
@@ -302,15 +309,16 @@ class AdmissionPass:
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass
 
     def _done(self, plan: AdmissionPlan, ledger: Ledger) -> None:
-        """Nothing more to admit: say why, and let the ledger forget what the index shows."""
+        """Nothing more to admit: say why, and drop entries of workloads read as no
+        longer holding quota (left by a write that did not remove its entry)."""
         if plan.blocked_by or plan.skipped:
             log.info(
                 "admission pass admitted nothing more",
                 extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
             )
-        seen = _indexed_recent(ledger, self.indexed, self.fresh)
-        if seen:
-            self.store.forget_recent(seen)
+        stale = _stale_entries(ledger, self.fresh, self.gone)
+        if stale:
+            self.store.forget_recent(stale)
 
     def _repair(self, key: str) -> None:
         try:
@@ -332,20 +340,13 @@ class AdmissionPass:
         )
 
 
-def _indexed_recent(
-    ledger: Ledger, indexed: Mapping[str, Workload], read: Mapping[str, Workload]
-) -> dict[str, int]:
-    """Recent admissions the phase index shows now (or that left): the ledger can forget them."""
-    seen: dict[str, int] = {}
+def _stale_entries(ledger: Ledger, fresh: Mapping[str, Workload], gone: set[str]) -> dict[str, int]:
+    """Entries whose workloads, read consistently, no longer hold that attempt."""
+    stale: dict[str, int] = {}
     for key, attempt in ledger.recent.items():
-        shown = indexed.get(key)
-        fresh = read.get(key)
-        if (
-            (shown is not None and shown.attempt >= attempt)
-            or (
-                fresh is not None and (fresh.phase not in ACTIVE_PHASES or fresh.attempt != attempt)
-            )
-            or (fresh is None and key not in indexed)
+        w = fresh.get(key)
+        if key in gone or (
+            w is not None and (w.phase not in ACTIVE_PHASES or w.attempt != attempt)
         ):
-            seen[key] = attempt
-    return seen
+            stale[key] = attempt
+    return stale

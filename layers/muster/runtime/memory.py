@@ -294,6 +294,9 @@ class MemoryStore:
             current.quarantine if current else None,
             left,
         )
+        if ports.stops_holding(before, after):  # the ledger names every quota holder
+            recent = {k: a for k, a in self.ledger_state.recent.items() if k != after.key}
+            self.ledger_state = Ledger(self.ledger_state.version, recent)
         if after.phase is Phase.FINISHED:
             self.expires[(after.key, None)] = now + self.finished_ttl
         else:
@@ -446,6 +449,9 @@ class MemoryStore:
     def ledger(self) -> Ledger:
         return self.ledger_state
 
+    def ledger_version(self) -> int:
+        return self.ledger_state.version
+
     def admit(
         self,
         before: Stored,
@@ -459,7 +465,7 @@ class MemoryStore:
             raise Conflict("ledger")
         version = self.write_workload(before, after, before.epoch, outbox, now)
         recent = {**self.ledger_state.recent, after.key: after.attempt}
-        self.ledger_state = Ledger(ledger.version + 1, recent, ledger.forgotten)
+        self.ledger_state = Ledger(ledger.version + 1, recent)
         return version
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
@@ -467,8 +473,7 @@ class MemoryStore:
         for key, attempt in entries.items():
             if recent.get(key) == attempt:
                 del recent[key]
-        state = self.ledger_state
-        self.ledger_state = Ledger(state.version + 1, recent, state.forgotten + 1)
+        self.ledger_state = Ledger(self.ledger_state.version, recent)
 
     def append_history(
         self,

@@ -80,9 +80,22 @@ def stored(store: WorkloadStore, w: Workload) -> Workload:
     return found.workload if found else w
 
 
-def quota_holders(store: WorkloadStore) -> list[Workload]:
-    """The workloads the phase index shows holding quota (Admitted, Recovering, Running)."""
+def indexed_holders(store: WorkloadStore) -> list[Workload]:
+    """The workloads the phase index shows holding quota (Admitted, Recovering, Running):
+    eventually consistent, and read one phase at a time."""
     return [w for p in sorted(ACTIVE_PHASES) for w in store.by_phase(p.value)]
+
+
+def quota_holders(store: WorkloadStore) -> list[Workload]:
+    """Every workload holding quota, as its item holds it now.
+
+    The admission ledger names every admission still holding (a consistent read,
+    whatever phase changes land meanwhile); the phase index adds holders admitted
+    before the ledger named them all (a deployment from before that), as it shows them.
+    """
+    named = store.ledger().recent
+    held = [w for w in store.get_workloads(sorted(named)) if w.phase in ACTIVE_PHASES]
+    return held + [w for w in indexed_holders(store) if w.key not in named]
 
 
 def admission_inputs(

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
 from muster.core.capacity import NodeCapacity
-from muster.core.model import Admit, Evict, Kind
+from muster.core.model import ACTIVE_PHASES, Admit, Evict, Kind
 
 # Rules every store applies to the pods it reads back, the in-memory one and DynamoDB's.
 
@@ -124,21 +124,29 @@ class PodWrite:
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """The admission ledger: a version that every admission moves, and recent admissions.
+    """The admission ledger: a version that every admission moves, and the quota holders.
 
     Every admission commits on `version`, so two racing passes cannot both admit.
-    The workloads that hold quota are found on the phase index; `recent` names
-    those admitted (workload -> attempt) that the index, eventually consistent,
-    may not show yet, so a pass reads them consistently instead. An entry is
-    forgotten once the index shows that attempt (or the workload left), which
-    keeps the ledger small however many workloads are active. Forgetting moves
-    the version too, and counts in `forgotten`: a pass that planned on entries
-    since forgotten cannot commit, and knows to read its candidates again.
+    `recent` names every workload admitted and still holding quota (workload ->
+    attempt): the admission puts its entry, and the write that takes it out of
+    the active phases removes it, in one transaction each, so a consistent read
+    of the ledger names every holder however phase changes interleave with it
+    (the phase index, eventually consistent and read one phase at a time, may
+    not). Entries left by workloads that stopped holding some other way are
+    removed by a pass that reads them consistently (`forget_recent`).
     """
 
     version: int = 0
     recent: Mapping[str, int] = field(default_factory=dict)
-    forgotten: int = 0
+
+
+def stops_holding(before: Stored | None, after: Workload) -> bool:
+    """Whether this write takes the workload out of the phases that hold quota."""
+    return (
+        before is not None
+        and before.workload.phase in ACTIVE_PHASES
+        and (after.phase not in ACTIVE_PHASES or after.uid != before.workload.uid)
+    )
 
 
 class WorkloadStore(Protocol):
@@ -277,6 +285,10 @@ class WorkloadStore(Protocol):
 
     def ledger(self) -> Ledger: ...
 
+    def ledger_version(self) -> int:
+        """The ledger's version alone (a consistent read of one small item)."""
+        ...
+
     def admit(
         self,
         before: Stored,
@@ -289,8 +301,8 @@ class WorkloadStore(Protocol):
         ...
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
-        """Drop ledger entries (workload -> attempt) the phase index now shows, moving the
-        version and the `forgotten` count first; never fails."""
+        """Drop ledger entries (workload -> attempt) of workloads read consistently as no
+        longer holding that attempt; an entry of a newer attempt stays. Never fails."""
         ...
 
     def append_history(

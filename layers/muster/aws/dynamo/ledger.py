@@ -1,4 +1,4 @@
-"""The admission ledger: a version every admission moves on, and the recent admissions."""
+"""The admission ledger: a version every admission moves on, and an entry per quota holder."""
 
 from __future__ import annotations
 
@@ -20,16 +20,15 @@ class AdmissionLedger(WorkloadItems):
     """Admissions are serialised on the ledger's version, written with the workload item."""
 
     def ledger(self) -> Ledger:
-        """The version first, then the recent admissions (both consistent reads).
+        """The version first, then the holders' entries (both consistent reads).
 
         In this order a pass that commits on the version it read has seen every
-        recent admission made before that version.
+        admission made before that version.
         """
         item = self.client.get_item(TableName=self.table, Key=LEDGER_KEY, ConsistentRead=True).get(
             "Item"
         )
         version = int(item["version"]["N"]) if item else 0
-        forgotten = int(item.get("forgotten", {}).get("N", "0")) if item else 0
         recent = {
             entry["workload"]["S"]: int(entry["attempt"]["N"])
             for entry in self._query(
@@ -41,16 +40,21 @@ class AdmissionLedger(WorkloadItems):
                 ConsistentRead=True,
             )
         }
-        return Ledger(version, recent, forgotten)
+        return Ledger(version, recent)
+
+    def ledger_version(self) -> int:
+        item = self.client.get_item(
+            TableName=self.table,
+            Key=LEDGER_KEY,
+            ConsistentRead=True,
+            ProjectionExpression="version",
+        ).get("Item")
+        return int(item["version"]["N"]) if item else 0
 
     def _ledger_put(self, ledger: Ledger) -> PutTypeDef:
         put: PutTypeDef = {
             "TableName": self.table,
-            "Item": {
-                **LEDGER_KEY,
-                "version": number(ledger.version + 1),
-                "forgotten": number(ledger.forgotten),
-            },
+            "Item": {**LEDGER_KEY, "version": number(ledger.version + 1)},
         }
         if ledger.version == 0:
             put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -94,14 +98,6 @@ class AdmissionLedger(WorkloadItems):
         return version
 
     def forget_recent(self, entries: Mapping[str, int]) -> None:
-        # First the version: a pass that read the entries about to go cannot commit
-        # on what it read, and one that reads the ledger after this knows to look again.
-        self.client.update_item(
-            TableName=self.table,
-            Key=LEDGER_KEY,
-            UpdateExpression="ADD version :one, forgotten :one",
-            ExpressionAttributeValues={":one": number(1)},
-        )
         for key, attempt in entries.items():
             try:
                 self.client.delete_item(

@@ -13,8 +13,10 @@ from muster.aws.dynamo.pods import PodItems, listing_items, owner_of, pod_of
 from muster.aws.dynamo.quarantine import decode_quarantine
 from muster.aws.dynamo.table import (
     EXPIRING_PK,
+    LEDGER_KEY,
     MAX_TRANSACTION,
     POD_PREFIX,
+    RECENT_PREFIX,
     STATE,
     is_conflict,
     number,
@@ -30,7 +32,7 @@ from muster.runtime.codec import (
     encode_effect,
     encode_workload,
 )
-from muster.runtime.ports import Conflict, PodWrite, Stored, belongs, settle_pod
+from muster.runtime.ports import Conflict, PodWrite, Stored, belongs, settle_pod, stops_holding
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
@@ -220,6 +222,10 @@ class WorkloadItems(PodItems):
                 },
             }
             last.append({"Put": index})  # type: ignore[typeddict-item]
+        if stops_holding(before, after):
+            # The ledger names every quota holder: this write ends the holding.
+            entry = {"pk": LEDGER_KEY["pk"], "sk": string(RECENT_PREFIX + after.key)}
+            last.append({"Delete": {"TableName": self.table, "Key": entry}})
         room = MAX_TRANSACTION - 1 - len(last)
         head = operations[: max(0, len(operations) - room)]
         tail = operations[len(head) :]
