@@ -135,3 +135,38 @@ def test_a_holder_the_index_misses_still_holds_its_quota(kind: str):
         rig.plane().handle(WorkloadFinished("ns/a", Reason.SUCCEEDED, 60))
         assert store.ledger().recent == {}
         assert rig.admit() == ["ns/b"]
+
+
+class TwoPhaseIndexStore(MemoryStore):
+    """An index that still shows a workload under the phase it just left."""
+
+    stale: dict[str, list] = {}
+
+    def by_phase(self, phase: str):
+        return [*super().by_phase(phase), *self.stale.get(phase, [])]
+
+
+def test_status_shows_each_workload_once_as_its_item_holds_it():
+    from dataclasses import replace
+
+    from muster.runtime.views import status
+
+    # GIVEN a workload Requeued, which the lagging index still also shows Admitted
+    store = TwoPhaseIndexStore()
+    rig = Rig(store=store, doc={"timeout": "60s"})
+    rig.submit("ns/broken", 1, created_at=1.0)
+    assert rig.admit() == ["ns/broken"]
+    admitted = store.load("ns/broken").workload  # type: ignore[union-attr]
+    rig.clock.now += 61
+    from muster.core import DeadlineReached, TimerKind
+
+    rig.plane().handle(DeadlineReached("ns/broken", 1, TimerKind.STARTUP, 1))
+    assert rig.phase("ns/broken") == "Requeued"
+    store.stale = {"Admitted": [replace(admitted, pods={})]}
+    # WHEN the status is read
+    view = status(store)
+    # THEN it lists the workload once, Requeued, and nothing holds quota
+    listed = [w["workload"] for items in view["phases"].values() for w in items]
+    assert listed == ["ns/broken"]
+    assert [w["workload"] for w in view["phases"]["Requeued"]] == ["ns/broken"]
+    assert view["admitted"] == []

@@ -3,32 +3,44 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from muster.admin.deployment import Deployment
-from muster.core import Phase, Settings
+from muster.core import ACTIVE_PHASES, Phase, Settings, Workload
 from muster.core.admission import Usage
-from muster.runtime.planning import admission_inputs
+from muster.runtime.planning import HoldingsReader, admission_inputs
 
 
 def status_view(deployment: Deployment) -> dict[str, Any]:
     """The workloads by phase with their ready pods, the admission settings and the outlook."""
-    from muster.runtime.views import status
+    from muster.runtime.views import current_workloads, status
 
     store = deployment.store()
-    doc = status(store)
+    workloads = current_workloads(store)  # one view for the phases and the outlook
+    doc = status(store, workloads)
     _fill_ready_counts(store, doc)
     doc["cluster"] = deployment.config.cluster_name
     settings = deployment.settings(store).effective()
     doc["blockAdmission"] = settings.block_admission
     doc["capacityCheck"] = settings.capacity_check
-    doc["admission"] = admission_outlook(store, settings)
+    doc["admission"] = admission_outlook(store, settings, workloads)
     return doc
 
 
-def admission_outlook(store: Any, settings: Settings) -> dict[str, Any]:
-    """What the core's admission planner would do now: who is admissible, who waits and why."""
-    inputs = admission_inputs(store, settings)
+def admission_outlook(
+    store: Any, settings: Settings, workloads: Sequence[Workload] | None = None
+) -> dict[str, Any]:
+    """What the core's admission planner would do now: who is admissible, who waits and why.
+
+    On `workloads` when given (the view the rest of the status shows), else as read now.
+    """
+    if workloads is None:
+        inputs = admission_inputs(store, settings)
+    else:
+        queued = [w for w in workloads if w.phase is Phase.PENDING]
+        active = [w for w in workloads if w.phase in ACTIVE_PHASES]
+        inputs = HoldingsReader(store).inputs(settings, queued, active)
     plan = inputs.plan(settings, time.time())
     return {
         "admissible": list(plan.admit),

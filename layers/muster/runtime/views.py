@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from muster.core import ACTIVE_PHASES, Phase, Pod
+from muster.core import ACTIVE_PHASES, Phase, Pod, Workload
 from muster.core.diagnosis import PodDiagnosis, diagnose
 from muster.runtime.ports import WorkloadStore
 
@@ -63,21 +63,44 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
     }
 
 
-def status(store: WorkloadStore) -> dict[str, Any]:
-    """Workloads by phase, who holds admission, and who is quarantined (with the error)."""
-    phases = {
-        p.value: [
-            {**w.summary(), "evictions": sum(w.evictions.values())} for w in store.by_phase(p.value)
-        ]
-        for p in Phase
-    }
+def current_workloads(store: WorkloadStore) -> list[Workload]:
+    """Every workload, each once and as its item holds it now.
+
+    The phase index is read one phase at a time and lags: a workload that changed
+    phase meanwhile shows in two phases, or in none. So the index only says which
+    workloads there are; each one not Finished (and every quota holder the ledger
+    names) is then read consistently, in batches.
+    """
+    indexed: dict[str, Workload] = {}
+    for phase in Phase:
+        for w in store.by_phase(phase.value):
+            known = indexed.get(w.key)
+            if known is None or known.phase is Phase.FINISHED:
+                indexed[w.key] = w
+    settled = {k for k, w in indexed.items() if w.phase is Phase.FINISHED}
+    wanted = (set(indexed) - settled) | set(store.ledger().recent)
+    fresh = {w.key: w for w in store.get_workloads(sorted(wanted))}
+    current = {k: w for k, w in indexed.items() if k in settled and k not in wanted}
+    current.update(fresh)
+    return [current[k] for k in sorted(current)]
+
+
+def status(store: WorkloadStore, workloads: Sequence[Workload] | None = None) -> dict[str, Any]:
+    """Workloads by phase, who holds admission, and who is quarantined (with the error).
+
+    One view: each workload once, as read by `current_workloads` (or as handed in).
+    """
+    current = current_workloads(store) if workloads is None else workloads
+    phases: dict[str, list[dict[str, Any]]] = {p.value: [] for p in Phase}
+    for w in current:
+        phases[w.phase.value].append({**w.summary(), "evictions": sum(w.evictions.values())})
     quarantined = {key: q for key, q in store.quarantined()}
     for items in phases.values():
-        for w in items:
-            q = quarantined.get(w["workload"])
-            w["quarantined"] = q is not None
+        for doc in items:
+            q = quarantined.get(doc["workload"])
+            doc["quarantined"] = q is not None
             if q is not None:
-                w["quarantineError"] = q.error
+                doc["quarantineError"] = q.error
     return {
         "phases": phases,
         "counts": {name: len(items) for name, items in phases.items()},
