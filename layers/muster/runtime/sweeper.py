@@ -120,9 +120,7 @@ def sweep(
                 messages.deadline_later(w.key, timer, 0.0)
                 report.deadlines.append(w.key)
                 break
-    for key, owed in owed_signals(holders, settings, leave_out=quarantined):
-        messages.deadline_later(key, replace(owed, deadline=now), 0.0)
-        report.owed.append(key)
+    report.owed = _send_owed(holders, messages, settings, now, quarantined)
     for phase in SWEPT_PHASES:
         for key in store.unsettled(phase.value):
             if key not in quarantined:
@@ -177,6 +175,20 @@ def _admissible(
     report.fit_judged = True
     fitting = HoldingsReader(store).inputs(settings, inputs.queued, inputs.active)
     return bool(fitting.plan(settings, now).admit)
+
+
+def _send_owed(
+    holders: Sequence[Workload],
+    messages: Messages,
+    settings: Settings,
+    now: float,
+    quarantined: set[str],
+) -> list[str]:
+    """The signal of every deadline the settings brought back and no timer carries."""
+    owed = owed_signals(holders, settings, leave_out=quarantined)
+    for key, signal in owed:
+        messages.deadline_later(key, replace(signal, deadline=now), 0.0)
+    return [key for key, _ in owed]
 
 
 def _expire_leftovers(store: WorkloadStore) -> list[str]:
