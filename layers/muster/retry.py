@@ -27,6 +27,12 @@ class Transient(Exception):
     """
 
 
+class Refused(Exception):
+    """A request the other side refused for a reason a retry cannot mend (forbidden,
+    invalid). Adapters raise a subclass of it, so that the runtime can tell a
+    refusal apart from a failure it knows nothing about."""
+
+
 class Backoff:
     """Delays of base, 2*base, 4*base, ... capped at `maximum`; `reset` starts again."""
 

@@ -222,3 +222,13 @@ def test_a_workload_fault_eviction_and_deactivation_say_why() -> None:
     )
     assert gone is not None and gone.reason == "DeactivatedDueToWorkloadFaults"
     assert gone.message.startswith("Deactivated: 2 of 2 pods cannot pull image x;")
+
+
+def test_a_refused_admission_says_what_the_api_server_answered() -> None:
+    shown = describe(
+        LogEvent.EVICTED,
+        {"attempt": 2, "reason": "AdmissionRefused", "error": "Admit: 403 Forbidden"},
+    )
+    assert shown is not None and shown.reason == "EvictedDueToAdmissionRefused"
+    assert "refused to release it (Admit: 403 Forbidden)" in shown.message
+    assert shown.message.endswith("queued again")

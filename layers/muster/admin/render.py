@@ -241,6 +241,8 @@ def last_eviction(history: Sequence[Mapping[str, Any]]) -> list[str]:
         summary = (d.get("diagnosis") or {}).get("summary")
         if summary:
             lines.append(f"diagnosis: {summary}")
+        if d.get("error"):
+            lines.append(f"the API server refused to release it: {d['error']}")
         if d.get("node"):
             lines.append(f"node {d['node']} was lost or marked for replacement")
         pods = d.get("notReady") or []

@@ -20,6 +20,7 @@ from muster.admin.errors import AdminError, BadInput, listed
 from muster.core import Settings, SettingsError
 from muster.kueue import Imported, import_kueue, looks_like_kueue
 from muster.retry import retry
+from muster.runtime.messages import SETTINGS_CHANGED
 from muster.runtime.ports import Conflict
 
 SETTINGS_CONFLICT_RETRIES = 5
@@ -55,8 +56,9 @@ def apply_changes(deployment: Deployment, changes: dict[str, Any]) -> SettingsCh
         )
     except Conflict:
         raise AdminError("the settings record kept changing meanwhile; try again") from None
-    # New settings may admit someone (a longer quota, blockAdmission off, ...).
-    deployment.messages().request_admission("settings changed", None)
+    # New settings may admit someone (a longer quota, blockAdmission off, ...), and
+    # bring back deadlines (dryRun off): the admission function acts on both.
+    deployment.messages().request_admission(SETTINGS_CHANGED, None)
     changed = _diff(before.to_dict(), after.to_dict())
     record = store.settings_record()
     return SettingsChange(

@@ -15,13 +15,14 @@ from muster.core.admission import (
 )
 from muster.core.decide import decide
 from muster.core.durations import DurationError, format_duration, parse_duration
-from muster.core.eviction import backoff_delay
+from muster.core.eviction import backoff_delay, owed_timer
 from muster.core.fleet import Fleet, StepResult
 from muster.core.gang import reassess
 from muster.core.model import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
     AdmissionGranted,
+    AdmissionRefused,
     Admit,
     DeadlineReached,
     Decision,
@@ -79,6 +80,7 @@ __all__ = [
     "AdmissionGranted",
     "AdmissionPlan",
     "AdmissionQueue",
+    "AdmissionRefused",
     "Admit",
     "DeadlineReached",
     "Decision",
@@ -127,6 +129,7 @@ __all__ = [
     "load_settings_text",
     "merge_settings",
     "observe_stored_pod",
+    "owed_timer",
     "parse_duration",
     "parse_settings",
     "plan_admission",

@@ -10,7 +10,8 @@ It sends each event to the rules of its concern, from the top down:
     workloads     submitted, changed, re-created, admitted, finished, reactivated
     nodes         a node NotReady, Ready again, or being replaced
     pods          one pod's new record; the stored-pod path (`observe_stored_pod`)
-    eviction      deadlines, evictions, requeues with backoff, deactivation
+    eviction      deadlines (also those a settings change brought back), evictions,
+                  requeues with backoff, deactivation, a refused admission withdrawn
     gang          whole or not: the attempt's timers start, stop, move
     spec          what an admission is made of
 
@@ -21,10 +22,16 @@ records, which is what `.value` gives, without `.value`'s Python-level property
 
 from __future__ import annotations
 
-from muster.core.eviction import fault_deadline, readiness_deadline, requeue_due
+from muster.core.eviction import (
+    admission_refused,
+    fault_deadline,
+    readiness_deadline,
+    requeue_due,
+)
 from muster.core.gang import reassess
 from muster.core.model import (
     AdmissionGranted,
+    AdmissionRefused,
     DeadlineReached,
     Decision,
     Event,
@@ -97,6 +104,8 @@ def decide(
             return requeue_due(workload, event, now)
         case AdmissionGranted():
             return admit(workload, event, qs, now)
+        case AdmissionRefused():
+            return admission_refused(workload, event, qs, now, draw)
         case WorkloadFinished():
             return finish(workload, event, now)
         case Reactivate():

@@ -16,8 +16,10 @@ from muster.core.diagnosis import (
     classify,
     diagnose,
 )
+from muster.core.gang import incarnation
 from muster.core.model import (
     NOT_READY_PHASES,
+    AdmissionRefused,
     DeadlineReached,
     Decision,
     Effect,
@@ -31,7 +33,9 @@ from muster.core.model import (
     Requeue,
     RequeueDue,
     RunAdmission,
+    StartTimer,
     StopTimer,
+    Timer,
     TimerKind,
     Workload,
 )
@@ -53,6 +57,8 @@ def readiness_deadline(
     w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
 ) -> Decision:
     timer = w.timer
+    if timer is None and _owed_signal(w, e, qs):
+        return owed_deadline(w, qs, now, draw)
     if timer is None or (timer.attempt, timer.kind, timer.episode) != (
         e.attempt,
         e.kind,
@@ -63,6 +69,115 @@ def readiness_deadline(
         return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
     cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
     return _evict_not_ready(w, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+
+
+def owed_timer(w: Workload, qs: QueueSettings) -> Timer | None:
+    """The readiness deadline `w` is owed under `qs` but has no timer for, or None.
+
+    A gang left without one by settings that wanted none (a `dryRun` eviction
+    reported, `recoveryTimeout: 0s`) is owed it again once they want one: it runs
+    from when the gang was admitted (or lost readiness) under the timeout now in
+    force. The timer takes a new episode, so its name is never one used before.
+    """
+    if w.timer is not None or qs.dry_run or w.phase not in NOT_READY_PHASES:
+        return None
+    inc = incarnation(w)
+    if w.phase is Phase.ADMITTED:
+        if w.admitted_at is None:
+            return None
+        deadline = w.admitted_at + qs.startup_timeout(w.timeout_override)
+        return Timer(TimerKind.STARTUP, w.attempt, w.rearms + 2, deadline, inc)
+    timeout = qs.effective_recovery_timeout
+    if timeout <= 0:
+        return None
+    since = w.recovering_since if w.recovering_since is not None else w.ready_at
+    deadline = (since if since is not None else 0.0) + timeout
+    return Timer(TimerKind.RECOVERY, w.attempt, w.recovery_episodes + 1, deadline, inc)
+
+
+def _owed_signal(w: Workload, e: DeadlineReached, qs: QueueSettings) -> bool:
+    """Whether `e` is a deadline signal of this attempt for a gang owed a deadline.
+
+    Any episode: the shells send episode 0 (which no timer has) to say "the
+    deadline this attempt is owed now"; a late signal of a timer dropped earlier
+    says the same. What follows depends on the state and settings, not the signal.
+    """
+    kind = TimerKind.STARTUP if w.phase is Phase.ADMITTED else TimerKind.RECOVERY
+    if e.attempt != w.attempt or e.kind is not kind:
+        return False
+    if e.incarnation and e.incarnation != incarnation(w):
+        return False
+    return owed_timer(w, qs) is not None
+
+
+def owed_deadline(w: Workload, qs: QueueSettings, now: float, draw: float) -> Decision:
+    """Act on the deadline a settings change brought back: evict now if it passed,
+    else arm its timer for the time that remains. IGNORED when none is owed."""
+    timer = owed_timer(w, qs)
+    if timer is None:
+        return Decision(w, outcome=Outcome.IGNORED, note="no deadline owed")
+    # The settings now enforce deadlines: a later dry run reports afresh.
+    owed = replace(w, dry_run_evicted=False)
+    if timer.deadline <= now:
+        cause = Reason.WAIT_FOR_START if w.phase is Phase.ADMITTED else Reason.WAIT_FOR_RECOVERY
+        return _evict_not_ready(owed, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+    episodes = timer.episode if timer.kind is TimerKind.RECOVERY else w.recovery_episodes
+    armed = replace(owed, timer=timer, rearms=w.rearms + 1, recovery_episodes=episodes)
+    return Decision(armed, (StartTimer(w.key, timer),))
+
+
+def admission_refused(
+    w: Workload, e: AdmissionRefused, qs: QueueSettings, now: float, draw: float
+) -> Decision:
+    """The cluster will not release this attempt: withdraw it, so that it holds
+    neither quota nor the `blockAdmission` lock.
+
+    Back to the queue after a backoff, counted towards the requeuing limits like an
+    eviction (deactivated once they are reached, so a workload the cluster always
+    refuses does not loop); an `Evict` makes sure nothing of it runs. Not a
+    readiness eviction, so `dryRun` does not hold it back.
+    """
+    if w.phase is not Phase.ADMITTED or e.attempt != w.attempt:
+        return Decision(w, outcome=Outcome.STALE, note="not waiting for this admission")
+    reason = Reason.ADMISSION_REFUSED
+    detail: dict[str, Any] = {"attempt": w.attempt, "reason": str(reason), "error": e.error}
+    effects: list[Effect] = [StopTimer(w.key, t) for t in (w.timer, w.fault_timer) if t]
+    limited = _limit_reached(w, qs, now)
+    evict_reason, cause = reason, None
+    if limited:
+        evict_reason, cause = Reason.DEACTIVATED, Reason.REQUEUING_LIMIT_EXCEEDED
+        detail.update(reason=str(evict_reason), cause=str(cause), refused=str(reason))
+    effects.append(Evict(w.key, w.attempt, w.kind, evict_reason, cause, w.not_ready_pods(), w.uid))
+    effects.append(Publish(LogEvent.EVICTED, w.key, detail))
+    evicted = withdrawn(w, now, qs, reason=evict_reason, cause=cause)
+    if limited:
+        gone = {"reason": str(Reason.REQUEUING_LIMIT_EXCEEDED), "count": w.requeue_count}
+        effects += [Publish(LogEvent.DEACTIVATED, w.key, gone), RunAdmission("admission refused")]
+        deactivated = replace(
+            evicted,
+            phase=Phase.DEACTIVATED,
+            reason=str(Reason.REQUEUING_LIMIT_EXCEEDED),
+            message=f"admission refused: {e.error}",
+            requeue_count=0,
+            requeue_at=None,
+            first_evicted_at=None,
+        )
+        return Decision(deactivated, tuple(effects), withdrawn=had_live_pods(w))
+    count = w.requeue_count + 1
+    delay = backoff_delay(count, qs, draw)
+    requeued = replace(
+        evicted,
+        phase=Phase.REQUEUED,
+        message=f"admission refused: {e.error}",
+        requeue_count=count,
+        requeue_at=now + delay,
+        first_evicted_at=w.first_evicted_at if w.first_evicted_at is not None else now,
+    )
+    effects.append(Requeue(w.key, count, delay, now + delay))
+    requeued_detail = {"count": count, "requeueAt": now + delay, "delaySeconds": delay}
+    effects.append(Publish(LogEvent.REQUEUED, w.key, requeued_detail))
+    effects.append(RunAdmission("admission refused"))
+    return Decision(requeued, tuple(effects), withdrawn=had_live_pods(w))
 
 
 def fault_deadline(

@@ -159,6 +159,7 @@ def _lost_readiness(w: Workload, qs: QueueSettings, now: float) -> Decision:
         phase=Phase.RECOVERING,
         timer=timer,
         recovery_episodes=episode,
+        recovering_since=now,
         reason=str(Reason.WAIT_FOR_RECOVERY),
         message=f"{w.ready_pods}/{w.gang_size} pods ready",
     )

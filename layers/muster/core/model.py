@@ -66,6 +66,8 @@ class Reason(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     DELETED = "Deleted"
+    # The cluster refused to release the workload (403, 422): the attempt is withdrawn.
+    ADMISSION_REFUSED = "AdmissionRefused"
 
 
 class TimerKind(StrEnum):
@@ -180,6 +182,10 @@ class Workload:
     first_evicted_at: float | None = None  # start of the current failing cycle
     timer: Timer | None = None
     recovery_episodes: int = 0  # within the current attempt
+    recovering_since: float | None = None  # when the gang last lost readiness
+    # Readiness timers armed within the current attempt for a deadline a settings
+    # change brought back (`dryRun` off, `recoveryTimeout` positive again).
+    rearms: int = 0
     reason: str | None = None
     message: str | None = None
     dry_run_evicted: bool = False  # a dry-run eviction was reported for this attempt
@@ -356,6 +362,15 @@ class AdmissionGranted:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionRefused:
+    """The cluster refused, for good, to release attempt `attempt` (a 403 or 422 on Admit)."""
+
+    workload: str
+    attempt: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Reactivate:
     workload: str
 
@@ -398,6 +413,7 @@ Event = (
     | DeadlineReached
     | RequeueDue
     | AdmissionGranted
+    | AdmissionRefused
     | Reactivate
 )
 

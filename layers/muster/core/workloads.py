@@ -240,6 +240,7 @@ def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> De
         requeue_at=None,
         timer=timer,
         recovery_episodes=0,
+        rearms=0,
         reason=None,
         message=None,
         dry_run_evicted=False,

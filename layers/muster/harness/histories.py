@@ -86,3 +86,25 @@ def _create(rng: random.Random, job: str, at: float, what: str) -> Action:
         startup=rng.uniform(2, 40),
         never_ready=rng.random() < 0.15,
     )
+
+
+# Settings an administrator changes mid-flight (opt-in: `with_settings_toggles`).
+# `job` names the change: "dryRun" on, "recoveryOff" (`recoveryTimeout: 0s`), or ""
+# back to the history's own settings.
+SETTINGS_TOGGLES = ("dryRun", "recoveryOff")
+
+
+def with_settings_toggles(history: History, seed: int) -> History:
+    """`history` with one to three settings changes and their undoing, all before its
+    horizon: `dryRun` on and off, `recoveryTimeout` to 0s and back."""
+    rng = random.Random(seed * 104_729 + 7)
+    actions = list(history.actions)
+    for _ in range(rng.randint(1, 3)):
+        start = rng.uniform(0, history.horizon * 0.7)
+        end = min(start + rng.uniform(20, 200), history.horizon * 0.95)
+        actions.append(Action(start, "settings", job=rng.choice(SETTINGS_TOGGLES)))
+        actions.append(Action(end, "settings", job=""))
+    actions.sort(key=lambda a: a.at)
+    return History(
+        history.seed, history.nodes, history.gpus_per_node, history.horizon, tuple(actions)
+    )

@@ -19,7 +19,7 @@ import heapq
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import (
@@ -267,7 +267,8 @@ def run_history(
     }
     if wrap_ports is not None:
         ports = wrap_ports(ports)
-    plane = build_plane(**ports, settings=lambda: settings, clock=loop)
+    current = [settings]  # what an administrator's settings change (a history action) sets
+    plane = build_plane(**ports, settings=lambda: current[0], clock=loop)
     if capacity:
         for event in truth.nodes.values():
             send(event)  # what the agent reports of every node when it starts
@@ -282,6 +283,9 @@ def run_history(
             settling = True
             perturber.settings = NONE
             truth.relist()
+        elif kind == "action" and payload.what == "settings":
+            current[0] = toggled(settings, payload.job)
+            plane.settle_deadlines()  # the "settings changed" request
         else:
             _play(kind, payload, truth, plane, timers, messages, outcome)
         _admit(plane, store, settings, outcome)
@@ -308,6 +312,15 @@ def _history_settings(
         }
         | ({"workloadFaults": workload_faults} if workload_faults is not None else {})
     )
+
+
+def toggled(base: Settings, change: str) -> Settings:
+    """`base` with one settings change of a history (`histories.SETTINGS_TOGGLES`)."""
+    if change == "dryRun":
+        return replace(base, defaults=replace(base.defaults, dry_run=True))
+    if change == "recoveryOff":
+        return replace(base, defaults=replace(base.defaults, recovery_timeout=0.0))
+    return base
 
 
 def _play(

@@ -53,7 +53,7 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
-from muster.retry import Backoff, Transient, retry
+from muster.retry import Backoff, Refused, Transient, retry
 from muster.runtime.ports import WorkloadGone
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ RecordReader = Callable[[str], Workload | None]
 """The control plane's committed record of a workload (None: not known)."""
 
 
-class ClusterActionError(Exception):
+class ClusterActionError(Refused):
     """The API server refused the change for a reason a retry cannot mend."""
 
 

@@ -80,6 +80,13 @@ def describe(event: LogEvent, detail: Mapping[str, Any]) -> KubeEvent | None:
 
 def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
     reason = str(detail.get("reason"))
+    if reason == "AdmissionRefused" or detail.get("refused"):
+        head = (
+            f"Evicted attempt {detail.get('attempt')}: the API server refused to release it "
+            f"({detail.get('error') or 'no error given'}); "
+            + ("the requeuing limit is reached" if detail.get("refused") else "queued again")
+        )
+        return KubeEvent("Warning", f"EvictedDueTo{reason}", head)
     # The eviction that deactivates (reason Deactivated) names the timeout as `timedOut`.
     cause = detail.get("timedOut") or detail.get("cause")
     dry = bool(detail.get("dryRun"))

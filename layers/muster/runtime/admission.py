@@ -34,7 +34,7 @@ from muster.core import (
     Workload,
     decide,
 )
-from muster.runtime.messages import AdmissionRequest
+from muster.runtime.messages import SETTINGS_CHANGED, AdmissionRequest
 from muster.runtime.planning import HoldingsReader, indexed_holders, stored
 from muster.runtime.ports import (
     Conflict,
@@ -44,7 +44,13 @@ from muster.runtime.ports import (
     WorkloadStore,
     workload_state,
 )
-from muster.runtime.results import EffectFailed, Quarantined, Stats, TooManyConflicts
+from muster.runtime.results import (
+    AdmissionWithdrawn,
+    EffectFailed,
+    Quarantined,
+    Stats,
+    TooManyConflicts,
+)
 from muster.runtime.view import with_view
 
 log = logging.getLogger("muster.runtime")
@@ -78,6 +84,8 @@ class Plane(Protocol):
 
     def take_admission_request(self) -> tuple[bool, set[str]]: ...
 
+    def settle_deadlines(self) -> list[str]: ...
+
 
 @dataclass
 class AdmissionRequests:
@@ -86,9 +94,11 @@ class AdmissionRequests:
     requested: bool = False
     hints: set[str] = field(default_factory=set)  # workloads that may have become admissible
     retry: int = 0  # the most passes that failed before any of these was sent
+    settings_changed: bool = False  # an administrator changed the settings
 
     def add(self, request: AdmissionRequest) -> None:
         self.requested = True
+        self.settings_changed = self.settings_changed or request.reason == SETTINGS_CHANGED
         self.retry = max(self.retry, request.retry)
         if request.workload:
             self.hints.add(request.workload)
@@ -100,6 +110,13 @@ def admit_after_batch(plane: Plane, requests: AdmissionRequests) -> None:
     if not (requests.requested or wanted):
         return
     retry = requests.retry + 1
+    if requests.settings_changed:
+        # Deadlines the change brought back (`dryRun` off): acted on now; whatever
+        # this misses, the sweeper sends again (`muster.runtime.deadlines`).
+        try:
+            plane.settle_deadlines()
+        except Exception:
+            log.exception("could not act on the deadlines of the new settings; the sweeper will")
     try:
         admitted = plane.admission_pass(requests.hints | named)
     except Exception:
@@ -304,6 +321,12 @@ class AdmissionPass:
         self._learn(key, workload_state(decision.workload))
         try:
             plane.carry_out(decision.workload, version, effects)
+        except AdmissionWithdrawn as exc:
+            # Refused by the cluster for good and withdrawn: it holds nothing now, and
+            # waits out its own backoff. Read it again before planning the rest.
+            self._set_aside(key, exc)
+            self._exclude(key)
+            self.unread.add(key)
         except (EffectFailed, Quarantined) as exc:
             self._set_aside(key, exc)
             self.excluded.add(key)  # admitted; its effects are tried again by a later pass
@@ -328,7 +351,7 @@ class AdmissionPass:
 
     def _set_aside(self, key: str, exc: EffectFailed | Quarantined) -> None:
         """One workload's failure stays its own: the pass goes on without it."""
-        if isinstance(exc, EffectFailed):
+        if isinstance(exc, EffectFailed) and not isinstance(exc, AdmissionWithdrawn):
             self.plane.failed[key] = exc.error
         log.warning(
             "workload set aside by the admission pass",

@@ -22,6 +22,9 @@ REQUEUE = "requeue"
 ADMISSION = "admission"
 RECONCILE = "reconcileSlice"
 SQS_MAX_DELAY_SECONDS = 900
+SETTINGS_CHANGED = "settings changed"
+"""The reason of the admission request an administrator's settings change sends: the
+admission function then also acts on the deadlines the change brought back."""
 
 
 @dataclass(frozen=True, slots=True)

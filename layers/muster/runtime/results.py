@@ -23,6 +23,11 @@ class EffectFailed(Exception):
         self.error = error
 
 
+class AdmissionWithdrawn(EffectFailed):
+    """The cluster refused to release the workload for good; its attempt was withdrawn
+    (`AdmissionRefused`): it holds nothing now, and has its own backoff."""
+
+
 class Quarantined(Exception):
     """The workload is quarantined: nothing is done for it until an administrator releases it."""
 

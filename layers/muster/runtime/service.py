@@ -58,8 +58,9 @@ from muster.core import (
 )
 from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
 from muster.core.reconcile import complete
-from muster.retry import Backoff, is_transient, retry
+from muster.retry import Backoff, Refused, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.deadlines import settle_deadlines
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
 from muster.runtime.pod_batch import pod_events
@@ -79,7 +80,9 @@ from muster.runtime.ports import (
     workload_state,
 )
 from muster.runtime.reconciliation import SLICE_SECONDS, SliceQueue, apply_slice, fan_out
+from muster.runtime.refusals import withdraw_refused
 from muster.runtime.results import (
+    AdmissionWithdrawn,
     EffectFailed,
     Quarantined,
     Stats,
@@ -416,7 +419,8 @@ class ControlPlane:
             except Exception as exc:
                 if version is None:
                     raise
-                self._effect_failed(w.key, version, type(effect).__name__, exc)
+                admit = effect if isinstance(effect, Admit) and _releases(w, effect) else None
+                self._effect_failed(w.key, version, type(effect).__name__, exc, admit=admit)
         if version is not None and effects:
             # On a conflict a later decision was committed; its writer carries on.
             with contextlib.suppress(Conflict):
@@ -426,7 +430,9 @@ class ControlPlane:
             # This incarnation is gone; should a newer one be known by now, it stays.
             self._handle_one(WorkloadFinished(w.key, Reason.DELETED, uid=w.uid))
 
-    def _effect_failed(self, key: str, version: int, effect: str, exc: Exception) -> None:
+    def _effect_failed(
+        self, key: str, version: int, effect: str, exc: Exception, *, admit: Admit | None = None
+    ) -> None:
         error = clip_utf8(f"{effect}: {type(exc).__name__}: {exc}", ERROR_BYTES)
         self.metrics.count(contract.METRIC_EFFECT_FAILURES, effect=effect)
         if is_transient(exc):
@@ -440,6 +446,10 @@ class ControlPlane:
         log.warning("effect failed", extra={"workload": key, "error": error, "tries": tries})
         if tries < self.max_effect_tries:
             raise EffectFailed(key, error) from exc
+        if admit is not None and isinstance(exc, Refused):
+            if not withdraw_refused(self, key, version, admit, error):
+                raise EffectFailed(key, error) from exc  # a later decision carries on
+            raise AdmissionWithdrawn(key, error) from exc
         quarantine = Quarantine(error, effect, tries, self.clock())
         with contextlib.suppress(Conflict):
             self.store.quarantine(key, version, quarantine)
@@ -449,6 +459,10 @@ class ControlPlane:
             extra={"workload": key, "error": error, "tries": tries},
         )
         raise Quarantined(key, error) from exc
+
+    def settle_deadlines(self) -> list[str]:
+        """Act on the deadlines the settings now in force brought back (`settle_deadlines`)."""
+        return settle_deadlines(self)
 
     def _do(self, w: Workload, version: int, index: int, effect: Effect) -> None:
         match effect:
@@ -541,6 +555,11 @@ def _with_view(before: Workload | None, decision: Decision) -> tuple[Effect, ...
     """The decision's effects with its view, if changed (a new object carries none yet)."""
     assert decision.workload is not None
     return with_view(None if decision.reborn else before, decision.workload, decision.effects)
+
+
+def _releases(w: Workload, effect: Admit) -> bool:
+    """Whether `effect` is the release of the attempt `w` is waiting to start."""
+    return w.phase is Phase.ADMITTED and effect.attempt == w.attempt
 
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:

@@ -8,6 +8,10 @@ the whole table) and sends again whatever should already have arrived:
 - a Requeued workload whose `requeueAt` passed: its requeue message;
 - an Admitted or Recovering workload whose deadline (or `workloadFaults.evictAfter`)
   passed: its timer's signal;
+- an Admitted or Recovering workload without a readiness timer whose settings now
+  want one (`dryRun` turned off, `recoveryTimeout` positive again): the signal of
+  the deadline it is owed (`muster.runtime.deadlines`), at once, so a lost
+  "settings changed" request is healed within a sweep;
 - Pending workloads of which the admission planner would admit one now: a pass
   (judged on quota first, which reads nothing more; with `capacityCheck`, the fit
   on the nodes, which reads every quota holder's pods, at most every
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from muster import contract
 from muster.core import Phase, Settings, Workload
+from muster.runtime.deadlines import owed_signals
 from muster.runtime.planning import HoldingsReader, admission_inputs, quota_holders
 from muster.runtime.ports import Messages, Metrics, WorkloadStore
 
@@ -66,6 +71,7 @@ SWEPT_PHASES = (
 class SweepReport:
     requeues: list[str] = field(default_factory=list)
     deadlines: list[str] = field(default_factory=list)
+    owed: list[str] = field(default_factory=list)  # signals of deadlines settings brought back
     repairs: list[str] = field(default_factory=list)
     admission_requested: bool = False
     quarantined: list[str] = field(default_factory=list)
@@ -75,7 +81,11 @@ class SweepReport:
     @property
     def sent(self) -> int:
         return (
-            len(self.requeues) + len(self.deadlines) + len(self.repairs) + self.admission_requested
+            len(self.requeues)
+            + len(self.deadlines)
+            + len(self.owed)
+            + len(self.repairs)
+            + self.admission_requested
         )
 
 
@@ -110,6 +120,7 @@ def sweep(
                 messages.deadline_later(w.key, timer, 0.0)
                 report.deadlines.append(w.key)
                 break
+    report.owed = _send_owed(holders, messages, settings, now, quarantined)
     for phase in SWEPT_PHASES:
         for key in store.unsettled(phase.value):
             if key not in quarantined:
@@ -129,6 +140,7 @@ def sweep(
             extra={
                 "requeues": report.requeues,
                 "deadlines": report.deadlines,
+                "owed": report.owed,
                 "repairs": report.repairs,
                 "admissionRequested": report.admission_requested,
                 "quarantined": report.quarantined,
@@ -163,6 +175,20 @@ def _admissible(
     report.fit_judged = True
     fitting = HoldingsReader(store).inputs(settings, inputs.queued, inputs.active)
     return bool(fitting.plan(settings, now).admit)
+
+
+def _send_owed(
+    holders: Sequence[Workload],
+    messages: Messages,
+    settings: Settings,
+    now: float,
+    quarantined: set[str],
+) -> list[str]:
+    """The signal of every deadline the settings brought back and no timer carries."""
+    owed = owed_signals(holders, settings, leave_out=quarantined)
+    for key, signal in owed:
+        messages.deadline_later(key, replace(signal, deadline=now), 0.0)
+    return [key for key, _ in owed]
 
 
 def _expire_leftovers(store: WorkloadStore) -> list[str]:
