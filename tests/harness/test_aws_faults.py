@@ -191,3 +191,31 @@ def test_the_history_harness_converges_with_write_conflicts_injected(seed: int):
     outcome = run_history(seed, wrap_ports=_with_faults(plan))
     assert plan.injected["conflict"] > 0
     assert outcome.divergences == []
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_refused_admissions_and_throttled_entries_neither_stall_nor_quarantine(block: bool):
+    # GIVEN every fault, plus releases the API server refuses for good (10% of
+    # attempts) and lifecycle events whose PutEvents entry is throttled
+    plan = FaultPlan(seed=7, refuse_admit=0.1, throttle_entry=0.05, **ALL_FAULTS)
+    settings = {
+        "timeout": "5m",
+        "blockAdmission": block,
+        "gpuQuota": 64,
+        "requeuingStrategy": {
+            "backoffLimitCount": 3,
+            "backoffBaseSeconds": 60,
+            "backoffMaxSeconds": 600,
+        },
+    }
+    # WHEN 40 workloads run
+    report = run_harness(plan, workloads=40, seed=7, settings=settings)
+    # THEN refusals and throttled entries were drawn
+    assert plan.injected["refuse_admit"] > 0 and plan.injected["throttle_entry"] > 0
+    # AND nothing waits forever, quota holds, and every workload ended: a refused
+    # admission holds neither the lock nor quota, and a throttled entry is retried
+    assert report.violations == []
+    assert report.unfinished == []
+    assert report.max_gpus_admitted <= report.quota
+    # AND neither a refusal nor a throttled entry quarantined anyone
+    assert report.quarantined == 0

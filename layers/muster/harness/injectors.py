@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import Admit, Evict, Kind, LogEvent, Timer
+from muster.retry import Refused
 from muster.runtime.messages import ReconcileSlice
 from muster.runtime.ports import Bus, ClusterActions, Conflict, Messages, Timers, WorkloadStore
 
@@ -59,6 +60,10 @@ class FaultPlan:
     lose: float = 0.0
     early_timer: float = 0.0
     redeliver: float = 0.0
+    # The API server refuses an attempt's release for good (403/422, every try of it).
+    refuse_admit: float = 0.0
+    # EventBridge answers a lifecycle event's entry with ThrottlingException (retryable).
+    throttle_entry: float = 0.0
     enabled: bool = True
     injected: Counter[str] = field(default_factory=Counter)
     rng: random.Random = field(init=False)
@@ -195,6 +200,13 @@ class FaultyMessages:
         self._send("reconcile_slice", lambda: send(s, delay))
 
 
+class EntryThrottled(Exception):
+    """PutEvents answered 200 with the entry's ErrorCode ThrottlingException: transient,
+    as the bus adapter reports it (`muster.aws.eventbridge.PublishFailed`)."""
+
+    transient = True
+
+
 class FaultyBus:
     def __init__(self, inner: Bus, plan: FaultPlan) -> None:
         self.inner = inner
@@ -203,6 +215,8 @@ class FaultyBus:
     def publish(
         self, event: LogEvent, workload: str, detail: Mapping[str, Any], event_id: str, at: float
     ) -> None:
+        if self.plan.roll("throttle_entry", "publish"):
+            raise EntryThrottled(f"{event_id}: ThrottlingException")
         self.plan.around(
             "publish", lambda: self.inner.publish(event, workload, detail, event_id, at)
         )
@@ -214,12 +228,18 @@ class ClusterThrottled(Exception):
     transient = True
 
 
+class AdmitRefused(Refused):
+    """The API server refused the release (403 Forbidden, 422 Invalid): a retry cannot mend it."""
+
+
 class FaultyCluster:
-    """A cluster whose API server throttles, or whose caller dies before or after the call."""
+    """A cluster whose API server throttles or refuses, or whose caller dies before or
+    after the call. A refused release is refused on every try of that attempt."""
 
     def __init__(self, inner: ClusterActions, plan: FaultPlan) -> None:
         self.inner = inner
         self.plan = plan
+        self.refused: dict[tuple[str, int], bool] = {}  # (workload, attempt) -> refused
 
     def _call(self, where: str, call: Callable[[], None]) -> None:
         if self.plan.roll("throttle", where):
@@ -227,6 +247,11 @@ class FaultyCluster:
         self.plan.around(where, call, throttles=False)
 
     def admit(self, effect: Admit) -> None:
+        attempt = (effect.workload, effect.attempt)
+        if attempt not in self.refused:
+            self.refused[attempt] = self.plan.roll("refuse_admit", "cluster_admit")
+        if self.refused[attempt]:
+            raise AdmitRefused(f"{effect.workload}: 403 Forbidden")
         self._call("cluster_admit", lambda: self.inner.admit(effect))
 
     def evict(self, effect: Evict) -> None:
