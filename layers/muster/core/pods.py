@@ -34,7 +34,7 @@ def observe_pod(
 ) -> Decision:
     """A pod event for a workload that holds its pods: the pod, then the gang."""
     outcome, pod, note = pod_update(
-        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
+        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed), uid=w.uid
     )
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
@@ -54,6 +54,7 @@ def pod_update(
     *,
     born: int = 0,
     listed: tuple[int, Mapping[str, str]] = (0, {}),
+    uid: str = "",
 ) -> tuple[Outcome, Pod | None, str]:
     """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
 
@@ -61,8 +62,12 @@ def pod_update(
     redelivered event of the deleted pod is stale. Shells that store pods apart
     from the workload use this to write one pod without loading the whole gang.
     `born` is the revision the workload object was first seen at: a pod event
-    older than that is of an earlier object under the same name.
+    older than that is of an earlier object under the same name, and so is one
+    whose `owner` is known and is not `uid`, the workload object's (a terminating
+    pod of a deleted object outlives its object's re-creation).
     """
+    if e.owner and uid and e.owner != uid:
+        return Outcome.STALE, known, f"pod {e.pod} of another object of this name"
     refused = _older_than_the_workload(known, e, born, listed)
     if refused is None and known is not None:
         refused = _not_newer(known, e)
@@ -158,7 +163,9 @@ def observe_stored_pod(
     """
     if w.kind is Kind.POD_GROUP:
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
-    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
+    outcome, pod, note = pod_update(
+        known, e, born=w.born_seq, listed=(w.listed_seq, w.listed), uid=w.uid
+    )
     if outcome is not Outcome.APPLIED:
         # A redelivery after a crash between the pod write and the gang's transition:
         # count the gang again.
