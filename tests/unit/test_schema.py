@@ -220,7 +220,7 @@ def test_an_older_agents_pod_event_without_those_fields_still_parses() -> None:
 def test_the_pods_owner_survives_the_wire_and_is_bounded() -> None:
     _, event = parse_agent_event(envelope(POD_OBSERVED, failing_pod()))
     assert isinstance(event, PodObserved) and event.owner == "job-uid-1"
-    with pytest.raises(InvalidEvent, match="owner: .* is not an object uid"):
+    with pytest.raises(InvalidEvent, match=r"owner: .* is not an object uid"):
         parse_agent_event(envelope(POD_OBSERVED, failing_pod(owner="u" * 129)))
 
 
