@@ -33,8 +33,10 @@ def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
     """A pod event for a workload that holds its pods: the pod, then the gang."""
+    if not owned_by(w, e):
+        return Decision(w, outcome=Outcome.STALE, note=_ANOTHER_OBJECT.format(e.pod))
     outcome, pod, note = pod_update(
-        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed), uid=w.uid
+        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
     )
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
@@ -54,7 +56,6 @@ def pod_update(
     *,
     born: int = 0,
     listed: tuple[int, Mapping[str, str]] = (0, {}),
-    uid: str = "",
 ) -> tuple[Outcome, Pod | None, str]:
     """The pod-level part of a pod event: (outcome, the pod's new record or None, note).
 
@@ -62,12 +63,8 @@ def pod_update(
     redelivered event of the deleted pod is stale. Shells that store pods apart
     from the workload use this to write one pod without loading the whole gang.
     `born` is the revision the workload object was first seen at: a pod event
-    older than that is of an earlier object under the same name, and so is one
-    whose `owner` is known and is not `uid`, the workload object's (a terminating
-    pod of a deleted object outlives its object's re-creation).
+    older than that is of an earlier object under the same name.
     """
-    if e.owner and uid and e.owner != uid:
-        return Outcome.STALE, known, f"pod {e.pod} of another object of this name"
     refused = _older_than_the_workload(known, e, born, listed)
     if refused is None and known is not None:
         refused = _not_newer(known, e)
@@ -77,6 +74,16 @@ def pod_update(
     if e.deleted:
         return Outcome.APPLIED, _tombstone(known, e), ""
     return Outcome.APPLIED, _reported(known, e), ""
+
+
+_ANOTHER_OBJECT = "pod {} of another object of this name"
+
+
+def owned_by(w: Workload, e: PodObserved) -> bool:
+    """Whether the pod of `e` may be the workload object's: not when its owner is known
+    and is another object (a terminating pod of a deleted object outlives the object's
+    re-creation under its name, with revisions newer than the new object's)."""
+    return not (e.owner and w.uid and e.owner != w.uid)
 
 
 def _older_than_the_workload(
@@ -163,9 +170,9 @@ def observe_stored_pod(
     """
     if w.kind is Kind.POD_GROUP:
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
-    outcome, pod, note = pod_update(
-        known, e, born=w.born_seq, listed=(w.listed_seq, w.listed), uid=w.uid
-    )
+    if not owned_by(w, e):
+        return PodChange(Outcome.STALE, known, _ANOTHER_OBJECT.format(e.pod))
+    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
     if outcome is not Outcome.APPLIED:
         # A redelivery after a crash between the pod write and the gang's transition:
         # count the gang again.
