@@ -204,6 +204,7 @@ def pod_detail(
     restarts: int = 0,
     terminated: str | None = None,
     exit_code: int | None = None,
+    owner: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -231,6 +232,10 @@ def pod_detail(
         detail["terminated"] = clip_utf8(terminated, REASON_BYTES)
     if exit_code is not None:
         detail["exitCode"] = exit_code
+    if owner:
+        # The uid of the workload object the pod belongs to: a re-created object's
+        # pods are told from its predecessor's still terminating ones.
+        detail["owner"] = owner
     return detail
 
 
@@ -393,9 +398,8 @@ def parse_agent_detail(
 
 def _pod_event(detail: Mapping[str, Any], seq: int) -> PodObserved:
     checked("", lambda: one_of(text(detail, "phase"), POD_PHASES, "phase"))
-    uid = checked("", text, detail, "uid", required=False) or ""
-    if len(uid.encode()) > UID_BYTES:
-        problem(f"uid: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)")
+    uid = _uid(detail, "uid")
+    owner = _uid(detail, "owner")  # optional: older agents do not send it
     node = checked(None, text, detail, "node", required=False)
     reason = checked(None, text, detail, "reason", required=False)
     message = checked(None, text, detail, "message", required=False)
@@ -424,7 +428,16 @@ def _pod_event(detail: Mapping[str, Any], seq: int) -> PodObserved:
         restarts=restarts,
         terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
         exit_code=exit_code,
+        owner=owner,
     )
+
+
+def _uid(detail: Mapping[str, Any], field: str) -> str:
+    """An optional object uid ("" when absent)."""
+    uid = checked("", text, detail, field, required=False) or ""
+    if len(uid.encode()) > UID_BYTES:
+        problem(f"{field}: {uid[:40]!r} is not an object uid (at most {UID_BYTES} bytes)")
+    return uid
 
 
 def _snapshot_part(detail: Mapping[str, Any], seq: int) -> SnapshotPart:

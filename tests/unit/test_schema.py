@@ -185,6 +185,7 @@ def failing_pod(**kw: object) -> dict:
         "restarts": 3,
         "terminated": "OOMKilled",
         "exit_code": 137,
+        "owner": "job-uid-1",
     }
     return pod_detail(**(fields | kw))
 
@@ -203,16 +204,24 @@ def test_what_kubernetes_says_about_a_pod_survives_the_wire() -> None:
 
 def test_an_older_agents_pod_event_without_those_fields_still_parses() -> None:
     detail = good_pod()
-    for key in ("scheduled", "waiting", "restarts", "terminated", "exitCode"):
+    for key in ("scheduled", "waiting", "restarts", "terminated", "exitCode", "owner"):
         assert key not in detail
     _, event = parse_agent_event(envelope(POD_OBSERVED, detail))
     assert isinstance(event, PodObserved)
-    assert (event.scheduled, event.waiting, event.restarts, event.exit_code) == (
+    assert (event.scheduled, event.waiting, event.restarts, event.exit_code, event.owner) == (
         None,
         None,
         0,
         None,
+        "",
     )
+
+
+def test_the_pods_owner_survives_the_wire_and_is_bounded() -> None:
+    _, event = parse_agent_event(envelope(POD_OBSERVED, failing_pod()))
+    assert isinstance(event, PodObserved) and event.owner == "job-uid-1"
+    with pytest.raises(InvalidEvent, match=r"owner: .* is not an object uid"):
+        parse_agent_event(envelope(POD_OBSERVED, failing_pod(owner="u" * 129)))
 
 
 @pytest.mark.parametrize(

@@ -204,6 +204,7 @@ class Agent(Memory):
                         node=view.node,
                         deleted=True,
                         observed_at=self._now(),
+                        owner=view.owner,
                     ),
                 )
         for group, members in list(self.groups.items()):

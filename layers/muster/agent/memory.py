@@ -314,7 +314,7 @@ class Memory:
         deleted: bool,
         force: bool = False,
     ) -> None:
-        view = pod_view(workload, pod)
+        view = pod_view(workload, pod, kind)
         known = self.pods.get(name)
         if deleted:
             self.pods.pop(name, None)
@@ -340,6 +340,7 @@ class Memory:
             restarts=view.restarts,
             terminated=view.terminated,
             exit_code=view.exit_code,
+            owner=view.owner,
         )
         self._put(f"pod:{name}", POD_OBSERVED, detail)
 

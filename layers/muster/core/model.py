@@ -307,6 +307,9 @@ class PodObserved:
     restarts: int = 0
     terminated: str | None = None
     exit_code: int | None = None
+    # The uid of the workload object that owns the pod ("" unknown, as from an older
+    # agent): a pod of an earlier object under the same name never counts for this one.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)

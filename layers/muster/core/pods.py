@@ -33,6 +33,8 @@ def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
     """A pod event for a workload that holds its pods: the pod, then the gang."""
+    if not owned_by(w, e):
+        return Decision(w, outcome=Outcome.STALE, note=_ANOTHER_OBJECT.format(e.pod))
     outcome, pod, note = pod_update(
         w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
     )
@@ -72,6 +74,16 @@ def pod_update(
     if e.deleted:
         return Outcome.APPLIED, _tombstone(known, e), ""
     return Outcome.APPLIED, _reported(known, e), ""
+
+
+_ANOTHER_OBJECT = "pod {} of another object of this name"
+
+
+def owned_by(w: Workload, e: PodObserved) -> bool:
+    """Whether the pod of `e` may be the workload object's: not when its owner is known
+    and is another object (a terminating pod of a deleted object outlives the object's
+    re-creation under its name, with revisions newer than the new object's)."""
+    return not (e.owner and w.uid and e.owner != w.uid)
 
 
 def _older_than_the_workload(
@@ -158,6 +170,8 @@ def observe_stored_pod(
     """
     if w.kind is Kind.POD_GROUP:
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
+    if not owned_by(w, e):
+        return PodChange(Outcome.STALE, known, _ANOTHER_OBJECT.format(e.pod))
     outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
     if outcome is not Outcome.APPLIED:
         # A redelivery after a crash between the pod write and the gang's transition:

@@ -25,6 +25,13 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.pod_groups import (
+    between_pods,
+    ended_at,
+    pods_of_the_new_run,
+    run_uid,
+    runs_again,
+)
 from muster.core.settings import QueueSettings, Settings
 from muster.core.spec import priority_of, spec_of, with_spec
 
@@ -63,6 +70,8 @@ def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings
         if e.seq and e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
         return _new_incarnation(w, e, settings)
+    if w is not None and runs_again(w, e):
+        return _run_again(w, e, settings)
     if w is None:
         return _submitted(e, (), settings)
     if e.seq <= w.spec_seq:
@@ -120,7 +129,7 @@ def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settin
         created_at=e.created_at,
         timeout_override=e.timeout_override,
         spec_seq=e.seq,
-        uid=e.uid,
+        uid=run_uid(e),
         born_seq=e.seq if e.uid else 0,
         queued_at=e.created_at,
         shape=e.shape,
@@ -163,8 +172,20 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
     return replace(_submitted(e, tuple(ended), settings), reborn=True)
 
 
+def _run_again(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision:
+    """A pod group run again under its name after its last run ended: a new
+    incarnation, with the pods of the new run already heard of; any other pod
+    event older than the end is of the last run."""
+    again = _new_incarnation(w, e, settings)
+    assert again.workload is not None
+    fresh = replace(again.workload, born_seq=w.spec_seq, pods=pods_of_the_new_run(w))
+    return replace(again, workload=fresh)
+
+
 def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     """The workload object is gone or done: its timers stop and what it held is free."""
+    if between_pods(w, e):
+        return Decision(w, outcome=Outcome.IGNORED, note=f"pod group {w.key} has no pods now")
     if e.uid and w.uid and e.uid != w.uid:
         if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
@@ -191,6 +212,7 @@ def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
         fault_timer=None,
         requeue_at=None,
         uid=e.uid or w.uid,
+        spec_seq=ended_at(w, e),
     )
     effects.append(
         Publish(LogEvent.FINISHED, w.key, {"reason": str(e.reason), "attempt": w.attempt})

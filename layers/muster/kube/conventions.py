@@ -35,6 +35,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 KUBEFLOW_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+# ... and the uid of the object that owns them, where the controller labels it.
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 
 # HyperPod health monitoring's label on a node; the agent sends its value as the
 # node's health, and the core knows which values mean "being replaced".
@@ -48,8 +51,10 @@ __all__ = [
     "GPU_RESOURCE",
     "JOBSET_NAME_LABEL",
     "JOBSET_RESOURCE",
+    "JOBSET_UID_LABEL",
     "JOB_NAME_LABELS",
     "JOB_RESOURCE",
+    "JOB_UID_LABELS",
     "KUBEFLOW_JOB_NAME_LABEL",
     "LEASE_RESOURCE",
     "MIN_AVAILABLE_ANNOTATION",

@@ -230,7 +230,9 @@ class ControlPlane:
         # attempt's pods by the epoch instead of rewriting each.
         reborn = decision.reborn
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
-        writes = [] if reborn else _pod_writes(snap, after, decision.withdrawn)
+        writes = (
+            _reborn_writes(snap, after) if reborn else _pod_writes(snap, after, decision.withdrawn)
+        )
         delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
         effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
@@ -564,6 +566,13 @@ def _releases(w: Workload, effect: Admit) -> bool:
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
+
+
+def _reborn_writes(snap: Stored | None, after: Workload) -> list[PodWrite]:
+    """The pods a new incarnation starts with (a pod group run again may have been
+    heard of pod first), written as its own; the rest of the old one's expire."""
+    revs = snap.pod_revs if snap else {}
+    return [PodWrite(name, pod, revs.get(name), after.uid) for name, pod in after.pods.items()]
 
 
 def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[PodWrite]:

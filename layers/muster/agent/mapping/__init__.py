@@ -14,7 +14,7 @@ from muster.agent.mapping.objects import (
     parse_k8s_time,
     pod_gpus,
 )
-from muster.agent.mapping.pods import PodView, compact_pod, pod_view, pod_workload
+from muster.agent.mapping.pods import PodView, compact_pod, pod_owner, pod_view, pod_workload
 from muster.agent.mapping.workloads import (
     FINISHED_CONDITIONS,
     PriorityClasses,
@@ -44,6 +44,7 @@ __all__ = [
     "placement_rules",
     "pod_gpus",
     "pod_group_view",
+    "pod_owner",
     "pod_shape_of",
     "pod_view",
     "pod_workload",

@@ -11,7 +11,9 @@ from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
 from muster.core.model import Kind
 from muster.kube.conventions import (
     JOB_NAME_LABELS,
+    JOB_UID_LABELS,
     JOBSET_NAME_LABEL,
+    JOBSET_UID_LABEL,
     KUBEFLOW_JOB_NAME_LABEL,
     POD_GROUP_LABEL,
     QUEUE_LABEL,
@@ -36,6 +38,7 @@ class PodView:
     restarts: int = 0
     terminated: str | None = None
     exit_code: int | None = None
+    owner: str = ""  # the uid of the workload object that owns it ("" unknown)
 
 
 def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +59,8 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             )
             if key in m
         }
-        | {"annotations": {k: v for k, v in notes_of(pod).items() if k.startswith("muster.io/")}},
+        | {"annotations": {k: v for k, v in notes_of(pod).items() if k.startswith("muster.io/")}}
+        | _controller_of(m),
         "spec": {
             "nodeName": spec.get("nodeName"),
             "priorityClassName": spec.get("priorityClassName"),
@@ -88,6 +92,41 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _controller_of(m: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's controller reference, reduced to what `pod_owner` reads."""
+    for ref in m.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            reduced = {k: ref.get(k) for k in ("kind", "uid")} | {"controller": True}
+            return {"ownerReferences": [reduced]}
+    return {}
+
+
+# The kind of the controller that creates a workload's pods, where it is the workload.
+_CONTROLLER_KINDS = {Kind.JOB: "Job", Kind.PYTORCHJOB: "PyTorchJob"}
+
+
+def pod_owner(kind: Kind, pod: Mapping[str, Any]) -> str:
+    """The uid of the workload object of `kind` that owns `pod` ("" when unknown).
+
+    A Job's and a PyTorchJob's pods name it as their controller (a Job's also in a
+    label); a JobSet's pods are its child Jobs', and JobSet labels them with its
+    uid. A pod group has no object. A terminating pod of a deleted object keeps
+    its owner's uid, so the object re-created under its name is not credited with it.
+    """
+    found = labels(pod)
+    if kind is Kind.JOBSET:
+        return str(found.get(JOBSET_UID_LABEL) or "")
+    wanted = _CONTROLLER_KINDS.get(kind)
+    if wanted is None:
+        return ""
+    for ref in meta(pod).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("uid") or "") if ref.get("kind") == wanted else ""
+    if kind is Kind.JOB:
+        return next((str(found[label]) for label in JOB_UID_LABELS if found.get(label)), "")
+    return ""
+
+
 def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
     """(kind, "namespace/name") of the workload a pod belongs to, from its labels."""
     namespace = meta(pod).get("namespace")
@@ -106,7 +145,8 @@ def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
     return None
 
 
-def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
+def pod_view(workload: str, pod: Mapping[str, Any], kind: Kind | None = None) -> PodView:
+    """The pod as a `Pod Observed` event reports it; with `kind`, its owner's uid too."""
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     if phase not in POD_PHASES:
@@ -134,6 +174,7 @@ def pod_view(workload: str, pod: Mapping[str, Any]) -> PodView:
         restarts=restarts,
         terminated=terminated,
         exit_code=exit_code,
+        owner=pod_owner(kind, pod) if kind is not None else "",
     )
 
 

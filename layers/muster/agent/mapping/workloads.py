@@ -177,7 +177,12 @@ def _finished(kind: Kind, obj: Mapping[str, Any]) -> str | None:
 def pod_group_view(
     key: str, pods: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
 ) -> WorkloadView | None:
-    """The view of a plain pod group from the pods that exist; None without pods."""
+    """The view of a plain pod group from the pods that exist; None without pods.
+
+    Also None when every pod has finished without the group succeeding (its
+    succeeded pods being deleted after its end, say): active means pods that run
+    or wait, so that an active group after its end is a new run of its name.
+    """
     members = sorted(pods, key=lambda p: str(meta(p).get("name")))
     if not members:
         return None
@@ -186,6 +191,8 @@ def pod_group_view(
     size = _group_size(first, problems)
     created = [t for t in (parse_k8s_time(meta(p).get("creationTimestamp")) for p in members) if t]
     status = _group_status(members, size)
+    if status == "Active" and not any(_unfinished(p) for p in members):
+        return None
     # The API server has resolved the pods' class (the default one included) and value.
     name, value = _class_name(first), (first.get("spec") or {}).get("priority")
     resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
@@ -220,10 +227,12 @@ def _group_size(first: Mapping[str, Any], problems: list[str]) -> int:
 def _group_status(members: Sequence[Mapping[str, Any]], size: int) -> str:
     """Succeeded once a gang's worth of pods succeeded and none is left running."""
     succeeded = sum(1 for p in members if (p.get("status") or {}).get("phase") == "Succeeded")
-    live = sum(
-        1 for p in members if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    )
+    live = sum(1 for p in members if _unfinished(p))
     return "Succeeded" if size and succeeded >= size and live == 0 else "Active"
+
+
+def _unfinished(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 # --------------------------------------------------------------------------- priority classes

@@ -1,0 +1,64 @@
+"""A pod group's runs: plain pods under a `muster.io/pod-group` name, with no object
+(and so no uid) of their own.
+
+The control plane gives each run of a group its own identity, so that a group run
+again under its name after the last run ended is a new workload incarnation (its
+own attempts, its own timer names), as a Job re-created under its name is: the
+run's uid is the revision at which the control plane first saw it. The revision
+is the cluster's, carried by the event, so every shell (the Lambdas, the
+simulator, a redelivery) derives the same one.
+
+A group's pods vanishing is not the group ending: its controller replaces them
+(after an eviction, or a rollout), so only its success ends it.
+"""
+
+from __future__ import annotations
+
+from muster.core.model import (
+    Kind,
+    Phase,
+    Pod,
+    Reason,
+    Workload,
+    WorkloadFinished,
+    WorkloadObserved,
+)
+
+
+def run_uid(e: WorkloadObserved) -> str:
+    """The identity of the run of a pod group that `e` is the first sight of."""
+    return f"pg-{e.seq}" if e.kind is Kind.POD_GROUP and not e.uid and e.seq else e.uid
+
+
+def runs_again(w: Workload, e: WorkloadObserved) -> bool:
+    """Whether `e` shows a new run of a pod group whose last run ended.
+
+    The agent reports a group as active only while it has pods that have not
+    finished, so an active report newer than the end (the revision `finish`
+    recorded) is of pods created since: a new run under the same name.
+    """
+    return (
+        w.kind is Kind.POD_GROUP
+        and e.kind is Kind.POD_GROUP
+        and w.phase is Phase.FINISHED
+        and not e.uid
+        and e.seq > w.spec_seq
+    )
+
+
+def pods_of_the_new_run(w: Workload) -> dict[str, Pod]:
+    """The pods of a new run heard of before the report that started it (events come
+    in any order): live, and newer than the end of the last run."""
+    return {n: p for n, p in w.pods.items() if p.live and p.seq > w.spec_seq}
+
+
+def ended_at(w: Workload, e: WorkloadFinished) -> int:
+    """The revision a finished workload's record keeps: for a pod group, that of its
+    end, so that only a later report starts a new run (`runs_again`)."""
+    return max(w.spec_seq, e.seq) if w.kind is Kind.POD_GROUP else w.spec_seq
+
+
+def between_pods(w: Workload, e: WorkloadFinished) -> bool:
+    """Whether a "deleted" pod group is only between pods: one with none to release
+    (say all being replaced at its admission) waits for its controller's new ones."""
+    return w.kind is Kind.POD_GROUP and e.reason is Reason.DELETED
