@@ -649,7 +649,9 @@ def test_a_pod_group_whose_pods_all_succeeded_is_finished(
     finished = [
         e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadFinished)
     ]
-    assert [(e.workload, e.reason.value, e.seq) for e in finished] == [("ml/grp@podgroup", "Succeeded", 21)]
+    assert [(e.workload, e.reason.value, e.seq) for e in finished] == [
+        ("ml/grp@podgroup", "Succeeded", 21)
+    ]
 
 
 def test_a_deleted_job_takes_its_pods_out_of_the_agents_memory(
