@@ -33,6 +33,7 @@ from muster.core.fields import (
     text,
     whole_number,
 )
+from muster.core.keys import canonical_key, parse_workload_key
 from muster.core.model import (
     Event,
     Kind,
@@ -116,12 +117,26 @@ def check_name(value: str, field: str, *, label: bool = False) -> str:
 
 
 def check_workload_key(key: str, field: str = "workload") -> str:
-    """'namespace/name' with both parts valid Kubernetes names (no '../x', no 'x?dryRun=All')."""
-    namespace, _, name = key.partition("/")
-    if not namespace or not name or "/" in name:
-        raise InvalidEvent(f"{field}: expected 'namespace/name', got {key!r}")
+    """'namespace/name' (a Job) or 'namespace/name@kind' (`muster.core.keys`), both parts
+    valid Kubernetes names (no '../x', no 'x?dryRun=All') and the marker a kind's."""
+    try:
+        namespace, name, _ = parse_workload_key(key)
+    except ValueError as exc:
+        raise InvalidEvent(f"{field}: {exc}, got {key!r}") from None
     check_name(namespace, f"{field} (namespace)", label=True)
     check_name(name, f"{field} (name)")
+    if canonical_key(key) != key:
+        raise InvalidEvent(f"{field}: the kind's marker is lower case, got {key!r}")
+    return key
+
+
+def check_key_kind(key: str, kind: Kind, field: str = "workload") -> str:
+    """A workload event's key names its kind: a JobSet's `ns/x@jobset` never comes as a
+    Job's (or the reverse). A key without a marker is accepted for every kind, as older
+    agents send it."""
+    _, _, named = parse_workload_key(key)
+    if named is not Kind.JOB and named is not kind:
+        raise InvalidEvent(f"{field}: {key!r} is the key of a {named.value}, not of a {kind.value}")
     return key
 
 
@@ -471,6 +486,8 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         return WorkloadFinished(key, Reason(status), seq, uid=uid)
     kinds = [k.value for k in Kind]
     kind = checked(Kind.JOB, lambda: Kind(one_of(text(detail, "kind"), kinds, "kind")))
+    if key:
+        checked("", check_key_kind, key, kind)
     override = duration(detail, "timeout", 0.0, maximum=within_runtime, null_is_default=True)
     priority_class = checked(None, text, detail, "priorityClass", required=False)
     class_priority = None

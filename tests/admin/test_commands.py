@@ -465,3 +465,37 @@ def test_status_says_one_thing_about_a_blocker_and_counts_evictions_of_a_deactiv
     assert row[columns.index("REQUEUES")] == "0"
     assert row[columns.index("EVICTIONS")] == "2"
     assert "deactivation resets it" in out
+
+
+def test_a_job_and_a_pytorchjob_of_one_name_are_told_apart_by_their_keys(
+    aws: Deployed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from muster.core import Kind, WorkloadObserved
+
+    def observe(key: str, kind: Kind) -> None:
+        aws.plane().handle(
+            WorkloadObserved(key, "default", 1, kind=kind, seq=1, created_at=aws.clock.now)
+        )
+
+    # GIVEN a Job and a PyTorchJob both team-k/train, and a PyTorchJob alone as team-k/ddp
+    observe("team-k/train", Kind.JOB)
+    observe("team-k/train@pytorchjob", Kind.PYTORCHJOB)
+    observe("team-k/ddp@pytorchjob", Kind.PYTORCHJOB)
+    # WHEN the administrator looks: status shows each under the key the CLI takes back
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    rows = {line.split()[0] for line in out.splitlines() if line.startswith("team-k/")}
+    assert rows == {"team-k/train", "team-k/train@pytorchjob", "team-k/ddp@pytorchjob"}
+    # THEN `namespace/name` is the Job, and the marker (in any case) the PyTorchJob
+    code, out, err = run(capsys, "describe", "team-k/train")
+    assert code == 0 and out.startswith("Workload team-k/train\n"), err
+    code, out, err = run(capsys, "describe", "team-k/train@PyTorchJob")
+    assert code == 0 and out.startswith("Workload team-k/train@pytorchjob\n"), err
+    # AND a name only one other kind has finds that one
+    code, out, err = run(capsys, "describe", "team-k/ddp")
+    assert code == 0 and out.startswith("Workload team-k/ddp@pytorchjob\n"), err
+    # AND a name two other kinds have is an error naming both
+    observe("team-k/ddp@jobset", Kind.JOBSET)
+    code, out, err = run(capsys, "describe", "team-k/ddp")
+    assert code == 1 and out == ""
+    assert "team-k/ddp names several workloads: team-k/ddp@jobset, team-k/ddp@pytorchjob" in err

@@ -165,3 +165,11 @@ def test_metrics_honour_powertools_switch(monkeypatch, capsys) -> None:
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     EmfMetrics().count("Admissions")
     assert '"Admissions"' in capsys.readouterr().out
+
+
+def test_a_kinds_key_never_shares_an_execution_name_with_a_job():
+    timer = Timer(TimerKind.STARTUP, 1, 1, 0.0)
+    # `@` becomes `_`, which no Kubernetes name holds: a Job named train-jobset stays apart
+    assert execution_name("ml/train@jobset", timer) == "ml.train_jobset.a1.startup.e1"
+    names = {execution_name(k, timer) for k in ("ml/train@jobset", "ml/train-jobset", "ml/train")}
+    assert len(names) == 3

@@ -146,3 +146,40 @@ def test_the_harness_notices_node_conditions_out_of_order(monkeypatch: pytest.Mo
     assert any(
         "whole=True in the cluster but Recovering" in p for o in outcomes for p in o.divergences
     )
+
+
+def test_histories_with_a_job_and_a_pytorchjob_of_one_name_converge() -> None:
+    # GIVEN histories where some Jobs have a PyTorchJob of their name (another kind) next
+    # to them, created, deleted and re-created apart, some events over the wire
+    from muster.harness.histories import generate_shared_names
+
+    outcomes = [
+        run_history(seed, history=generate_shared_names(seed), wire=seed % 2 == 0)
+        for seed in range(3000, 3040)
+    ]
+    # THEN Muster's view equals the cluster's: two workloads per name, each true
+    assert [o.divergences for o in outcomes if o.diverged] == []
+
+
+def test_the_harness_notices_a_listing_of_one_kind_deleting_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN reconciliation that forgets a snapshot is of one kind (a Job listing that
+    # lacks the PyTorchJob of a Job's name finishes it)
+    import muster.core.reconcile as reconcile
+    from muster.core.model import Reason, WorkloadFinished
+    from muster.harness.histories import generate_shared_names
+
+    def kindless(w, snapshot):  # type: ignore[no-untyped-def]
+        if w.phase.value == "Finished" or snapshot.scope == "Pod":
+            return original(w, snapshot)
+        if w.key in snapshot.workloads:
+            return []
+        return [WorkloadFinished(w.key, Reason.DELETED, snapshot.revision, uid=w.uid)]
+
+    original = reconcile.gone
+    monkeypatch.setattr("muster.runtime.reconciliation.gone", kindless)
+    # WHEN such histories run
+    outcomes = [run_history(seed, history=generate_shared_names(seed)) for seed in range(40)]
+    # THEN the harness sees PyTorchJobs the cluster runs gone from Muster
+    assert any(o.diverged for o in outcomes)

@@ -509,3 +509,38 @@ def test_an_ungate_retried_after_a_conflict_asks_the_record_again(
     assert k8s.objects[PODS, "ml", "grp-0"]["spec"]["schedulingGates"] == [
         {"name": "muster.io/admission"}
     ]
+
+
+# --------------------------------------------------------------------------- kinds of one name
+
+
+def test_a_kinds_marker_addresses_its_object_never_the_job_of_its_name(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a suspended Job and a suspended PyTorchJob, both ml/train, and a pod group ml/train
+    k8s.objects[JOBS, "ml", "train"] = job()
+    k8s.objects[PYTORCHJOBS, "ml", "train"] = {
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"runPolicy": {"suspend": True}},
+    }
+    k8s.objects[PODS, "ml", "train-0"] = pod("train-0", group="train")
+    # WHEN the PyTorchJob and the pod group are admitted and the PyTorchJob's view recorded
+    cluster.admit(admit(Kind.PYTORCHJOB, key="ml/train@pytorchjob"))
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/train@podgroup"))
+    cluster.record("ml/train@pytorchjob", Kind.PYTORCHJOB, {"state": "Admitted"})
+    # THEN each call went to the object of that kind named `train` (no marker in a path)
+    paths = [p for m, p, _ in requests(k8s) if m == "PATCH"]
+    assert paths == [
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",
+        "/api/v1/namespaces/ml/pods/train-0",
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",
+    ]
+    assert k8s.objects[PYTORCHJOBS, "ml", "train"]["spec"]["runPolicy"]["suspend"] is False
+    assert k8s.objects[PODS, "ml", "train-0"]["spec"]["schedulingGates"] == []
+    # AND the Job of the same name is untouched: still suspended
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+
+
+def test_an_unknown_kind_marker_is_refused(cluster: KubernetesCluster) -> None:
+    with pytest.raises(ValueError, match="workload: expected 'namespace/name'"):
+        cluster.admit(admit(Kind.JOBSET, key="ml/train@cronjob"))

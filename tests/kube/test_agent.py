@@ -442,7 +442,7 @@ def test_pod_group_gang_from_its_pods(
     events = [e for _, e in map(parse_agent_event, landed(aws))]
     [workload] = [e for e in events if isinstance(e, WorkloadObserved)]
     assert (workload.workload, workload.kind, workload.gang_size, workload.gpus, workload.seq) == (
-        "ml/grp",
+        "ml/grp@podgroup",
         Kind.POD_GROUP,
         2,
         8,
@@ -649,7 +649,9 @@ def test_a_pod_group_whose_pods_all_succeeded_is_finished(
     finished = [
         e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadFinished)
     ]
-    assert [(e.workload, e.reason.value, e.seq) for e in finished] == [("ml/grp", "Succeeded", 21)]
+    assert [(e.workload, e.reason.value, e.seq) for e in finished] == [
+        ("ml/grp@podgroup", "Succeeded", 21)
+    ]
 
 
 def test_a_deleted_job_takes_its_pods_out_of_the_agents_memory(

@@ -108,7 +108,7 @@ def test_a_pod_group_of_finished_pods_that_did_not_succeed_is_not_reported_activ
         if isinstance(e, WorkloadObserved | WorkloadFinished)
     ]
     assert groups == []
-    assert pod_group_view("ml/grp", [done["grp-1"]]) is None
+    assert pod_group_view("ml/grp@podgroup", [done["grp-1"]]) is None
     # WHEN a new run's gated pods appear THEN the group is reported active
     agent.handle(
         Change(
@@ -120,4 +120,4 @@ def test_a_pod_group_of_finished_pods_that_did_not_succeed_is_not_reported_activ
     agent.handle(Change(POD_RESOURCE, "ADDED", group_pod("grp-b0", "40")))
     agent.flush(everything=True)
     groups = [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, WorkloadObserved)]
-    assert [(e.workload, e.seq) for e in groups] == [("ml/grp", 40)]
+    assert [(e.workload, e.seq) for e in groups] == [("ml/grp@podgroup", 40)]

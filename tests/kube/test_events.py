@@ -155,6 +155,26 @@ def test_a_pod_group_gets_its_events_on_its_pods(k8s: Any, apiserver: Any) -> No
     assert {e["reason"] for e in events} == {"DeactivatedDueToRequeuingLimitExceeded"}
 
 
+def test_a_deactivation_event_names_the_key_to_reactivate(apiserver: Any, k8s: Any) -> None:
+    # GIVEN a PyTorchJob ml/train (there may be a Job ml/train too: its key is another)
+    pytorchjobs = "kubeflow.org/v1/pytorchjobs"
+    k8s.resources[pytorchjobs] = {"kind": "PyTorchJob", "namespaced": True}
+    k8s.objects[pytorchjobs, "ml", "train"] = {
+        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-pt"},
+        "spec": {},
+    }
+    cluster = KubernetesCluster(KubeApi.for_host(apiserver.url), records=lambda key: None)
+    detail = {"attempt": 2, "reason": "RequeuingLimitExceeded", "count": 3}
+    # WHEN it is deactivated
+    cluster.announce(
+        "ml/train@pytorchjob", Kind.PYTORCHJOB, LogEvent.DEACTIVATED, detail, key="k", at=0.0
+    )
+    # THEN its Event goes on the PyTorchJob and says the command with its own key
+    [event] = posted_events(k8s)
+    assert event["involvedObject"]["kind"] == "PyTorchJob"
+    assert "`muster reactivate ml/train@pytorchjob` revives it" in event["message"]
+
+
 @pytest.mark.parametrize(
     ("event", "detail", "reason"),
     [

@@ -19,7 +19,8 @@ from typing import Any
 from muster import contract
 from muster.admin.errors import AdminError, listed
 from muster.botocore_config import BOTOCORE_RETRIES
-from muster.core import Settings, SettingsError
+from muster.core import Kind, Settings, SettingsError
+from muster.core.keys import canonical_key, kind_keys, parse_workload_key
 
 LOCAL_REGION = "us-east-1"
 
@@ -178,8 +179,30 @@ def connect(stack: str | None, region: str | None, endpoint: str | None) -> Depl
 
 
 def workload_key(store: Any, name: str) -> str:
-    """`name` as given, or `default/name` when only that exists (kubectl's default namespace)."""
-    if "/" in name or store.load(name) is not None:
-        return name
-    qualified = f"default/{name}"
-    return qualified if store.load(qualified) is not None else name
+    """The key `name` means: as given (a kind's marker in any case), `default/name` when
+    only that exists (kubectl's default namespace), or, for `ns/x` that no Job has, the
+    one other kind's `ns/x@kind` that exists (an error naming them if several do)."""
+    spellings = [_canonical(name)] if "/" in name else [name, _canonical(f"default/{name}")]
+    for key in spellings:
+        if store.load(key) is not None:
+            return key
+    found = [k for key in spellings for k in _other_kinds(key) if store.load(k) is not None]
+    if len(found) > 1:
+        raise AdminError(f"{name} names several workloads: {', '.join(found)}; give one of them")
+    return found[0] if found else spellings[0]
+
+
+def _canonical(key: str) -> str:
+    try:
+        return canonical_key(key)
+    except ValueError:
+        return key
+
+
+def _other_kinds(key: str) -> tuple[str, ...]:
+    """The keys of the other kinds' objects of a Job's key's namespace and name."""
+    try:
+        namespace, name, kind = parse_workload_key(key)
+    except ValueError:
+        return ()
+    return kind_keys(namespace, name)[1:] if kind is Kind.JOB else ()

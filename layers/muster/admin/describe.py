@@ -18,7 +18,8 @@ def describe_view(deployment: Deployment, workload: str) -> dict[str, Any]:
     if doc is None:
         raise AdminError(
             f"no workload {workload} in cluster {deployment.config.cluster_name} "
-            f"(workloads are named namespace/name; `muster status` lists them)"
+            f"(workloads are named namespace/name, other kinds than Jobs namespace/name@kind "
+            f"such as team/train@pytorchjob; `muster status` lists them)"
         )
     doc["history"] = ordered(doc["history"])
     return doc

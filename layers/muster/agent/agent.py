@@ -16,7 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.agent.mapping import meta, object_key, pod_workload, workload_view
+from muster.agent.mapping import (
+    meta,
+    object_key,
+    pod_workload,
+    workload_object_key,
+    workload_view,
+)
 from muster.agent.memory import Memory
 from muster.agent.watch import Change, Sync, SyncPage
 from muster.core.model import Kind
@@ -141,10 +147,11 @@ class Agent(Memory):
 
     def _list_workloads(self, kind: Kind, items: list[dict[str, Any]], listing: Listing) -> None:
         for obj in items:
-            listing.present.add(object_key(obj))
+            key = workload_object_key(kind, obj)
+            listing.present.add(key)
             self._workload(kind, obj, deleted=False, force=True)
             if workload_view(kind, obj) is not None:
-                listing.workloads[object_key(obj)] = str(meta(obj).get("uid") or "")
+                listing.workloads[key] = str(meta(obj).get("uid") or "")
 
     def _workloads_listed(self, kind: Kind, listing: Listing, seq: int) -> None:
         for key, view in list(self.workloads.items()):

@@ -51,6 +51,7 @@ from muster.agent.mapping import (
     pod_view,
     pod_workload,
     with_priority_class,
+    workload_object_key,
     workload_view,
 )
 from muster.agent.sender import Entry, Outbox, Sender
@@ -150,7 +151,7 @@ class Memory:
     def _workload(
         self, kind: Kind, obj: Mapping[str, Any], *, deleted: bool, force: bool = False
     ) -> None:
-        key = object_key(obj)
+        key = workload_object_key(kind, obj)
         seq = self.seq(meta(obj).get("resourceVersion"))
         view = workload_view(kind, obj, self.tolerated)
         if view is None:

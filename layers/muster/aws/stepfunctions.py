@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from muster.core import Timer
+from muster.core.keys import KIND_MARKER
 from muster.runtime.messages import timer_input
 
 if TYPE_CHECKING:
@@ -30,7 +31,10 @@ def execution_name(workload: str, timer: Timer) -> str:
     if timer.incarnation:
         # A new object under the same name numbers its attempts afresh.
         suffix += f".{_UNSAFE.sub('-', timer.incarnation)}"
-    base = _UNSAFE.sub("-", workload.replace("/", ".")).strip("-.") or "workload"
+    # '.' for the '/' and '_' for the kind's '@' (neither occurs in a namespace or name), so
+    # `ns/x@jobset` and a Job named `x-jobset` never share a name.
+    base = workload.replace("/", ".").replace(KIND_MARKER, "_")
+    base = _UNSAFE.sub("-", base).strip("-.") or "workload"
     if len(base) + len(suffix) > MAX_NAME:
         digest = hashlib.sha256(workload.encode()).hexdigest()[:8]
         base = f"{base[: MAX_NAME - len(suffix) - 9]}-{digest}"

@@ -22,10 +22,18 @@ from muster.core import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.keys import MARKERS, parse_workload_key
 from muster.harness.clock import VirtualClock
 from muster.harness.histories import Action, History
 from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
+
+
+def pod_stem(key: str) -> str:
+    """Pod names of a workload: a Job's `<name>-<i>`; another kind's `<name>-<kind>-<i>`,
+    so that the pods of a Job and of a PyTorchJob of one name never share a name."""
+    _, name, kind = parse_workload_key(key)
+    return name if kind is Kind.JOB else f"{name}-{MARKERS[kind]}"
 
 
 @dataclass
@@ -103,8 +111,9 @@ class Truth:
         self.settle_sim()
 
     def workload_event(self, obj: JobObject) -> WorkloadObserved:
+        kind = parse_workload_key(obj.key)[2]
         return WorkloadObserved(
-            obj.key, "default", obj.pods, gpus=obj.gpus, kind=Kind.JOB, seq=obj.seq, uid=obj.uid
+            obj.key, "default", obj.pods, gpus=obj.gpus, kind=kind, seq=obj.seq, uid=obj.uid
         )
 
     # ------------------------------------------------------------------ nodes
@@ -155,7 +164,7 @@ class Truth:
 
     def pod_change(self, change: PodChange) -> None:
         obj = self.by_sim[change.workload]
-        name = f"{obj.key.split('/')[1]}-{change.pod.rsplit('-', 1)[1]}"
+        name = f"{pod_stem(obj.key)}-{change.pod.rsplit('-', 1)[1]}"
         self.rev += 1
         broken = self.crash_loops and self.sim._jobs[change.workload].spec.never_ready
         crashing = broken and change.node is not None and not change.deleted
@@ -201,12 +210,19 @@ class Truth:
             self.send(event)
         for node_event in self.nodes.values():
             self.send(node_event)
-        live = {k: o.uid for k, o in self.objects.items() if not o.deleted}
+        live: dict[Kind, dict[str, str]] = {Kind.JOB: {}}
+        for k, o in self.objects.items():
+            listing = live.setdefault(parse_workload_key(k)[2], {})
+            if not o.deleted:
+                listing[k] = o.uid
         listed: dict[str, dict[str, str]] = {}
         for (key, name), event in self.pods.items():
             listed.setdefault(key, {})[name] = event.uid
         tag = f"{self.relists}"
-        self.send(SnapshotPart(f"jobs.{tag}", 1, 1, "Job", self.rev, live))
+        # One snapshot per kind (a PyTorchJob's listing says nothing of the Jobs).
+        for kind, keys_of_kind in live.items():
+            scope = kind.value
+            self.send(SnapshotPart(f"{scope.lower()}s.{tag}", 1, 1, scope, self.rev, keys_of_kind))
         # Pods in two parts, so that a lost or late part keeps the snapshot incomplete.
         keys = sorted(listed)
         halves = [keys[: len(keys) // 2], keys[len(keys) // 2 :]]

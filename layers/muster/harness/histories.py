@@ -10,6 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from muster.core.keys import parse_workload_key, workload_key
+from muster.core.model import Kind
+
 
 @dataclass(frozen=True, slots=True)
 class Action:
@@ -108,3 +111,29 @@ def with_settings_toggles(history: History, seed: int) -> History:
     return History(
         history.seed, history.nodes, history.gpus_per_node, history.horizon, tuple(actions)
     )
+
+
+# --------------------------------------------------------------------------- opt-in: kinds
+
+
+def generate_shared_names(
+    seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0, shared: int = 2
+) -> History:
+    """`generate`'s history plus PyTorchJobs named as `shared` of its Jobs (the same
+    namespace and name, another kind): created, and some deleted and re-created, among
+    the Jobs' own changes. Two workloads, never one re-created as the other."""
+    base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
+    rng = random.Random(seed * 104_729 + 7)
+    names = sorted({a.job for a in base.actions if a.job})
+    actions = list(base.actions)
+    for job in rng.sample(names, min(shared, len(names))):
+        namespace, name, _ = parse_workload_key(job)
+        twin = workload_key(Kind.PYTORCHJOB, namespace, name)
+        actions.append(_create(rng, twin, rng.uniform(0, horizon * 0.3), "create"))
+        if rng.random() < 0.6:
+            at = rng.uniform(horizon * 0.3, horizon * 0.9)
+            actions.append(Action(at, "delete", job=twin))
+            if rng.random() < 0.5:
+                actions.append(_create(rng, twin, at + rng.choice((0.0, 5.0, 30.0)), "create"))
+    actions.sort(key=lambda a: a.at)
+    return History(base.seed, base.nodes, base.gpus_per_node, base.horizon, tuple(actions))

@@ -163,7 +163,7 @@ class KubernetesCluster:
         which `kubectl describe` uses to find its Events; a pod group's Events go
         on the pods that still exist.
         """
-        shown = describe(event, detail)
+        shown = describe(event, detail, workload)
         if shown is None:
             return
         namespace, name = split_key(workload)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from muster.core.keys import parse_workload_key
 from muster.core.model import Kind
 from muster.schema import (
     MIN_AVAILABLE_ANNOTATION,
@@ -19,7 +20,7 @@ from muster.schema import (
 )
 
 # A plain pod group is the set of pods in one namespace that carry this label with
-# the same value; the value is the workload's name ("namespace/<value>").
+# the same value; the value is the workload's name ("namespace/<value>@podgroup").
 POD_GROUP_LABEL = "muster.io/pod-group"
 
 # Muster's view of a workload, written by the control plane for `kubectl` users:
@@ -126,8 +127,10 @@ RESOURCES: dict[Kind, Resource] = {
 
 
 def split_key(workload: str) -> tuple[str, str]:
-    """("namespace", "name") from a workload key; a clear error for anything else."""
-    namespace, _, name = workload.partition("/")
-    if not namespace or not name or "/" in name:
-        raise ValueError(f"workload: expected 'namespace/name', got {workload!r}")
+    """("namespace", "name") of the object a workload key names (without its kind's
+    marker: `ns/train@pytorchjob` is the PyTorchJob `train`); a clear error otherwise."""
+    try:
+        namespace, name, _ = parse_workload_key(workload)
+    except ValueError as exc:
+        raise ValueError(f"workload: {exc}, got {workload!r}") from None
     return namespace, name

@@ -29,8 +29,11 @@ class KubeEvent:
     message: str
 
 
-def describe(event: LogEvent, detail: Mapping[str, Any]) -> KubeEvent | None:
-    """The Kubernetes Event for a lifecycle event, or None for those not shown."""
+def describe(event: LogEvent, detail: Mapping[str, Any], workload: str = "") -> KubeEvent | None:
+    """The Kubernetes Event for a lifecycle event, or None for those not shown.
+
+    `workload`: the key the CLI takes back (`ns/train@pytorchjob` is not the Job `ns/train`).
+    """
     attempt = detail.get("attempt")
     match event:
         case LogEvent.ADMITTED:
@@ -70,7 +73,8 @@ def describe(event: LogEvent, detail: Mapping[str, Any]) -> KubeEvent | None:
             return KubeEvent(
                 "Warning",
                 f"DeactivatedDueTo{detail.get('reason')}",
-                f"Deactivated: {why}; it stays held until `muster reactivate` revives it",
+                f"Deactivated: {why}; it stays held until "
+                f"`muster reactivate{' ' + workload if workload else ''}` revives it",
             )
         case LogEvent.REACTIVATED:
             return KubeEvent("Normal", "Reactivated", "Reactivated: queued again, no backoff")

@@ -13,6 +13,7 @@ from muster.agent.mapping.objects import (
     object_key,
     parse_k8s_time,
     pod_gpus,
+    workload_object_key,
 )
 from muster.agent.mapping.pods import PodView, compact_pod, pod_owner, pod_view, pod_workload
 from muster.agent.mapping.workloads import (
@@ -49,5 +50,6 @@ __all__ = [
     "pod_view",
     "pod_workload",
     "with_priority_class",
+    "workload_object_key",
     "workload_view",
 ]

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from muster.core.keys import workload_key
+from muster.core.model import Kind
 from muster.kube.conventions import GPU_RESOURCE
 
 
@@ -24,6 +26,13 @@ def notes_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 def object_key(obj: Mapping[str, Any]) -> str:
     m = meta(obj)
     return f"{m.get('namespace')}/{m.get('name')}" if m.get("namespace") else str(m.get("name"))
+
+
+def workload_object_key(kind: Kind, obj: Mapping[str, Any]) -> str:
+    """The workload key of a Job / JobSet / PyTorchJob object: the kind is part of it,
+    so that a Job and a PyTorchJob of one name are two workloads (`muster.core.keys`)."""
+    m = meta(obj)
+    return workload_key(kind, str(m.get("namespace")), str(m.get("name")))
 
 
 def parse_k8s_time(text: str | None) -> datetime | None:

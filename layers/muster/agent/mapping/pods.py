@@ -8,6 +8,7 @@ from typing import Any
 
 from muster.agent.mapping.objects import count_of, labels, meta, notes_of
 from muster.core.diagnosis import WORKLOAD_FAULT_REASONS
+from muster.core.keys import workload_key
 from muster.core.model import Kind
 from muster.kube.conventions import (
     JOB_NAME_LABELS,
@@ -128,20 +129,22 @@ def pod_owner(kind: Kind, pod: Mapping[str, Any]) -> str:
 
 
 def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
-    """(kind, "namespace/name") of the workload a pod belongs to, from its labels."""
+    """(kind, workload key) of the workload a pod belongs to, from its labels."""
     namespace = meta(pod).get("namespace")
     found = labels(pod)
     if not namespace:
         return None
     if found.get(POD_GROUP_LABEL) and found.get(QUEUE_LABEL):
-        return Kind.POD_GROUP, f"{namespace}/{found[POD_GROUP_LABEL]}"
+        return Kind.POD_GROUP, workload_key(Kind.POD_GROUP, namespace, found[POD_GROUP_LABEL])
     if found.get(JOBSET_NAME_LABEL):
-        return Kind.JOBSET, f"{namespace}/{found[JOBSET_NAME_LABEL]}"
+        return Kind.JOBSET, workload_key(Kind.JOBSET, namespace, found[JOBSET_NAME_LABEL])
     if found.get(KUBEFLOW_JOB_NAME_LABEL):
-        return Kind.PYTORCHJOB, f"{namespace}/{found[KUBEFLOW_JOB_NAME_LABEL]}"
+        return Kind.PYTORCHJOB, workload_key(
+            Kind.PYTORCHJOB, namespace, found[KUBEFLOW_JOB_NAME_LABEL]
+        )
     for label in JOB_NAME_LABELS:
         if found.get(label):
-            return Kind.JOB, f"{namespace}/{found[label]}"
+            return Kind.JOB, workload_key(Kind.JOB, namespace, found[label])
     return None
 
 

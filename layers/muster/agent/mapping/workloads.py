@@ -20,9 +20,9 @@ from muster.agent.mapping.objects import (
     labels,
     meta,
     notes_of,
-    object_key,
     parse_k8s_time,
     pod_gpus,
+    workload_object_key,
 )
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
@@ -91,7 +91,7 @@ def workload_view(
     pods, gpus, templates, groups = parts(spec)
     gang = _min_available(notes_of(obj), pods, problems)
     return WorkloadView(
-        key=object_key(obj),
+        key=workload_object_key(kind, obj),
         kind=kind,
         queue=queue,
         gang_size=gang,
