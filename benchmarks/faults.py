@@ -23,6 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from muster.harness import Perturbation, run_history
+from muster.harness.histories import History, generate_shared_names, with_settings_toggles
+
+
+def triggers(history: History) -> dict[str, int]:
+    """How many actions of each opt-in trigger a history holds."""
+    return {
+        "settingsChanged": sum(1 for a in history.actions if a.what == "settings" and a.job),
+        "kindSharingAName": sum(1 for a in history.actions if "@" in a.job),
+    }
 
 
 def main() -> int:
@@ -30,6 +39,12 @@ def main() -> int:
     parser.add_argument("--histories", type=int, default=10_000)
     parser.add_argument("--start", type=int, default=0, help="the first seed")
     parser.add_argument("--heavy", action="store_true", help="many more faults")
+    parser.add_argument(
+        "--triggers",
+        action="store_true",
+        help="histories that also change settings mid-flight (dryRun, recoveryTimeout) and "
+        "run a PyTorchJob under a Job's name",
+    )
     args = parser.parse_args()
     perturbation = (
         Perturbation(duplicate=0.4, loss=0.3, window=20.0, redelivery=0.3)
@@ -40,8 +55,14 @@ def main() -> int:
     events = 0
     diverged: list[tuple[int, list[str]]] = []
     faults: dict[str, int] = {}
+    drawn: dict[str, int] = {}
     for seed in range(args.start, args.start + args.histories):
-        outcome = run_history(seed, perturbation=perturbation)
+        history = None
+        if args.triggers:
+            history = with_settings_toggles(generate_shared_names(seed), seed)
+            for trigger, count in triggers(history).items():
+                drawn[trigger] = drawn.get(trigger, 0) + bool(count)
+        outcome = run_history(seed, perturbation=perturbation, history=history)
         events += outcome.events
         for kind, count in outcome.faults.items():
             faults[kind] = faults.get(kind, 0) + count
@@ -54,6 +75,11 @@ def main() -> int:
         print(f"  seed {seed}: {'; '.join(problems[:3])}")
     print(f"agent events delivered: {events}")
     print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(faults.items())))
+    if drawn:
+        print(
+            "histories drawing each trigger: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(drawn.items()))
+        )
     print(f"events per second: {events / elapsed:,.0f} ({elapsed:.1f} s)")
     return 1 if diverged else 0
 

@@ -29,6 +29,14 @@ SMALL = [
     ),
     ("faults.py", ["--histories", "5"], [r"histories: 5 ", r"diverged: 0\b", r"events per second"]),
     (
+        "faults.py",
+        ["--histories", "5", "--triggers"],
+        [
+            r"diverged: 0\b",
+            r"histories drawing each trigger: kindSharingAName 5, settingsChanged 5",
+        ],
+    ),
+    (
         "faults_aws.py",
         ["--seeds", "1", "--workloads", "8"],
         [r"violations +0\b", r"unfinished +0\b", r"faults injected: conflict \d+"],
