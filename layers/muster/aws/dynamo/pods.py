@@ -85,12 +85,7 @@ class PodItems(Table):
         keys = [{"pk": string(workload_pk(key)), "sk": string(STATE)}]
         if pod is not None:
             keys.append({"pk": string(workload_pk(key)), "sk": string(POD_PREFIX + pod)})
-        request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
-        items: list[dict[str, Any]] = []
-        while request:
-            reply = self.client.batch_get_item(RequestItems=request)
-            items.extend(reply["Responses"].get(self.table, []))
-            request = reply.get("UnprocessedKeys") or {}
+        items = self._batch_get(keys)
         state = next((i for i in items if i["sk"]["S"] == STATE), None)
         if state is None:
             return None
@@ -116,19 +111,24 @@ class PodItems(Table):
             int(pod_item["rev"]["N"]) if pod_item else None,
         )
 
-    def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
-        """The workload item and the named pods: `BatchGetItem`s of at most 100 keys."""
-        pk = string(workload_pk(key))
-        keys = [{"pk": pk, "sk": string(STATE)}]
-        keys += [{"pk": pk, "sk": string(POD_PREFIX + n)} for n in dict.fromkeys(names)]
+    def _batch_get(self, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Consistent reads of `keys`, `MAX_BATCH_GET` at a time, unprocessed ones again."""
         items: list[dict[str, Any]] = []
         for start in range(0, len(keys), MAX_BATCH_GET):
-            chunk = keys[start : start + MAX_BATCH_GET]
+            chunk = list(keys[start : start + MAX_BATCH_GET])
             request: dict[str, Any] = {self.table: {"Keys": chunk, "ConsistentRead": True}}
             while request:
                 reply = self.client.batch_get_item(RequestItems=request)
                 items.extend(reply["Responses"].get(self.table, []))
                 request = reply.get("UnprocessedKeys") or {}
+        return items
+
+    def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
+        """The workload item and the named pods: `BatchGetItem`s of at most 100 keys."""
+        pk = string(workload_pk(key))
+        keys = [{"pk": pk, "sk": string(STATE)}]
+        keys += [{"pk": pk, "sk": string(POD_PREFIX + n)} for n in dict.fromkeys(names)]
+        items = self._batch_get(keys)
         state = next((i for i in items if i["sk"]["S"] == STATE), None)
         if state is None:
             return None
