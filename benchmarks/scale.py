@@ -55,22 +55,23 @@ def main(argv: list[str] | None = None) -> int:
 
     from moto import mock_aws
     from muster.core import Kind
+    from muster.harness.scale import Budgets
     from muster.harness.scale_scenarios import gang, queue
 
-    from infra.constants import BATCH_SIZE, FUNCTION_TIMEOUT_SECONDS
+    from infra.constants import BATCH_SIZE, BATCHING_WINDOW_SECONDS, FUNCTION_TIMEOUT_SECONDS
 
-    budgets = {"timeouts": FUNCTION_TIMEOUT_SECONDS, "batch_sizes": BATCH_SIZE}
+    budgets = Budgets(FUNCTION_TIMEOUT_SECONDS, BATCH_SIZE, BATCHING_WINDOW_SECONDS)
     reports = []
     for kind in (Kind(k) for k in args.kinds.split(",") if k):
         for pods in (int(n) for n in args.gangs.split(",") if n):
             started = time.perf_counter()
             with mock_aws():
-                r = gang(kind, pods, horizon=args.horizon, pod_name="w" * 44, **budgets)
+                r = gang(kind, pods, horizon=args.horizon, pod_name="w" * 44, budgets=budgets)
             reports.append((r, time.perf_counter() - started))
     if args.queued:
         started = time.perf_counter()
         with mock_aws():
-            r = queue(args.queued, args.nodes, admit=args.admit, **budgets)
+            r = queue(args.queued, args.nodes, admit=args.admit, budgets=budgets)
         reports.append((r, time.perf_counter() - started))
     for r, wall in reports:
         print(f"== {r.name} ({wall:.0f} s on moto)")

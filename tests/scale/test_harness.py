@@ -175,3 +175,26 @@ def test_the_kube_stand_in_applies_merge_patches_on_their_resource_version() -> 
     with pytest.raises(ApiException) as caught:
         kube.merge_patch(path, {"metadata": {"resourceVersion": version}, "spec": {}})
     assert caught.value.status == 409
+
+
+def test_a_batching_window_gathers_a_batch_as_lambda_does() -> None:
+    clock = VirtualClock(0.0)
+    queues = SplitQueues(clock)
+    workers = Workers(clock, queues)
+    batches: list[tuple[float, int]] = []
+
+    def handler(batch: list) -> list:
+        batches.append((round(clock.now, 3), len(batch)))
+        return []
+
+    workers.add("ingest", handler, timeout=30.0, instances=1, batch=4, queue="ingest", window=1.0)
+    queues.send("ingest", "a", 0.0)
+    queues.send("ingest", "b", 0.3)  # the window from "a" ends at 1.0: both go then
+    for i in range(4):  # four visible at 2.3: a full batch goes at once
+        queues.send("ingest", f"c{i}", 2.0 + i * 0.1)
+    queues.send("ingest", "d", 2.35)
+    try:
+        workers.run(10.0)
+    finally:
+        workers.stop()
+    assert batches == [(1.0, 2), (2.3, 4), (3.35, 1)]

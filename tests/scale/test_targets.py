@@ -13,7 +13,7 @@ from muster.core import Kind
 from muster.harness.limits import MAX_ITEM_BYTES
 from muster.harness.scale_scenarios import ScaleReport, gang, queue
 
-from tests.scale.conftest import BATCH_SIZES, TIMEOUTS
+from tests.scale.conftest import BUDGETS, TIMEOUTS
 
 LONG = "w" * 44  # pod names of about 60 characters
 
@@ -27,9 +27,7 @@ def run_gang(kind: Kind, pods: int) -> ScaleReport:
         from moto import mock_aws
 
         with mock_aws():
-            _cache[key] = gang(
-                kind, pods, timeouts=TIMEOUTS, batch_sizes=BATCH_SIZES, pod_name=LONG
-            )
+            _cache[key] = gang(kind, pods, budgets=BUDGETS, pod_name=LONG)
     return _cache[key]
 
 
@@ -77,11 +75,6 @@ def test_one_gang_does_not_heat_one_item_past_dynamodbs_limit(job: ScaleReport) 
     assert 0 < job.hottest_item_wcu <= 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each pod event writes its own pod item (a put, or a transaction with the "
-    "ready count): 1.04 write requests per pod event for a Job gang of 128",
-)
 def test_write_requests_per_pod_event_in_a_burst(job: ScaleReport) -> None:
     assert job.writes / job.pod_events <= 0.5
 
@@ -96,7 +89,7 @@ def test_a_pod_group_starts_inside_budgets(group: ScaleReport) -> None:
 
 
 def test_an_admission_pass_reads_in_proportion_to_queue_and_admitted(aws: None) -> None:
-    r = queue(200, 20, admit=15, timeouts=TIMEOUTS, batch_sizes=BATCH_SIZES)
+    r = queue(200, 20, admit=15, budgets=BUDGETS)
     assert r.admitted == 15
     assert r.admission_passes >= 1
     assert r.admission_reads <= 2 * (200 + 15) + 20

@@ -1,8 +1,9 @@
 """The scale rig: the control plane's functions on DynamoDB (moto) under AWS's limits.
 
-What runs is the real thing: the functions' record processing
-(`ingest_record` through Powertools' `process_partial_response`, `timer_record`,
-`admission_batch`, the sweeper), the `ControlPlane`, the DynamoDB store on a boto3
+What runs is the real thing: what each deployed handler runs on its SQS batch
+(the ingest function's `ingest_batch`, the timer function's `timer_batch`, the
+admission function's `admission_batch`, the sweeper), the `ControlPlane` (its
+reconciliation slices sent to the ingest queue), the DynamoDB store on a boto3
 client, and the Kubernetes adapter. What is modelled: DynamoDB's limits and
 units (`muster.harness.limits`, hooks on each instance's client), SQS and Step
 Functions (`muster.harness.virtual_aws`), Lambda instances and their budgets in
@@ -11,8 +12,9 @@ virtual time (`muster.harness.budget`), and the Kubernetes API
 pods of a released gang: each pod Pending, then Running, then Ready within a
 minute, reported by the agent to the ingest queue.
 
-The rig must run inside moto's `mock_aws`. Function timeouts and batch sizes are
-passed in (the stack's, `infra/constants.py`).
+The rig must run inside moto's `mock_aws`. Function timeouts, batch sizes and
+batching windows are passed in (the stack's, `infra/constants.py`); the context
+handed to a handler tells the time its invocation has left, in virtual time.
 """
 
 from __future__ import annotations
@@ -21,10 +23,7 @@ import json
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, cast
-
-from aws_lambda_powertools.utilities.batch import process_partial_response
 
 from muster.aws.dynamo import DynamoStore
 from muster.botocore_config import BOTOCORE_RETRIES
@@ -38,10 +37,12 @@ from muster.harness.limits import DynamoLimits
 from muster.harness.virtual_aws import Message, VirtualTimers
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.conventions import SCHEDULING_GATE
-from muster.lambdas.records import admission_batch, ingest_record, sqs_processor, timer_record
+from muster.lambdas.ingest import ingest_batch
+from muster.lambdas.records import admission_batch, sqs_processor, timer_batch
 from muster.lambdas.wiring import record_reader
 from muster.runtime.memory import MemoryBus, MemoryMetrics
 from muster.runtime.ports import Bus, ClusterActions, Messages, Timers
+from muster.runtime.reconciliation import SliceQueue
 from muster.runtime.service import ControlPlane
 from muster.runtime.sweeper import Sweeper
 from muster.schema import (
@@ -81,6 +82,29 @@ def sqs_records(batch: list[Message]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """Each function's timeout (s), SQS batch size and batching window (s): the stack's."""
+
+    timeouts: Mapping[str, float]
+    batch_sizes: Mapping[str, int]
+    windows: Mapping[str, float] = field(default_factory=dict)
+
+
+class BudgetContext(LambdaContext):
+    """A Lambda context whose remaining time is the running invocation's, in virtual time."""
+
+    def __init__(self, workers: Workers) -> None:
+        super().__init__()
+        self.workers = workers
+
+    def get_remaining_time_in_millis(self) -> int:
+        w = self.workers.turn
+        if w is None:
+            return 0
+        return int(max(0.0, w.t0 + w.timeout - w.t) * 1000)
+
+
 class WatchedBus:
     """The bus: when each workload first became PodsReady (virtual time)."""
 
@@ -112,8 +136,7 @@ class ScaleRig:
     def __init__(
         self,
         *,
-        timeouts: Mapping[str, float],
-        batch_sizes: Mapping[str, int],
+        budgets: Budgets,
         settings: dict[str, Any] | None = None,
         instances: Mapping[str, int] = INSTANCES,
         seed: int = 7,
@@ -140,7 +163,7 @@ class ScaleRig:
         self.pod_events = 0
         self.last_ready_sent: dict[str, float] = {}
         self.planes: dict[str, ControlPlane] = {}
-        self.context = LambdaContext()
+        self.context = BudgetContext(self.workers)
         for name, handler in (
             ("ingest", self._ingest),
             ("timer", self._timer),
@@ -149,15 +172,16 @@ class ScaleRig:
             self.workers.add(
                 name,
                 handler,
-                timeout=float(timeouts[name]),
+                timeout=float(budgets.timeouts[name]),
                 instances=instances[name],
-                batch=batch_sizes[name],
+                batch=budgets.batch_sizes[name],
                 queue=name,
+                window=float(budgets.windows.get(name, 0.0)),
             )
         self.workers.add(
             "sweeper",
             self._sweep,
-            timeout=float(timeouts["sweeper"]),
+            timeout=float(budgets.timeouts["sweeper"]),
             instances=instances["sweeper"],
             every=60.0,
         )
@@ -191,6 +215,7 @@ class ScaleRig:
                 draw=self.rng.random,
                 sleep=w.sleep,
                 inline_admission=name.startswith("admission"),
+                slices=cast(SliceQueue, Timed(self.queues, w, "sqs")),
             )
         return self.planes[name]
 
@@ -204,31 +229,26 @@ class ScaleRig:
 
     # ------------------------------------------------------------------ the functions
 
-    def _partial(self, batch: list[Message], handler: Any) -> list[Message]:
+    @staticmethod
+    def _failed(batch: list[Message], response: Mapping[str, Any]) -> list[Message]:
         by_id = {f"m{m.seq}": m for m in batch}
-        response = process_partial_response(
-            event=sqs_records(batch),
-            record_handler=handler,
-            processor=sqs_processor(),
-            context=self.context,  # type: ignore[arg-type]
-        )
         return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
 
     def _ingest(self, batch: list[Message]) -> list[Message]:
-        return self._partial(batch, partial(ingest_record, self.plane(), CLUSTER))
+        context: Any = self.context
+        response = ingest_batch(self.plane(), CLUSTER, sqs_records(batch), context, sqs_processor())
+        return self._failed(batch, response)
 
     def _timer(self, batch: list[Message]) -> list[Message]:
-        return self._partial(batch, partial(timer_record, self.plane(), sleep=self.workers.sleep))
+        context: Any = self.context
+        event = sqs_records(batch)
+        response = timer_batch(self.plane(), event, context, sqs_processor(), self.workers.sleep)
+        return self._failed(batch, response)
 
     def _admission(self, batch: list[Message]) -> list[Message]:
-        by_id = {f"m{m.seq}": m for m in batch}
-        response = admission_batch(
-            self.plane(),
-            sqs_records(batch),
-            self.context,  # type: ignore[arg-type]
-            sqs_processor(),
-        )
-        return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
+        context: Any = self.context
+        response = admission_batch(self.plane(), sqs_records(batch), context, sqs_processor())
+        return self._failed(batch, response)
 
     def _sweep(self, batch: list[Message]) -> list[Message]:
         plane = self.plane()

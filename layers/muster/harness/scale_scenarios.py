@@ -12,14 +12,14 @@ prints and what tests/scale asserts on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from muster.core import Kind, Phase, Workload
 from muster.core.capacity import NodeCapacity
-from muster.harness.scale import ScaleRig
+from muster.harness.scale import Budgets, ScaleRig
 from muster.runtime.codec import dumps, encode_workload
 from muster.runtime.messages import admission_body
 
@@ -166,14 +166,13 @@ def gang(
     kind: Kind,
     pods: int,
     *,
-    timeouts: Mapping[str, float],
-    batch_sizes: Mapping[str, int],
+    budgets: Budgets,
     horizon: float = 180.0,
     pod_name: str = "worker",
     settings: dict[str, Any] | None = None,
 ) -> ScaleReport:
     """A gang of `pods` started (see the module docstring); runs inside `mock_aws`."""
-    rig = ScaleRig(timeouts=timeouts, batch_sizes=batch_sizes, settings=settings)
+    rig = ScaleRig(budgets=budgets, settings=settings)
     admission = _AdmissionReads(rig)
     key = "research-team/llama-pretrain-gang"
     try:
@@ -194,15 +193,12 @@ def queue(
     nodes: int,
     *,
     admit: int,
-    timeouts: Mapping[str, float],
-    batch_sizes: Mapping[str, int],
+    budgets: Budgets,
     horizon: float = 120.0,
 ) -> ScaleReport:
     """`workloads` queued on `nodes` 8-GPU nodes, a quota of `admit` x 8 GPUs, one pass."""
     settings = {"timeout": "5m", "gpuQuota": admit * 8, "capacityCheck": True}
-    rig = ScaleRig(
-        timeouts=timeouts, batch_sizes=batch_sizes, settings=settings, cluster_reacts=False
-    )
+    rig = ScaleRig(budgets=budgets, settings=settings, cluster_reacts=False)
     admission = _AdmissionReads(rig)
     try:
         seed = rig.seed_store()
