@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from botocore.exceptions import ClientError
 from muster.aws.dynamo.table import is_conflict
@@ -10,6 +12,7 @@ from muster.harness.budget import InvocationTimedOut, SplitQueues, Workers
 from muster.harness.clock import VirtualClock
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.limits import item_size, number_size
+from muster.harness.moto_speed import item_backups
 from muster.kube.adapter import ClusterUnavailable, KubernetesCluster
 from muster.kube.http import ApiException
 
@@ -198,3 +201,46 @@ def test_a_batching_window_gathers_a_batch_as_lambda_does() -> None:
     finally:
         workers.stop()
     assert batches == [(1.0, 2), (2.3, 4), (3.35, 1)]
+
+
+def test_transactions_backed_up_by_item_answer_as_moto_does(table: Table) -> None:
+    def item(sk: str, n: int) -> dict:
+        return {"pk": {"S": "wl"}, "sk": {"S": sk}, "n": {"N": str(n)}}
+
+    def state() -> list:
+        return table.raw.scan(TableName=table.name)["Items"]
+
+    def transaction(n: int) -> None:
+        table.raw.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table.name, "Item": item("a", n)}},
+                {
+                    "Update": {
+                        "TableName": table.name,
+                        "Key": {"pk": {"S": "wl"}, "sk": {"S": "b"}},
+                        "UpdateExpression": "SET n = :n",
+                        "ConditionExpression": "n = :was",
+                        "ExpressionAttributeValues": {":n": {"N": str(n)}, ":was": {"N": "1"}},
+                    }
+                },
+                {"Put": {"TableName": table.name, "Item": item("c", n)}},
+            ]
+        )
+
+    table.raw.put_item(TableName=table.name, Item=item("b", 1))
+    with item_backups():
+        transaction(2)  # b was 1: a, b and c written
+        assert sorted(int(i["n"]["N"]) for i in state()) == [2, 2, 2]
+        before = state()
+        with pytest.raises(ClientError) as caught:
+            transaction(3)  # b is 2 now: cancelled, nothing written
+        assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+        assert state() == before
+        table.raw.delete_item(TableName=table.name, Key={"pk": {"S": "wl"}, "sk": {"S": "a"}})
+        table.raw.delete_item(TableName=table.name, Key={"pk": {"S": "wl"}, "sk": {"S": "c"}})
+        with pytest.raises(ClientError):
+            transaction(4)  # a and c absent before: absent after
+        assert [i["sk"]["S"] for i in state()] == ["b"]
+    from moto.dynamodb import models
+
+    assert models.copy is copy  # moto as it was, outside

@@ -12,7 +12,8 @@ virtual time (`muster.harness.budget`), and the Kubernetes API
 pods of a released gang: each pod Pending, then Running, then Ready within a
 minute, reported by the agent to the ingest queue.
 
-The rig must run inside moto's `mock_aws`. Function timeouts, batch sizes and
+The rig must run inside moto's `mock_aws`; while it is open, moto's transactions
+back up only the items they name (`muster.harness.moto_speed`). Function timeouts, batch sizes and
 batching windows are passed in (the stack's, `infra/constants.py`); the context
 handed to a handler tells the time its invocation has left, in virtual time.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -34,6 +36,7 @@ from muster.harness.injectors import FaultPlan
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.lambda_events import LambdaContext
 from muster.harness.limits import DynamoLimits
+from muster.harness.moto_speed import item_backups
 from muster.harness.virtual_aws import Message, VirtualTimers
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.conventions import SCHEDULING_GATE
@@ -146,6 +149,8 @@ class ScaleRig:
 
         from muster.local.resources import create_resources
 
+        self._moto = ExitStack()
+        self._moto.enter_context(item_backups())
         self.clock = VirtualClock(START)
         self.queues = SplitQueues(self.clock)
         self.workers = Workers(self.clock, self.queues)
@@ -339,6 +344,7 @@ class ScaleRig:
 
     def close(self) -> None:
         self.workers.stop()
+        self._moto.close()
 
 
 def _suspended(obj: dict[str, Any]) -> bool:
