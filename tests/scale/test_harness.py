@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -12,7 +13,7 @@ from muster.harness.budget import InvocationTimedOut, SplitQueues, Workers
 from muster.harness.clock import VirtualClock
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.limits import item_size, number_size
-from muster.harness.moto_speed import item_backups
+from muster.harness.moto_speed import faster_moto, item_backups
 from muster.kube.adapter import ClusterUnavailable, KubernetesCluster
 from muster.kube.http import ApiException
 
@@ -244,3 +245,47 @@ def test_transactions_backed_up_by_item_answer_as_moto_does(table: Table) -> Non
     from moto.dynamodb import models
 
     assert models.copy is copy  # moto as it was, outside
+
+
+def test_queries_of_a_partition_answer_as_moto_does(table: Table) -> None:
+    for p in range(4):
+        for i in range(30):
+            item = {"pk": {"S": f"WL#{p}"}, "sk": {"S": f"POD#{i:03d}"}, "n": {"N": str(i)}}
+            if i % 3 == 0:
+                item |= {"gsi1pk": {"S": f"NODE#{i % 2}"}, "gsi1sk": {"S": f"{p}#{i:03d}"}}
+            table.raw.put_item(TableName=table.name, Item=item)
+
+    def pages(**query: Any) -> list:
+        out, start = [], None
+        while True:
+            more = {"ExclusiveStartKey": start} if start else {}
+            reply = table.raw.query(TableName=table.name, Limit=7, **query, **more)
+            out.append(reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return out
+
+    queries = [
+        {
+            "KeyConditionExpression": "pk = :pk AND sk >= :from",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#2"}, ":from": {"S": "POD#010"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#1"}},
+            "ScanIndexForward": False,
+        },
+        {
+            "IndexName": "gsi1",
+            "KeyConditionExpression": "gsi1pk = :g",
+            "ExpressionAttributeValues": {":g": {"S": "NODE#0"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#9"}},  # no such partition
+        },
+    ]
+    expected = [pages(**q) for q in queries]
+    assert sum(len(p) for p in expected[0]) == 20 and len(expected[2]) > 1
+    with faster_moto():
+        assert [pages(**q) for q in queries] == expected

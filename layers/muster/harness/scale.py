@@ -13,7 +13,8 @@ pods of a released gang: each pod Pending, then Running, then Ready within a
 minute, reported by the agent to the ingest queue.
 
 The rig must run inside moto's `mock_aws`; while it is open, moto's transactions
-back up only the items they name (`muster.harness.moto_speed`). Function timeouts, batch sizes and
+back up only the items they name and its queries read only their partition
+(`muster.harness.moto_speed`). Function timeouts, batch sizes and
 batching windows are passed in (the stack's, `infra/constants.py`); the context
 handed to a handler tells the time its invocation has left, in virtual time.
 """
@@ -36,7 +37,7 @@ from muster.harness.injectors import FaultPlan
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.lambda_events import LambdaContext
 from muster.harness.limits import DynamoLimits
-from muster.harness.moto_speed import item_backups
+from muster.harness.moto_speed import faster_moto
 from muster.harness.virtual_aws import Message, VirtualTimers
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.conventions import SCHEDULING_GATE
@@ -150,7 +151,7 @@ class ScaleRig:
         from muster.local.resources import create_resources
 
         self._moto = ExitStack()
-        self._moto.enter_context(item_backups())
+        self._moto.enter_context(faster_moto())
         self.clock = VirtualClock(START)
         self.queues = SplitQueues(self.clock)
         self.workers = Workers(self.clock, self.queues)
