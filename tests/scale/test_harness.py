@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from muster.aws.dynamo import DynamoStore
 from muster.aws.dynamo.table import is_conflict
 from muster.core import Admit, Kind
 from muster.harness.budget import InvocationTimedOut, SplitQueues, Workers
@@ -14,8 +16,11 @@ from muster.harness.clock import VirtualClock
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.limits import item_size, number_size
 from muster.harness.moto_speed import faster_moto, item_backups
+from muster.harness.scale_scenarios import running
+from muster.harness.scale_seed import items_of
 from muster.kube.adapter import ClusterUnavailable, KubernetesCluster
 from muster.kube.http import ApiException
+from muster.runtime.ports import PodWrite
 
 from tests.scale.conftest import Table
 
@@ -289,3 +294,19 @@ def test_queries_of_a_partition_answer_as_moto_does(table: Table) -> None:
     assert sum(len(p) for p in expected[0]) == 20 and len(expected[2]) > 1
     with faster_moto():
         assert [pages(**q) for q in queries] == expected
+
+
+def test_seeded_items_are_those_the_store_writes(table: Table) -> None:
+    w = running("ns/train-00007", 7, 3, 500)
+    DynamoStore(table.raw, table.name, "c").write_workload(
+        None,
+        replace(w, pods={}),
+        0,
+        (),
+        100.0,
+        pods=[PodWrite(p.name, p, None, w.uid) for p in w.pods.values()],
+        ready_delta=3,
+    )
+    written = sorted(table.raw.scan(TableName=table.name)["Items"], key=lambda i: i["sk"]["S"])
+    assert written == sorted(items_of(w, now=100.0), key=lambda i: i["sk"]["S"])
+    assert [i["gsi1pk"]["S"] for i in written[:3]] == ["NODE#node-0002"] * 3  # 8 pods to a node

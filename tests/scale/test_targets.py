@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from muster.core import Kind
 from muster.harness.limits import MAX_ITEM_BYTES
-from muster.harness.scale_scenarios import ScaleReport, gang, queue
+from muster.harness.scale_scenarios import ScaleReport, gang, queue, reconcile
 
 from tests.scale.conftest import BUDGETS, TIMEOUTS
 
@@ -94,3 +94,15 @@ def test_an_admission_pass_reads_in_proportion_to_queue_and_admitted(aws: None) 
     assert r.admission_passes >= 1
     assert r.admission_reads <= 2 * (200 + 15) + 20
     assert r.timed_out == 0 and r.admission_seconds <= TIMEOUTS["admission"]
+
+
+@pytest.mark.slow
+def test_a_snapshot_showing_nothing_changed_is_reconciled_inside_budgets(aws: None) -> None:
+    r = reconcile(400, 5, budgets=BUDGETS)
+    assert r.reconciled == r.workloads == 400  # every workload took in the pod snapshot
+    assert r.reconcile_seconds is not None  # the snapshot was recorded as acted on
+    assert r.timed_out == 0 and r.longest <= TIMEOUTS["ingest"]
+    assert r.ingest_longest <= TIMEOUTS["ingest"]
+    assert r.dead_lettered == 0 and r.records_failed == 0 and r.throttled == 0
+    assert r.kube_calls == 0  # nothing changed: nothing to tell the cluster
+    assert r.admission_passes == 0

@@ -169,6 +169,7 @@ class ScaleRig:
         self.pod_events = 0
         self.last_ready_sent: dict[str, float] = {}
         self.planes: dict[str, ControlPlane] = {}
+        self.sweeper: Sweeper | None = None
         self.context = BudgetContext(self.workers)
         for name, handler in (
             ("ingest", self._ingest),
@@ -257,8 +258,10 @@ class ScaleRig:
         return self._failed(batch, response)
 
     def _sweep(self, batch: list[Message]) -> list[Message]:
-        plane = self.plane()
-        Sweeper(plane.store, plane.messages, plane.settings, plane.metrics).run(self.clock.now)
+        if self.sweeper is None:  # one per container, as the deployed function keeps it
+            plane = self.plane()
+            self.sweeper = Sweeper(plane.store, plane.messages, plane.settings, plane.metrics)
+        self.sweeper.run(self.clock.now)
         return []
 
     # ------------------------------------------------------------------ the cluster
@@ -333,9 +336,23 @@ class ScaleRig:
     def snapshot_pods(self, revision: int, delay: float = 0.0) -> int:
         """The agent's snapshot of every gang's pods (scope Pod), in parts; how many parts."""
         pods = {g.key: {p: f"uid-{p}" for p in g.pods} for g in self.gangs.values()}
+        return self.snapshot("Pod", revision, pods=pods, delay=delay)
+
+    def snapshot(
+        self,
+        scope: str,
+        revision: int,
+        *,
+        workloads: Mapping[str, str] | None = None,
+        pods: Mapping[str, Mapping[str, str]] | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """The agent's snapshot of `scope` after a list, in parts sent to the ingest
+        queue; how many parts."""
         parts = snapshot_details(
-            cluster=CLUSTER, scope="Pod", revision=revision, snapshot=f"snap-{revision}", pods=pods
-        )
+            cluster=CLUSTER, scope=scope, revision=revision, snapshot=f"snap-{scope}-{revision}",
+            workloads=workloads, pods=pods,
+        )  # fmt: skip
         for detail in parts:
             self.queues.send("ingest", envelope(CLUSTER_SNAPSHOT, detail), delay)
         return len(parts)
