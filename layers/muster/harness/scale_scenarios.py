@@ -106,6 +106,10 @@ class ScaleReport:
             took = "never" if self.reconcile_seconds is None else f"{self.reconcile_seconds:.1f} s"
             rows += [
                 ("reconciled / workloads", f"{self.reconciled} / {self.workloads}"),
+                (
+                    "DynamoDB reads, writes / workload",
+                    f"{self.reads / self.workloads:.2f}, {self.writes / self.workloads:.2f}",
+                ),
                 ("snapshot sent -> acted on", took),
                 (
                     "ingest invocations, longest",
