@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from muster.core import Kind
 from muster.harness.limits import MAX_ITEM_BYTES
+from muster.harness.scale import Budgets
 from muster.harness.scale_scenarios import ScaleReport, gang, queue, reconcile
 
 from tests.scale.conftest import BUDGETS, TIMEOUTS
@@ -106,3 +107,13 @@ def test_a_snapshot_showing_nothing_changed_is_reconciled_inside_budgets(aws: No
     assert r.dead_lettered == 0 and r.records_failed == 0 and r.throttled == 0
     assert r.kube_calls == 0  # nothing changed: nothing to tell the cluster
     assert r.admission_passes == 0
+
+
+def test_an_admission_pass_stops_inside_its_budget_and_asks_for_another(aws: None) -> None:
+    # 40 admissions take about 4.4 s of modelled time, past a 3 s timeout: each pass
+    # stops admitting half-way through its time and asks for the next.
+    short = Budgets({**TIMEOUTS, "admission": 3.0}, BUDGETS.batch_sizes, BUDGETS.windows)
+    r = queue(40, 40, admit=40, budgets=short)
+    assert r.admitted == 40
+    assert r.timed_out == 0 and r.records_failed == 0
+    assert r.admission_passes >= 3 and r.admission_seconds <= 3.0

@@ -299,32 +299,39 @@ def reconcile(
         rig.snapshot("Job", revision, workloads={w.key: w.uid for w in jobs})
         listed = {w.key: {p.name: p.uid for p in w.pods.values()} for w in jobs}
         rig.snapshot("Pod", revision + 1, pods=listed)
-        store = rig.seed_store()
         with quiet():
-            # Until the snapshot is acted on, its queue empty and the sweeper has run
-            # once (at most `horizon`).
-            while rig.clock.now - sent < horizon:
-                rig.run(STEP)
-                done = store.snapshot_revision("Pod") > revision
-                swept = any(i.function == "sweeper" for i in rig.workers.invocations)
-                if done and swept and not rig.queues.waiting("ingest"):
-                    break
+            _until_acted_on(rig, sent, revision + 1, horizon)
         r = report(
             rig, f"reconciling {workloads} workloads, {workloads * pods} pods", None, admission
         )
-        r.workloads = workloads
-        r.reconciled = sum(
-            1 for p in ACTIVE for w in store.by_phase(p) if w.listed_seq == revision + 1
-        )
-        ingest = [i for i in rig.workers.invocations if i.function == "ingest"]
-        r.ingest_invocations = len(ingest)
-        r.ingest_longest = max((i.duration for i in ingest), default=0.0)
-        done = store.snapshot_revision("Pod") == revision + 1
-        if done and ingest:
-            r.reconcile_seconds = max(i.start + i.duration for i in ingest) - sent
+        _reconciled(rig, r, sent, workloads, revision + 1)
         return r
     finally:
         rig.close()
+
+
+def _until_acted_on(rig: ScaleRig, sent: float, revision: int, horizon: float) -> None:
+    """Run until the pod snapshot is acted on, its queue empty and the sweeper has run
+    once (at most `horizon`)."""
+    store = rig.seed_store()
+    while rig.clock.now - sent < horizon:
+        rig.run(STEP)
+        done = store.snapshot_revision("Pod") >= revision
+        swept = any(i.function == "sweeper" for i in rig.workers.invocations)
+        if done and swept and not rig.queues.waiting("ingest"):
+            return
+
+
+def _reconciled(rig: ScaleRig, r: ScaleReport, sent: float, workloads: int, revision: int) -> None:
+    """A reconciliation's figures: who took in the snapshot, and how long it took."""
+    store = rig.seed_store()
+    r.workloads = workloads
+    r.reconciled = sum(1 for p in ACTIVE for w in store.by_phase(p) if w.listed_seq == revision)
+    ingest = [i for i in rig.workers.invocations if i.function == "ingest"]
+    r.ingest_invocations = len(ingest)
+    r.ingest_longest = max((i.duration for i in ingest), default=0.0)
+    if store.snapshot_revision("Pod") >= revision and ingest:
+        r.reconcile_seconds = max(i.start + i.duration for i in ingest) - sent
 
 
 ACTIVE = tuple(p.value for p in Phase if p is not Phase.FINISHED)
