@@ -33,7 +33,7 @@ help:
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
 	@echo "make bench-fit     gang vs gang+block vs gang+fit on the deadlock, synthetic and contended Philly scenarios"
-	@echo "make bench-scale   gangs of 64-4,096 pods and 5,000 queued workloads under AWS's limits, in virtual time"
+	@echo "make bench-scale   gangs of 64-4,096 pods, 5,000 queued, 10,000 running reconciled, under AWS's limits, in virtual time"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make clean      remove the virtual environment and build output"
 

@@ -62,6 +62,7 @@ SMALL = [
             r"last Ready -> PodsReady: +[\d.]+ s",
             r"admission: passes, reads, longest: +\d+, \d+, [\d.]+ s",
             r"admitted, final phase: +5,",
+            r"reconciled / workloads: +40 / 40",
         ],
     ),
 ]

@@ -11,12 +11,14 @@ import boto3
 import pytest
 from moto import mock_aws
 from muster.harness.limits import DynamoLimits, ManualTimeline
+from muster.harness.scale import Budgets
 from muster.local.resources import create_resources
 
 from infra import constants
 
 TIMEOUTS = constants.FUNCTION_TIMEOUT_SECONDS
 BATCH_SIZES = constants.BATCH_SIZE
+BUDGETS = Budgets(TIMEOUTS, BATCH_SIZES, constants.BATCHING_WINDOW_SECONDS)
 
 
 @pytest.fixture

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from botocore.exceptions import ClientError
+from muster.aws.dynamo import DynamoStore
 from muster.aws.dynamo.table import is_conflict
 from muster.core import Admit, Kind
 from muster.harness.budget import InvocationTimedOut, SplitQueues, Workers
 from muster.harness.clock import VirtualClock
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.limits import item_size, number_size
+from muster.harness.moto_speed import faster_moto, item_backups
+from muster.harness.scale_scenarios import running
+from muster.harness.scale_seed import items_of
 from muster.kube.adapter import ClusterUnavailable, KubernetesCluster
 from muster.kube.http import ApiException
+from muster.runtime.ports import PodWrite
 
 from tests.scale.conftest import Table
 
@@ -175,3 +184,129 @@ def test_the_kube_stand_in_applies_merge_patches_on_their_resource_version() -> 
     with pytest.raises(ApiException) as caught:
         kube.merge_patch(path, {"metadata": {"resourceVersion": version}, "spec": {}})
     assert caught.value.status == 409
+
+
+def test_a_batching_window_gathers_a_batch_as_lambda_does() -> None:
+    clock = VirtualClock(0.0)
+    queues = SplitQueues(clock)
+    workers = Workers(clock, queues)
+    batches: list[tuple[float, int]] = []
+
+    def handler(batch: list) -> list:
+        batches.append((round(clock.now, 3), len(batch)))
+        return []
+
+    workers.add("ingest", handler, timeout=30.0, instances=1, batch=4, queue="ingest", window=1.0)
+    queues.send("ingest", "a", 0.0)
+    queues.send("ingest", "b", 0.3)  # the window from "a" ends at 1.0: both go then
+    for i in range(4):  # four visible at 2.3: a full batch goes at once
+        queues.send("ingest", f"c{i}", 2.0 + i * 0.1)
+    queues.send("ingest", "d", 2.35)
+    try:
+        workers.run(10.0)
+    finally:
+        workers.stop()
+    assert batches == [(1.0, 2), (2.3, 4), (3.35, 1)]
+
+
+def test_transactions_backed_up_by_item_answer_as_moto_does(table: Table) -> None:
+    def item(sk: str, n: int) -> dict:
+        return {"pk": {"S": "wl"}, "sk": {"S": sk}, "n": {"N": str(n)}}
+
+    def state() -> list:
+        return table.raw.scan(TableName=table.name)["Items"]
+
+    def transaction(n: int) -> None:
+        table.raw.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table.name, "Item": item("a", n)}},
+                {
+                    "Update": {
+                        "TableName": table.name,
+                        "Key": {"pk": {"S": "wl"}, "sk": {"S": "b"}},
+                        "UpdateExpression": "SET n = :n",
+                        "ConditionExpression": "n = :was",
+                        "ExpressionAttributeValues": {":n": {"N": str(n)}, ":was": {"N": "1"}},
+                    }
+                },
+                {"Put": {"TableName": table.name, "Item": item("c", n)}},
+            ]
+        )
+
+    table.raw.put_item(TableName=table.name, Item=item("b", 1))
+    with item_backups():
+        transaction(2)  # b was 1: a, b and c written
+        assert sorted(int(i["n"]["N"]) for i in state()) == [2, 2, 2]
+        before = state()
+        with pytest.raises(ClientError) as caught:
+            transaction(3)  # b is 2 now: cancelled, nothing written
+        assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+        assert state() == before
+        table.raw.delete_item(TableName=table.name, Key={"pk": {"S": "wl"}, "sk": {"S": "a"}})
+        table.raw.delete_item(TableName=table.name, Key={"pk": {"S": "wl"}, "sk": {"S": "c"}})
+        with pytest.raises(ClientError):
+            transaction(4)  # a and c absent before: absent after
+        assert [i["sk"]["S"] for i in state()] == ["b"]
+    from moto.dynamodb import models
+
+    assert models.copy is copy  # moto as it was, outside
+
+
+def test_queries_of_a_partition_answer_as_moto_does(table: Table) -> None:
+    for p in range(4):
+        for i in range(30):
+            item = {"pk": {"S": f"WL#{p}"}, "sk": {"S": f"POD#{i:03d}"}, "n": {"N": str(i)}}
+            if i % 3 == 0:
+                item |= {"gsi1pk": {"S": f"NODE#{i % 2}"}, "gsi1sk": {"S": f"{p}#{i:03d}"}}
+            table.raw.put_item(TableName=table.name, Item=item)
+
+    def pages(**query: Any) -> list:
+        out, start = [], None
+        while True:
+            more = {"ExclusiveStartKey": start} if start else {}
+            reply = table.raw.query(TableName=table.name, Limit=7, **query, **more)
+            out.append(reply["Items"])
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return out
+
+    queries = [
+        {
+            "KeyConditionExpression": "pk = :pk AND sk >= :from",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#2"}, ":from": {"S": "POD#010"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#1"}},
+            "ScanIndexForward": False,
+        },
+        {
+            "IndexName": "gsi1",
+            "KeyConditionExpression": "gsi1pk = :g",
+            "ExpressionAttributeValues": {":g": {"S": "NODE#0"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": "WL#9"}},  # no such partition
+        },
+    ]
+    expected = [pages(**q) for q in queries]
+    assert sum(len(p) for p in expected[0]) == 20 and len(expected[2]) > 1
+    with faster_moto():
+        assert [pages(**q) for q in queries] == expected
+
+
+def test_seeded_items_are_those_the_store_writes(table: Table) -> None:
+    w = running("ns/train-00007", 7, 3, 500)
+    DynamoStore(table.raw, table.name, "c").write_workload(
+        None,
+        replace(w, pods={}),
+        0,
+        (),
+        100.0,
+        pods=[PodWrite(p.name, p, None, w.uid) for p in w.pods.values()],
+        ready_delta=3,
+    )
+    written = sorted(table.raw.scan(TableName=table.name)["Items"], key=lambda i: i["sk"]["S"])
+    assert written == sorted(items_of(w, now=100.0), key=lambda i: i["sk"]["S"])
+    assert [i["gsi1pk"]["S"] for i in written[:3]] == ["NODE#node-0002"] * 3  # 8 pods to a node

@@ -15,7 +15,10 @@ SQS batch returns to its queue, and the effects already made stay. Every
 invocation's modelled duration is recorded (`Invocation`).
 
 Queues are the fault harness's SQS model (`VirtualQueues`), one heap per queue
-here, so an idle instance knows when its next batch is visible.
+here, so an idle instance knows when its next batch is visible. A function with a
+batching window (the ingest function's, `infra/constants.py`) starts a batch as
+Lambda's event source mapping does: once `batch` messages are visible, or once the
+first has been visible for the window, whichever comes first.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ class SplitQueues(VirtualQueues):
     def __init__(self, clock: VirtualClock) -> None:
         super().__init__(clock)
         self.heaps: dict[str, list[Message]] = {}
+        self._ready: dict[tuple[str, int, float], float | None] = {}  # cached `ready_at`
 
     def send(self, queue: str, body: str, delay: float = 0.0, receives: int = 0) -> None:
         self.sent[queue] += 1
+        self._ready.clear()
         heapq.heappush(
             self.heaps.setdefault(queue, []),
             Message(self.clock.now + delay, next(self.seq), queue, body, receives),
@@ -66,13 +71,33 @@ class SplitQueues(VirtualQueues):
         taken: list[Message] = []
         while heap and heap[0].visible_at <= self.clock.now and len(taken) < limit:
             taken.append(heapq.heappop(heap))
+        if taken:
+            self._ready.clear()
         return taken
+
+    def ready_at(self, queue: str, batch: int, window: float) -> float | None:
+        """When a batch of `queue` starts: `batch` messages visible, or the first one
+        visible for `window` seconds (None: the queue is empty)."""
+        heap = self.heaps.get(queue)
+        if not heap:
+            return None
+        first = heap[0].visible_at
+        if window <= 0 or batch <= 1:
+            return first
+        cached = self._ready.get((queue, batch, window), -1.0)
+        if cached is None or cached >= 0:
+            return cached
+        full = heapq.nsmallest(batch, heap)[-1].visible_at if len(heap) >= batch else None
+        at = first + window if full is None else min(first + window, full)
+        self._ready[queue, batch, window] = at
+        return at
 
     def fail(self, m: Message) -> None:
         if m.receives + 1 >= MAX_RECEIVES:
             self.dlq[m.queue] += 1
             return
         visible = self.clock.now + VISIBILITY_SECONDS[m.queue]
+        self._ready.clear()
         heapq.heappush(
             self.heaps.setdefault(m.queue, []),
             Message(visible, next(self.seq), m.queue, m.body, m.receives + 1),
@@ -125,6 +150,7 @@ class Function:
     queue: str | None  # None: a schedule (`every`)
     every: float = 0.0
     next_run: float = 0.0
+    window: float = 0.0  # the batching window (seconds)
 
 
 @dataclass
@@ -157,9 +183,10 @@ class Workers:
         batch: int = 10,
         queue: str | None = None,
         every: float = 0.0,
+        window: float = 0.0,
     ) -> None:
         self.functions[name] = Function(
-            name, handler, timeout, batch, queue, every, self.clock.now + every
+            name, handler, timeout, batch, queue, every, self.clock.now + every, window
         )
         for i in range(instances):
             w = Worker(f"{name}-{i}", name, timeout, self.clock.now)
@@ -221,7 +248,7 @@ class Workers:
         f = self.functions[w.function]
         if f.queue is None:
             return max(w.t, f.next_run)
-        visible = self.queues.next_visible(f.queue)
+        visible = self.queues.ready_at(f.queue, f.batch, f.window)
         return None if visible is None else max(w.t, visible)
 
     def _earliest(self, exclude: Worker | None = None) -> float:

@@ -1,8 +1,9 @@
 """The scale rig: the control plane's functions on DynamoDB (moto) under AWS's limits.
 
-What runs is the real thing: the functions' record processing
-(`ingest_record` through Powertools' `process_partial_response`, `timer_record`,
-`admission_batch`, the sweeper), the `ControlPlane`, the DynamoDB store on a boto3
+What runs is the real thing: what each deployed handler runs on its SQS batch
+(the ingest function's `ingest_batch`, the timer function's `timer_batch`, the
+admission function's `admission_batch`, the sweeper), the `ControlPlane` (its
+reconciliation slices sent to the ingest queue), the DynamoDB store on a boto3
 client, and the Kubernetes adapter. What is modelled: DynamoDB's limits and
 units (`muster.harness.limits`, hooks on each instance's client), SQS and Step
 Functions (`muster.harness.virtual_aws`), Lambda instances and their budgets in
@@ -11,8 +12,11 @@ virtual time (`muster.harness.budget`), and the Kubernetes API
 pods of a released gang: each pod Pending, then Running, then Ready within a
 minute, reported by the agent to the ingest queue.
 
-The rig must run inside moto's `mock_aws`. Function timeouts and batch sizes are
-passed in (the stack's, `infra/constants.py`).
+The rig must run inside moto's `mock_aws`; while it is open, moto's transactions
+back up only the items they name and its queries read only their partition
+(`muster.harness.moto_speed`). Function timeouts, batch sizes and
+batching windows are passed in (the stack's, `infra/constants.py`); the context
+handed to a handler tells the time its invocation has left, in virtual time.
 """
 
 from __future__ import annotations
@@ -20,11 +24,9 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, cast
-
-from aws_lambda_powertools.utilities.batch import process_partial_response
 
 from muster.aws.dynamo import DynamoStore
 from muster.botocore_config import BOTOCORE_RETRIES
@@ -35,13 +37,16 @@ from muster.harness.injectors import FaultPlan
 from muster.harness.kube_standin import KubeStandIn
 from muster.harness.lambda_events import LambdaContext
 from muster.harness.limits import DynamoLimits
+from muster.harness.moto_speed import faster_moto
 from muster.harness.virtual_aws import Message, VirtualTimers
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.conventions import SCHEDULING_GATE
-from muster.lambdas.records import admission_batch, ingest_record, sqs_processor, timer_record
+from muster.lambdas.ingest import ingest_batch
+from muster.lambdas.records import admission_batch, sqs_processor, timer_batch
 from muster.lambdas.wiring import record_reader
 from muster.runtime.memory import MemoryBus, MemoryMetrics
 from muster.runtime.ports import Bus, ClusterActions, Messages, Timers
+from muster.runtime.reconciliation import SliceQueue
 from muster.runtime.service import ControlPlane
 from muster.runtime.sweeper import Sweeper
 from muster.schema import (
@@ -81,6 +86,29 @@ def sqs_records(batch: list[Message]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """Each function's timeout (s), SQS batch size and batching window (s): the stack's."""
+
+    timeouts: Mapping[str, float]
+    batch_sizes: Mapping[str, int]
+    windows: Mapping[str, float] = field(default_factory=dict)
+
+
+class BudgetContext(LambdaContext):
+    """A Lambda context whose remaining time is the running invocation's, in virtual time."""
+
+    def __init__(self, workers: Workers) -> None:
+        super().__init__()
+        self.workers = workers
+
+    def get_remaining_time_in_millis(self) -> int:
+        w = self.workers.turn
+        if w is None:
+            return 0
+        return int(max(0.0, w.t0 + w.timeout - w.t) * 1000)
+
+
 class WatchedBus:
     """The bus: when each workload first became PodsReady (virtual time)."""
 
@@ -112,8 +140,7 @@ class ScaleRig:
     def __init__(
         self,
         *,
-        timeouts: Mapping[str, float],
-        batch_sizes: Mapping[str, int],
+        budgets: Budgets,
         settings: dict[str, Any] | None = None,
         instances: Mapping[str, int] = INSTANCES,
         seed: int = 7,
@@ -123,6 +150,8 @@ class ScaleRig:
 
         from muster.local.resources import create_resources
 
+        self._moto = ExitStack()
+        self._moto.enter_context(faster_moto())
         self.clock = VirtualClock(START)
         self.queues = SplitQueues(self.clock)
         self.workers = Workers(self.clock, self.queues)
@@ -140,7 +169,8 @@ class ScaleRig:
         self.pod_events = 0
         self.last_ready_sent: dict[str, float] = {}
         self.planes: dict[str, ControlPlane] = {}
-        self.context = LambdaContext()
+        self.sweeper: Sweeper | None = None
+        self.context = BudgetContext(self.workers)
         for name, handler in (
             ("ingest", self._ingest),
             ("timer", self._timer),
@@ -149,15 +179,16 @@ class ScaleRig:
             self.workers.add(
                 name,
                 handler,
-                timeout=float(timeouts[name]),
+                timeout=float(budgets.timeouts[name]),
                 instances=instances[name],
-                batch=batch_sizes[name],
+                batch=budgets.batch_sizes[name],
                 queue=name,
+                window=float(budgets.windows.get(name, 0.0)),
             )
         self.workers.add(
             "sweeper",
             self._sweep,
-            timeout=float(timeouts["sweeper"]),
+            timeout=float(budgets.timeouts["sweeper"]),
             instances=instances["sweeper"],
             every=60.0,
         )
@@ -191,6 +222,7 @@ class ScaleRig:
                 draw=self.rng.random,
                 sleep=w.sleep,
                 inline_admission=name.startswith("admission"),
+                slices=cast(SliceQueue, Timed(self.queues, w, "sqs")),
             )
         return self.planes[name]
 
@@ -204,35 +236,32 @@ class ScaleRig:
 
     # ------------------------------------------------------------------ the functions
 
-    def _partial(self, batch: list[Message], handler: Any) -> list[Message]:
+    @staticmethod
+    def _failed(batch: list[Message], response: Mapping[str, Any]) -> list[Message]:
         by_id = {f"m{m.seq}": m for m in batch}
-        response = process_partial_response(
-            event=sqs_records(batch),
-            record_handler=handler,
-            processor=sqs_processor(),
-            context=self.context,  # type: ignore[arg-type]
-        )
         return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
 
     def _ingest(self, batch: list[Message]) -> list[Message]:
-        return self._partial(batch, partial(ingest_record, self.plane(), CLUSTER))
+        context: Any = self.context
+        response = ingest_batch(self.plane(), CLUSTER, sqs_records(batch), context, sqs_processor())
+        return self._failed(batch, response)
 
     def _timer(self, batch: list[Message]) -> list[Message]:
-        return self._partial(batch, partial(timer_record, self.plane(), sleep=self.workers.sleep))
+        context: Any = self.context
+        event = sqs_records(batch)
+        response = timer_batch(self.plane(), event, context, sqs_processor(), self.workers.sleep)
+        return self._failed(batch, response)
 
     def _admission(self, batch: list[Message]) -> list[Message]:
-        by_id = {f"m{m.seq}": m for m in batch}
-        response = admission_batch(
-            self.plane(),
-            sqs_records(batch),
-            self.context,  # type: ignore[arg-type]
-            sqs_processor(),
-        )
-        return [by_id[str(f["itemIdentifier"])] for f in response["batchItemFailures"]]
+        context: Any = self.context
+        response = admission_batch(self.plane(), sqs_records(batch), context, sqs_processor())
+        return self._failed(batch, response)
 
     def _sweep(self, batch: list[Message]) -> list[Message]:
-        plane = self.plane()
-        Sweeper(plane.store, plane.messages, plane.settings, plane.metrics).run(self.clock.now)
+        if self.sweeper is None:  # one per container, as the deployed function keeps it
+            plane = self.plane()
+            self.sweeper = Sweeper(plane.store, plane.messages, plane.settings, plane.metrics)
+        self.sweeper.run(self.clock.now)
         return []
 
     # ------------------------------------------------------------------ the cluster
@@ -307,9 +336,23 @@ class ScaleRig:
     def snapshot_pods(self, revision: int, delay: float = 0.0) -> int:
         """The agent's snapshot of every gang's pods (scope Pod), in parts; how many parts."""
         pods = {g.key: {p: f"uid-{p}" for p in g.pods} for g in self.gangs.values()}
+        return self.snapshot("Pod", revision, pods=pods, delay=delay)
+
+    def snapshot(
+        self,
+        scope: str,
+        revision: int,
+        *,
+        workloads: Mapping[str, str] | None = None,
+        pods: Mapping[str, Mapping[str, str]] | None = None,
+        delay: float = 0.0,
+    ) -> int:
+        """The agent's snapshot of `scope` after a list, in parts sent to the ingest
+        queue; how many parts."""
         parts = snapshot_details(
-            cluster=CLUSTER, scope="Pod", revision=revision, snapshot=f"snap-{revision}", pods=pods
-        )
+            cluster=CLUSTER, scope=scope, revision=revision, snapshot=f"snap-{scope}-{revision}",
+            workloads=workloads, pods=pods,
+        )  # fmt: skip
         for detail in parts:
             self.queues.send("ingest", envelope(CLUSTER_SNAPSHOT, detail), delay)
         return len(parts)
@@ -319,6 +362,7 @@ class ScaleRig:
 
     def close(self) -> None:
         self.workers.stop()
+        self._moto.close()
 
 
 def _suspended(obj: dict[str, Any]) -> bool:

@@ -3,7 +3,13 @@
 - `gang`: a gang of N pods (a Job, or a plain pod group) submitted, admitted and
   started: every pod Pending, Running, then Ready within a minute of virtual time;
 - `queue`: W queued workloads (one 8-GPU pod each) on nodes of 8 GPUs, with a
-  GPU quota that lets about `admit` in, and one admission pass.
+  GPU quota that lets about `admit` in, and one admission pass;
+- `reconcile`: W running workloads of P ready pods each, and the agent's
+  snapshots of their Jobs and of their pods, which show nothing changed: the
+  reconciliation's slices go through the ingest queue until the snapshot is
+  recorded as acted on.
+
+Scenarios seed their table with BatchWriteItem (`muster.harness.scale_seed`).
 
 Each returns a `ScaleReport`; `ScaleReport.rows()` is what `benchmarks/scale.py`
 prints and what tests/scale asserts on.
@@ -12,15 +18,15 @@ prints and what tests/scale asserts on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.core import Kind, Phase, Workload
+from muster.core import Kind, Phase, Pod, Workload
 from muster.core.capacity import NodeCapacity
-from muster.harness.scale import ScaleRig
-from muster.runtime.codec import dumps, encode_workload
+from muster.harness.scale import START, Budgets, ScaleRig
+from muster.harness.scale_seed import items_of, seed, workload_item
 from muster.runtime.messages import admission_body
 
 
@@ -39,6 +45,7 @@ class ScaleReport:
     largest_item: int = 0
     largest_key: str = ""
     workload_item: int = 0  # the gang's workload item (bytes)
+    requests: dict[str, int] = field(default_factory=dict)  # DynamoDB requests by operation
     kube_calls: int = 0
     kube_by_verb: dict[str, int] = field(default_factory=dict)
     ready_lag: float | None = None  # last pod Ready sent -> PodsReady (virtual s)
@@ -55,6 +62,11 @@ class ScaleReport:
     admission_seconds: float = 0.0  # the longest admission invocation (virtual)
     admitted: int = 0
     phase: str = ""
+    workloads: int = 0  # a reconciliation's workloads
+    reconciled: int = 0  # of those, the ones that took in the pod snapshot
+    reconcile_seconds: float | None = None  # snapshot sent -> recorded as acted on
+    ingest_invocations: int = 0
+    ingest_longest: float = 0.0
 
     def per_event(self, value: float) -> float:
         return value / self.pod_events if self.pod_events else 0.0
@@ -90,6 +102,20 @@ class ScaleReport:
             ),
             ("admitted, final phase", f"{self.admitted}, {self.phase}"),
         ]
+        if self.workloads:
+            took = "never" if self.reconcile_seconds is None else f"{self.reconcile_seconds:.1f} s"
+            rows += [
+                ("reconciled / workloads", f"{self.reconciled} / {self.workloads}"),
+                (
+                    "DynamoDB reads, writes / workload",
+                    f"{self.reads / self.workloads:.2f}, {self.writes / self.workloads:.2f}",
+                ),
+                ("snapshot sent -> acted on", took),
+                (
+                    "ingest invocations, longest",
+                    f"{self.ingest_invocations}, {self.ingest_longest:.2f} s",
+                ),
+            ]
         return rows
 
 
@@ -137,6 +163,7 @@ def report(rig: ScaleRig, name: str, key: str | None, admission: _AdmissionReads
         hottest_partition_wcu=rig.limits.hottest_partition_wcu(),
         largest_item=u.largest,
         largest_key="/".join(u.largest_key),
+        requests=dict(u.requests),
         kube_calls=rig.kube.total(),
         kube_by_verb=dict(rig.kube.calls),
         invocations=len(inv),
@@ -166,14 +193,13 @@ def gang(
     kind: Kind,
     pods: int,
     *,
-    timeouts: Mapping[str, float],
-    batch_sizes: Mapping[str, int],
+    budgets: Budgets,
     horizon: float = 180.0,
     pod_name: str = "worker",
     settings: dict[str, Any] | None = None,
 ) -> ScaleReport:
     """A gang of `pods` started (see the module docstring); runs inside `mock_aws`."""
-    rig = ScaleRig(timeouts=timeouts, batch_sizes=batch_sizes, settings=settings)
+    rig = ScaleRig(budgets=budgets, settings=settings)
     admission = _AdmissionReads(rig)
     key = "research-team/llama-pretrain-gang"
     try:
@@ -194,15 +220,12 @@ def queue(
     nodes: int,
     *,
     admit: int,
-    timeouts: Mapping[str, float],
-    batch_sizes: Mapping[str, int],
+    budgets: Budgets,
     horizon: float = 120.0,
 ) -> ScaleReport:
     """`workloads` queued on `nodes` 8-GPU nodes, a quota of `admit` x 8 GPUs, one pass."""
     settings = {"timeout": "5m", "gpuQuota": admit * 8, "capacityCheck": True}
-    rig = ScaleRig(
-        timeouts=timeouts, batch_sizes=batch_sizes, settings=settings, cluster_reacts=False
-    )
+    rig = ScaleRig(budgets=budgets, settings=settings, cluster_reacts=False)
     admission = _AdmissionReads(rig)
     try:
         seed = rig.seed_store()
@@ -224,25 +247,92 @@ def queue(
 
 def _seed_pending(rig: ScaleRig, keys: list[str]) -> None:
     """Pending workloads written straight into the table (no limits, no virtual time)."""
-    for start in range(0, len(keys), 25):
-        batch: list[Any] = []
-        for i, key in enumerate(keys[start : start + 25], start):
-            w = Workload(
-                key, "default", 1, gpus=8, kind=Kind.JOB, uid=f"uid-{key}",
-                created_at=1000.0 + i, queued_at=1000.0 + i,
-            )  # fmt: skip
-            item = {
-                "pk": {"S": f"WL#{key}"},
-                "sk": {"S": "STATE"},
-                "workload": {"S": key},
-                "version": {"N": "1"},
-                "epoch": {"N": "0"},
-                "phase": {"S": Phase.PENDING.value},
-                "queue": {"S": "default"},
-                "state": {"S": dumps(encode_workload(w))},
-                "gsi1pk": {"S": f"PHASE#{Phase.PENDING.value}"},
-                "gsi1sk": {"S": key},
-                "readyCount": {"N": "0"},
-            }
-            batch.append({"PutRequest": {"Item": item}})
-        rig.raw.batch_write_item(RequestItems={rig.table: batch})
+
+    def pending(i: int, key: str) -> Workload:
+        at = 1000.0 + i
+        return Workload(
+            key, "default", 1, gpus=8, kind=Kind.JOB, uid=f"uid-{key}", created_at=at, queued_at=at
+        )
+
+    seed(rig.raw, rig.table, (workload_item(pending(i, k)) for i, k in enumerate(keys)))
+
+
+def running(key: str, index: int, pods: int, nodes: int) -> Workload:
+    """A Job admitted once, its `pods` pods Ready (8 to a node), PodsReady."""
+
+    def pod(i: int) -> Pod:
+        name = f"{key.split('/', 1)[1]}-worker-{i}"
+        node = f"node-{(index * pods + i) // 8 % nodes:04d}"
+        return Pod(
+            name, 3, uid=f"uid-{name}", phase="Running", ready=True, node=node, scheduled=True
+        )
+
+    members = {p.name: p for p in map(pod, range(pods))}
+    at = START - 3600.0
+    return Workload(
+        key, "default", pods, gpus=8 * pods, kind=Kind.JOB, uid=f"uid-{key}",
+        created_at=at, spec_seq=1, born_seq=1, phase=Phase.RUNNING, attempt=1,
+        queued_at=at, admitted_at=at + 5, ready_at=at + 60, ever_ready=True, pods=members,
+    )  # fmt: skip
+
+
+def reconcile(
+    workloads: int,
+    pods: int,
+    *,
+    budgets: Budgets,
+    nodes: int = 500,
+    horizon: float = 600.0,
+) -> ScaleReport:
+    """`workloads` running Jobs of `pods` pods, and the agent's snapshots that show them
+    all as they are (see the module docstring); runs inside `mock_aws`."""
+    rig = ScaleRig(budgets=budgets, cluster_reacts=False)
+    admission = _AdmissionReads(rig)
+    revision = 1_000_000
+    try:
+        keys = [f"team-{i % 50:02d}/train-{i:05d}" for i in range(workloads)]
+        jobs = [running(k, i, pods, nodes) for i, k in enumerate(keys)]
+        seed(rig.raw, rig.table, (item for w in jobs for item in items_of(w, now=START - 3000)))
+        for w in jobs:
+            rig.kube.add_workload(Kind.JOB, w.key, uid=w.uid, suspended=False)
+        sent = rig.clock.now
+        rig.snapshot("Job", revision, workloads={w.key: w.uid for w in jobs})
+        listed = {w.key: {p.name: p.uid for p in w.pods.values()} for w in jobs}
+        rig.snapshot("Pod", revision + 1, pods=listed)
+        with quiet():
+            _until_acted_on(rig, sent, revision + 1, horizon)
+        r = report(
+            rig, f"reconciling {workloads} workloads, {workloads * pods} pods", None, admission
+        )
+        _reconciled(rig, r, sent, workloads, revision + 1)
+        return r
+    finally:
+        rig.close()
+
+
+def _until_acted_on(rig: ScaleRig, sent: float, revision: int, horizon: float) -> None:
+    """Run until the pod snapshot is acted on, its queue empty and the sweeper has run
+    once (at most `horizon`)."""
+    store = rig.seed_store()
+    while rig.clock.now - sent < horizon:
+        rig.run(STEP)
+        done = store.snapshot_revision("Pod") >= revision
+        swept = any(i.function == "sweeper" for i in rig.workers.invocations)
+        if done and swept and not rig.queues.waiting("ingest"):
+            return
+
+
+def _reconciled(rig: ScaleRig, r: ScaleReport, sent: float, workloads: int, revision: int) -> None:
+    """A reconciliation's figures: who took in the snapshot, and how long it took."""
+    store = rig.seed_store()
+    r.workloads = workloads
+    r.reconciled = sum(1 for p in ACTIVE for w in store.by_phase(p) if w.listed_seq == revision)
+    ingest = [i for i in rig.workers.invocations if i.function == "ingest"]
+    r.ingest_invocations = len(ingest)
+    r.ingest_longest = max((i.duration for i in ingest), default=0.0)
+    if store.snapshot_revision("Pod") >= revision and ingest:
+        r.reconcile_seconds = max(i.start + i.duration for i in ingest) - sent
+
+
+ACTIVE = tuple(p.value for p in Phase if p is not Phase.FINISHED)
+STEP = 15.0  # virtual seconds between looks at whether a scenario is done

@@ -195,6 +195,12 @@ def batch_hold(plane: ControlPlane, event: dict[str, Any], context: LambdaContex
     return hold
 
 
+PASS_RESERVE_SECONDS = 10.0
+"""What an admission pass keeps of its function's time (at most half of what is left):
+it admits nothing after that and asks for another pass (one admission and its
+effects take well under this)."""
+
+
 def admission_batch(
     plane: ControlPlane,
     event: dict[str, Any],
@@ -204,7 +210,8 @@ def admission_batch(
     """The batch's requeues applied and its admission requests gathered, then one pass for all.
 
     When to run the pass, and what a failed one asks for, is the runtime's
-    (`muster.runtime.admission`).
+    (`muster.runtime.admission`); the pass stops admitting `PASS_RESERVE_SECONDS`
+    before the function's time ends, and asks for another.
     """
     requests = AdmissionRequests()
 
@@ -225,7 +232,11 @@ def admission_batch(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
     logger.set_correlation_id(None)
-    admit_after_batch(plane, requests)
+    until = None
+    if context is not None:
+        left = context.get_remaining_time_in_millis() / 1000
+        until = plane.clock() + max(left - PASS_RESERVE_SECONDS, left / 2)
+    admit_after_batch(plane, requests, until=until)
     return response
 
 

@@ -80,7 +80,9 @@ class Plane(Protocol):
 
     def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None: ...
 
-    def admission_pass(self, hints: Iterable[str] = ()) -> list[str]: ...
+    def admission_pass(
+        self, hints: Iterable[str] = (), *, until: float | None = None
+    ) -> list[str]: ...
 
     def take_admission_request(self) -> tuple[bool, set[str]]: ...
 
@@ -104,8 +106,11 @@ class AdmissionRequests:
             self.hints.add(request.workload)
 
 
-def admit_after_batch(plane: Plane, requests: AdmissionRequests) -> None:
-    """One admission pass if the batch or its effects asked for one; a backoff retry if it fails."""
+def admit_after_batch(
+    plane: Plane, requests: AdmissionRequests, *, until: float | None = None
+) -> None:
+    """One admission pass if the batch or its effects asked for one; a backoff retry if it
+    fails. `until`: when the pass must stop admitting (it asks for another pass then)."""
     wanted, named = plane.take_admission_request()
     if not (requests.requested or wanted):
         return
@@ -118,7 +123,7 @@ def admit_after_batch(plane: Plane, requests: AdmissionRequests) -> None:
         except Exception:
             log.exception("could not act on the deadlines of the new settings; the sweeper will")
     try:
-        admitted = plane.admission_pass(requests.hints | named)
+        admitted = plane.admission_pass(requests.hints | named, until=until)
     except Exception:
         log.exception("admission pass failed; asking for another after a backoff")
         plane.messages.request_admission("retry after a failed pass", None, retry=retry)
@@ -153,10 +158,16 @@ class AdmissionPass:
     A workload whose effects fail is set aside for this pass (and quarantined
     after `max_effect_tries`); it never stops the others. The plane's `failed`
     names those of this pass, so the caller can ask for another pass with a backoff.
+
+    A pass given `until` (its invocation's end, less a reserve) admits nothing
+    after it and asks for another pass for the rest: a pass that could admit
+    hundreds ends inside its function's timeout instead of being stopped halfway
+    through an admission's effects.
     """
 
-    def __init__(self, plane: Plane, hints: Iterable[str] = ()) -> None:
+    def __init__(self, plane: Plane, hints: Iterable[str] = (), until: float | None = None) -> None:
         self.plane = plane
+        self.until = until
         self.store = plane.store
         self.admitted: list[str] = []
         self.excluded: set[str] = set()  # set aside, or not admissible after all
@@ -189,6 +200,13 @@ class AdmissionPass:
             plan = inputs.plan_queue(queue, settings, now)
             if not plan.admit:
                 self._done(inputs.plan_queue(queue, settings, now, explain=True), ledger)
+                return self.admitted
+            if self.until is not None and now >= self.until:
+                log.warning(
+                    "admission pass out of time; asking for another",
+                    extra={"admitted": len(self.admitted)},
+                )
+                plane.messages.request_admission("admission pass out of time", None)
                 return self.admitted
             for key, why in plan.unchecked:
                 if key == plan.admit[0]:

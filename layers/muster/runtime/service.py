@@ -385,13 +385,14 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ admission
 
-    def admission_pass(self, hints: Iterable[str] = ()) -> list[str]:
+    def admission_pass(self, hints: Iterable[str] = (), *, until: float | None = None) -> list[str]:
         """Admit what may be admitted now (`muster.runtime.admission.AdmissionPass`).
 
         `hints` are workloads that just changed; `failed` names those the pass
-        set aside, so the caller can ask for another pass with a backoff.
+        set aside, so the caller can ask for another pass with a backoff; `until`:
+        when to stop admitting and ask for another pass.
         """
-        return AdmissionPass(self, hints).run()
+        return AdmissionPass(self, hints, until).run()
 
     def take_admission_request(self) -> tuple[bool, set[str]]:
         """(was a pass asked for, the workloads named) since the last call."""
