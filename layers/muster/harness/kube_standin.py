@@ -22,7 +22,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from muster.core.model import Kind
-from muster.kube.conventions import POD_GROUP_LABEL, POD_RESOURCE, RESOURCES, SCHEDULING_GATE
+from muster.kube.conventions import (
+    POD_GROUP_LABEL,
+    POD_RESOURCE,
+    RESOURCES,
+    SCHEDULING_GATE,
+    split_key,
+)
 from muster.kube.http import ApiException
 
 
@@ -52,7 +58,7 @@ class KubeStandIn:
     # ------------------------------------------------------------------ the cluster's side
 
     def add_workload(self, kind: Kind, key: str, *, uid: str = "", suspended: bool = True) -> str:
-        namespace, name = key.split("/", 1)
+        namespace, name = split_key(key)
         path = RESOURCES[kind].item(namespace, name)
         spec: dict[str, Any] = {}
         node = spec

@@ -40,7 +40,7 @@ from muster.harness.limits import DynamoLimits
 from muster.harness.moto_speed import faster_moto
 from muster.harness.virtual_aws import Message, VirtualTimers
 from muster.kube.adapter import KubernetesCluster
-from muster.kube.conventions import SCHEDULING_GATE
+from muster.kube.conventions import SCHEDULING_GATE, split_key
 from muster.lambdas.ingest import ingest_batch
 from muster.lambdas.records import admission_batch, sqs_processor, timer_batch
 from muster.lambdas.wiring import record_reader
@@ -270,7 +270,7 @@ class ScaleRig:
         self, key: str, kind: Kind, pods: int, *, pod_name: str = "worker", gpus: int = 0
     ) -> Gang:
         """A gang created on the cluster and reported by the agent (a pod group's pods, gated)."""
-        namespace, name = key.split("/", 1)
+        namespace, name = split_key(key)
         names = [f"{name}-{pod_name}-{i:05d}" for i in range(pods)]
         gang = Gang(key, kind, names)
         self.gangs[key] = gang
