@@ -250,12 +250,15 @@ class CoreMachine(RuleBasedStateMachine):
         if not hasattr(self, "cluster"):
             return
         for w in self.cluster:
-            before, before_phase = self.counts.get(w.key, (0, Phase.PENDING))
+            # Per incarnation: a new object under the key (a pod group run again after it
+            # finished) starts its own count.
+            one = f"{w.key}#{w.uid}"
+            before, before_phase = self.counts.get(one, (0, Phase.PENDING))
             if w.requeue_count < before:
                 assert w.phase is Phase.DEACTIVATED or before_phase is Phase.DEACTIVATED
-            self.counts[w.key] = (w.requeue_count, w.phase)
-            assert w.attempt >= self.attempts.get(w.key, 0)
-            self.attempts[w.key] = w.attempt
+            self.counts[one] = (w.requeue_count, w.phase)
+            assert w.attempt >= self.attempts.get(one, 0)
+            self.attempts[one] = w.attempt
 
     @invariant()
     def timers_belong_to_timed_phases(self) -> None:
