@@ -22,10 +22,7 @@ fire, the cluster running it, or quota held by workloads that themselves move).
 
 from __future__ import annotations
 
-import logging
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +43,8 @@ from muster.harness.virtual_aws import (
     Message,
     VirtualQueues,
     VirtualTimers,
+    quiet,
+    sqs_batch,
 )
 from muster.lambdas.ingest import ingest_batch
 from muster.lambdas.records import (
@@ -113,31 +112,6 @@ class HarnessReport:
             "faultsInjected": injected,
             "virtualHours": round(self.virtual_hours, 2),
         }
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    log = logging.getLogger("muster")
-    level = log.level
-    log.setLevel(logging.CRITICAL + 1)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
-
-
-def _record(m: Message) -> dict[str, Any]:
-    return {
-        "messageId": f"m{m.seq}",
-        "receiptHandle": f"h{m.seq}",
-        "body": m.body,
-        "attributes": {"ApproximateReceiveCount": str(m.receives + 1)},
-        "messageAttributes": {},
-        "md5OfBody": "",
-        "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:muster-{m.queue}",
-        "awsRegion": "us-east-1",
-    }
 
 
 class Harness:
@@ -232,7 +206,7 @@ class Harness:
 
     def _deliver(self, queue: str, batch: list[Message]) -> None:
         plane = self.plane(queue)
-        event = {"Records": [_record(m) for m in batch]}
+        event = sqs_batch(batch)
         processor = sqs_processor()
         failed: set[str] = set()
         self.report.deliveries += len(batch)
@@ -393,7 +367,7 @@ class Harness:
         )
 
     def run(self) -> HarnessReport:
-        with _quiet():
+        with quiet():
             next_sweep = self.clock.now + SWEEP_EVERY
             while self.clock.now < self.horizon and not self._settled():
                 times = [next_sweep]

@@ -38,7 +38,7 @@ from muster.harness.kube_standin import KubeStandIn
 from muster.harness.lambda_events import LambdaContext
 from muster.harness.limits import DynamoLimits
 from muster.harness.moto_speed import faster_moto
-from muster.harness.virtual_aws import Message, VirtualTimers
+from muster.harness.virtual_aws import Message, VirtualTimers, sqs_batch
 from muster.kube.adapter import KubernetesCluster
 from muster.kube.conventions import SCHEDULING_GATE, split_key
 from muster.lambdas.ingest import ingest_batch
@@ -65,25 +65,6 @@ INSTANCES = {"ingest": 4, "timer": 2, "admission": 2, "sweeper": 1}
 
 def envelope(detail_type: str, detail: dict[str, Any]) -> str:
     return json.dumps({"source": "muster.agent", "detail-type": detail_type, "detail": detail})
-
-
-def sqs_records(batch: list[Message]) -> dict[str, Any]:
-    return {
-        "Records": [
-            {
-                "messageId": f"m{m.seq}",
-                "receiptHandle": f"h{m.seq}",
-                "body": m.body,
-                "attributes": {"ApproximateReceiveCount": str(m.receives + 1)},
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:muster-{m.queue}",
-                "awsRegion": "us-east-1",
-            }
-            for m in batch
-        ]
-    }
 
 
 @dataclass(frozen=True)
@@ -243,18 +224,18 @@ class ScaleRig:
 
     def _ingest(self, batch: list[Message]) -> list[Message]:
         context: Any = self.context
-        response = ingest_batch(self.plane(), CLUSTER, sqs_records(batch), context, sqs_processor())
+        response = ingest_batch(self.plane(), CLUSTER, sqs_batch(batch), context, sqs_processor())
         return self._failed(batch, response)
 
     def _timer(self, batch: list[Message]) -> list[Message]:
         context: Any = self.context
-        event = sqs_records(batch)
+        event = sqs_batch(batch)
         response = timer_batch(self.plane(), event, context, sqs_processor(), self.workers.sleep)
         return self._failed(batch, response)
 
     def _admission(self, batch: list[Message]) -> list[Message]:
         context: Any = self.context
-        response = admission_batch(self.plane(), sqs_records(batch), context, sqs_processor())
+        response = admission_batch(self.plane(), sqs_batch(batch), context, sqs_processor())
         return self._failed(batch, response)
 
     def _sweep(self, batch: list[Message]) -> list[Message]:

@@ -17,9 +17,6 @@ prints and what tests/scale asserts on.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +24,7 @@ from muster.core import Kind, Phase, Pod, Workload
 from muster.core.capacity import NodeCapacity
 from muster.harness.scale import START, Budgets, ScaleRig
 from muster.harness.scale_seed import items_of, seed, workload_item
+from muster.harness.virtual_aws import quiet
 from muster.runtime.messages import admission_body
 
 
@@ -117,17 +115,6 @@ class ScaleReport:
                 ),
             ]
         return rows
-
-
-@contextmanager
-def quiet() -> Iterator[None]:
-    log = logging.getLogger("muster")
-    level = log.level
-    log.setLevel(logging.CRITICAL + 1)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 class _AdmissionReads:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +43,38 @@ class Message:
     queue: str = field(compare=False)
     body: str = field(compare=False)
     receives: int = field(default=0, compare=False)
+
+
+def sqs_batch(batch: list[Message]) -> dict[str, Any]:
+    """The SQS event Lambda hands a function for `batch` (each with its receive count)."""
+    return {
+        "Records": [
+            {
+                "messageId": f"m{m.seq}",
+                "receiptHandle": f"h{m.seq}",
+                "body": m.body,
+                "attributes": {"ApproximateReceiveCount": str(m.receives + 1)},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:muster-{m.queue}",
+                "awsRegion": "us-east-1",
+            }
+            for m in batch
+        ]
+    }
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """The control plane's logs off while a harness plays thousands of messages."""
+    log = logging.getLogger("muster")
+    level = log.level
+    log.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 class VirtualQueues:
