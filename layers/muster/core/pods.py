@@ -33,14 +33,9 @@ def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
     """A pod event for a workload that holds its pods: the pod, then the gang."""
-    if not owned_by(w, e):
-        return Decision(w, outcome=Outcome.STALE, note=_ANOTHER_OBJECT.format(e.pod))
-    outcome, pod, note = pod_update(
-        w.pods.get(e.pod), e, born=w.born_seq, listed=(w.listed_seq, w.listed)
-    )
+    outcome, pod, note = _pod_record(w, w.pods.get(e.pod), e)
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
-    pod = of_the_attempt(w, pod)
     pods = dict(w.pods)
     if pod is None:
         del pods[e.pod]
@@ -170,17 +165,25 @@ def observe_stored_pod(
     """
     if w.kind is Kind.POD_GROUP:
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
-    if not owned_by(w, e):
-        return PodChange(Outcome.STALE, known, _ANOTHER_OBJECT.format(e.pod))
-    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
+    outcome, pod, note = _pod_record(w, known, e)
     if outcome is not Outcome.APPLIED:
         # A redelivery after a crash between the pod write and the gang's transition:
         # count the gang again.
         return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
-    pod = of_the_attempt(w, pod)
     delta = _counts_ready(pod) - _counts_ready(known)
     faults = not delta and _fault_watch_moved(w, settings, known, pod)
     return PodChange(outcome, pod, note, delta, recount=bool(delta) or faults, faults=faults)
+
+
+def _pod_record(w: Workload, known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, str]:
+    """One pod's new record for `w`, whichever way the shell keeps pods: only for the
+    incarnation that owns it, newer than what is known, and of the current attempt."""
+    if not owned_by(w, e):
+        return Outcome.STALE, known, _ANOTHER_OBJECT.format(e.pod)
+    outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
+    if outcome is not Outcome.APPLIED:
+        return outcome, pod, note
+    return outcome, of_the_attempt(w, pod), note
 
 
 def of_the_attempt(w: Workload, pod: Pod | None) -> Pod | None:
