@@ -75,15 +75,15 @@ class CountingStore(MemoryStore):
         self.requests: list[tuple[str, int]] = []
         self.throttled: set[str] = set()
 
-    def write_pods(self, key, writes, epoch, ready_delta, now=0.0):  # type: ignore[no-untyped-def]
+    def write_pods(self, key, writes, epoch, ready_delta, now=0.0, **kw):  # type: ignore[no-untyped-def]
         if key in self.throttled:
             raise Transient(f"{key}: throttled")
         self.requests.append((key, len(writes)))
-        super().write_pods(key, writes, epoch, ready_delta, now)
+        super().write_pods(key, writes, epoch, ready_delta, now, **kw)
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0):  # type: ignore[no-untyped-def]
+    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0, **kw):  # type: ignore[no-untyped-def]
         self.requests.append((key, 1))
-        super().write_pod(key, write, epoch, ready_delta, now)
+        super().write_pod(key, write, epoch, ready_delta, now, **kw)
 
 
 def test_the_ingest_handler_writes_a_gang_s_pod_events_together() -> None:

@@ -43,10 +43,17 @@ class _Item:
     epoch: int
     outbox: tuple[Effect, ...]
     ready_count: int = 0
+    live_count: int | None = 0
     failures: int = 0
     quarantine: Quarantine | None = None
     # (expiresAt, the uid whose pods stay: "" none) of pods still to be set to expire
     expiring: tuple[float, str] | None = None
+
+    def add(self, ready_delta: int, live_delta: int) -> None:
+        """A pod write's changes of the counts (one not kept stays unkept)."""
+        self.ready_count += ready_delta
+        if self.live_count is not None:
+            self.live_count += live_delta
 
 
 @dataclass
@@ -146,6 +153,7 @@ class MemoryStore:
             item.failures,
             item.quarantine,
             item.expiring is not None,
+            item.live_count,
         )
 
     def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
@@ -168,6 +176,7 @@ class MemoryStore:
             item.outbox,
             ports.settle_pod(known, stored[2], item.epoch) if stored and known else None,
             stored[1] if stored else None,
+            item.live_count,
         )
 
     def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
@@ -195,10 +204,18 @@ class MemoryStore:
                 if p is not None and ports.belongs(owner, w.uid)
             },
             {n: rev for n, (_, rev, _, _) in found.items()},
+            item.live_count,
         )
 
     def write_pods(
-        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        writes: Sequence[PodWrite],
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
         if len(writes) > MAX_POD_WRITES:
             raise ValueError(f"{len(writes)} pod writes in one transaction")
@@ -206,11 +223,11 @@ class MemoryStore:
         for write in writes:
             self._check_pod(key, write)
         item = self.items[key]
-        if ready_delta and item.epoch != epoch:
+        if (ready_delta or live_delta) and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
         for write in writes:
             self._apply_pod(key, write, epoch, now, listing.carried(write))
-        item.ready_count += ready_delta
+        item.add(ready_delta, live_delta)
 
     def _check_pod(self, key: str, write: PodWrite) -> None:
         current = self.pods.get(key, {}).get(write.name)
@@ -243,15 +260,22 @@ class MemoryStore:
         self.writes += 1
 
     def write_pod(
-        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        write: PodWrite,
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
         self._maybe_conflict()
         self._check_pod(key, write)
         item = self.items[key]
-        if ready_delta and item.epoch != epoch:
+        if (ready_delta or live_delta) and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
         self._apply_pod(key, write, epoch, now, listing.carried(write))
-        item.ready_count += ready_delta
+        item.add(ready_delta, live_delta)
 
     def write_workload(
         self,
@@ -263,6 +287,7 @@ class MemoryStore:
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
         *,
+        live_delta: int = 0,
         expiring: bool = False,
     ) -> int:
         self._maybe_conflict()
@@ -273,8 +298,9 @@ class MemoryStore:
         for write in pods:
             self._check_pod(after.key, write)
         count = current.ready_count if current else 0
-        if current is not None and current.epoch != epoch:
-            count = 0  # an eviction retired every pod
+        live: int | None = current.live_count if current else 0
+        if current is None or current.epoch != epoch:
+            count = live = 0  # an eviction retired every pod
         version = (expected or 0) + 1
         stamps = listing.stamping(before, after, pods)
         for name, stamp in stamps.others.items():
@@ -290,6 +316,7 @@ class MemoryStore:
             epoch,
             tuple(outbox),
             count + ready_delta,
+            None if live is None else live + live_delta,
             current.failures if current else 0,
             current.quarantine if current else None,
             left,

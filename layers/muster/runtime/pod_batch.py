@@ -51,7 +51,7 @@ class Plane(Protocol):
     def _handle_one(self, event: Event) -> Outcome: ...
 
     def _check_readiness(
-        self, key: str, settings: Settings, now: float, *, faults: bool = False
+        self, key: str, settings: Settings, now: float, *, faults: bool = False, grew: bool = False
     ) -> None: ...
 
     def _count_outcome(
@@ -109,14 +109,23 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
     settings = plane.settings()
     w = light.workload
     run = observe_stored_pods(
-        w, light.pods, light.ready_count, events, settings, limit=MAX_POD_WRITES
+        w,
+        light.pods,
+        light.ready_count,
+        events,
+        settings,
+        limit=MAX_POD_WRITES,
+        live_count=light.live_count,
     )
     if not run.taken:
         return None if run.whole_gang else []
     now = plane.clock()
     writes = [_write(light, name, pod) for name, pod in run.pods.items()]
+    live_delta = run.live_delta if light.live_count is not None else 0
     if writes:
-        plane.store.write_pods(key, writes, light.epoch, run.ready_delta, now)
+        plane.store.write_pods(
+            key, writes, light.epoch, run.ready_delta, now, live_delta=live_delta
+        )
         if w.phase is Phase.FINISHED:
             plane.store.expire_pods(key, list(run.pods), now)  # late pods of a finished workload
     plane.stats.events += run.taken
@@ -124,7 +133,9 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         plane._count_outcome(change.outcome, key, "PodObserved", change.note)
     if run.recount:
         try:
-            plane._check_readiness(key, settings, plane.clock(), faults=run.faults)
+            plane._check_readiness(
+                key, settings, plane.clock(), faults=run.faults, grew=live_delta > 0
+            )
         except Quarantined as exc:
             # Applied once it is released: the agent's resync sends the state again.
             plane._count_outcome(Outcome.IGNORED, key, "PodObserved", str(exc))

@@ -233,7 +233,7 @@ class ControlPlane:
         writes = (
             _reborn_writes(snap, after) if reborn else _pod_writes(snap, after, decision.withdrawn)
         )
-        delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
+        ready_delta, live_delta = _count_deltas(snap, after, writes, decision.new_epoch)
         effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
@@ -245,7 +245,15 @@ class ControlPlane:
         # should this invocation end halfway.
         expiring = snap is not None and (reborn or (ended and after.phase is Phase.FINISHED))
         version = self.store.write_workload(
-            snap, after, epoch, effects, now, pods=writes, ready_delta=delta, expiring=expiring
+            snap,
+            after,
+            epoch,
+            effects,
+            now,
+            pods=writes,
+            ready_delta=ready_delta,
+            live_delta=live_delta,
+            expiring=expiring,
         )
         if expiring:
             self.store.expire_leftover_pods(after.key)
@@ -268,7 +276,8 @@ class ControlPlane:
             return None
         w = light.workload
         settings = self.settings()
-        change = observe_stored_pod(w, light.pod, event, settings)
+        counts_live = light.live_count is not None
+        change = observe_stored_pod(w, light.pod, event, settings, counts_live=counts_live)
         if change.whole_gang:
             return None
         if change.outcome is not Outcome.APPLIED:
@@ -278,26 +287,30 @@ class ControlPlane:
             return change.outcome
         now = self.clock()
         write = PodWrite(event.pod, change.pod, light.rev, w.uid, listed_entry(w, event.pod))
-        self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
+        live_delta = change.live_delta if counts_live else 0
+        self.store.write_pod(key, write, light.epoch, change.ready_delta, now, live_delta=live_delta)
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
         if change.recount:
-            self._check_readiness(key, settings, self.clock(), faults=change.faults)
+            self._check_readiness(
+                key, settings, self.clock(), faults=change.faults, grew=live_delta > 0
+            )
         return Outcome.APPLIED
 
     def _check_readiness(
-        self, key: str, settings: Settings, now: float, *, faults: bool = False
+        self, key: str, settings: Settings, now: float, *, faults: bool = False, grew: bool = False
     ) -> None:
-        """After a write, read the count back; load the gang only if it may have changed state.
+        """After a write, read the counts back; load the gang only if it may have changed state.
 
         Every writer reads after its own write, so of two concurrent "last" pods
-        the one written second sees the gang whole.
+        the one written second sees the gang whole. `grew`: the write added live pods.
         """
         light = self.store.load_pod(key, None)
         if light is None:
             return
-        if gang_may_have_moved(light.workload, light.ready_count, faults=faults):
+        live = light.live_count if grew else None
+        if gang_may_have_moved(light.workload, light.ready_count, faults=faults, live_count=live):
             snap = self.settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
@@ -592,3 +605,18 @@ def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[Pod
         if name not in after.pods:
             writes.append(PodWrite(name, None, revs.get(name), after.uid))
     return writes
+
+
+def _count_deltas(
+    snap: Stored | None, after: Workload, writes: Sequence[PodWrite], new_epoch: bool
+) -> tuple[int, int]:
+    """How a commit moves the stored counts of pods counting ready and alive.
+
+    A new workload or epoch resets them to what the pods written with it count (the
+    rest are the evicted attempt's, or the earlier incarnation's).
+    """
+    if snap is None or new_epoch:
+        pods = [w.pod for w in writes if w.pod is not None]
+        return sum(p.counts_ready for p in pods), sum(p.live for p in pods)
+    before = snap.workload
+    return after.ready_pods - before.ready_pods, after.live_pods - before.live_pods
