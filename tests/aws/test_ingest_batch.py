@@ -81,7 +81,9 @@ class CountingStore(MemoryStore):
         self.requests.append((key, len(writes)))
         super().write_pods(key, writes, epoch, ready_delta, now, **kw)
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0, **kw):  # type: ignore[no-untyped-def]
+    def write_pod(
+        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0, **kw
+    ):  # type: ignore[no-untyped-def]
         self.requests.append((key, 1))
         super().write_pod(key, write, epoch, ready_delta, now, **kw)
 

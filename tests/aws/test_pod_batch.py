@@ -304,7 +304,10 @@ def test_a_pod_group_s_events_counted_live_lead_where_the_whole_gang_would(seed:
     assert a is not None and b is not None
     assert a.workload == b.workload and a.ready_count == b.ready_count
     assert light.bus.events == whole.bus.events
-    assert (light.timers.started, light.timers.stopped) == (whole.timers.started, whole.timers.stopped)
+    assert (light.timers.started, light.timers.stopped) == (
+        whole.timers.started,
+        whole.timers.stopped,
+    )
     assert light.cluster.calls == whole.cluster.calls
     assert light.messages.requeues == whole.messages.requeues
     # and the light store's live count is the group's live pods

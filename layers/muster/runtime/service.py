@@ -60,6 +60,7 @@ from muster.core.capacity import Pace, more_room, observe_node, pace_request, su
 from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.commit_writes import count_deltas, pod_writes, reborn_writes
 from muster.runtime.deadlines import settle_deadlines
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
@@ -231,9 +232,9 @@ class ControlPlane:
         reborn = decision.reborn
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
         writes = (
-            _reborn_writes(snap, after) if reborn else _pod_writes(snap, after, decision.withdrawn)
+            reborn_writes(snap, after) if reborn else pod_writes(snap, after, decision.withdrawn)
         )
-        ready_delta, live_delta = _count_deltas(snap, after, writes, decision.new_epoch)
+        ready_delta, live_delta = count_deltas(snap, after, writes, decision.new_epoch)
         effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
@@ -288,7 +289,9 @@ class ControlPlane:
         now = self.clock()
         write = PodWrite(event.pod, change.pod, light.rev, w.uid, listed_entry(w, event.pod))
         live_delta = change.live_delta if counts_live else 0
-        self.store.write_pod(key, write, light.epoch, change.ready_delta, now, live_delta=live_delta)
+        self.store.write_pod(
+            key, write, light.epoch, change.ready_delta, now, live_delta=live_delta
+        )
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
@@ -580,43 +583,3 @@ def _releases(w: Workload, effect: Admit) -> bool:
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
-
-
-def _reborn_writes(snap: Stored | None, after: Workload) -> list[PodWrite]:
-    """The pods a new incarnation starts with (a pod group run again may have been
-    heard of pod first), written as its own; the rest of the old one's expire."""
-    revs = snap.pod_revs if snap else {}
-    return [PodWrite(name, pod, revs.get(name), after.uid) for name, pod in after.pods.items()]
-
-
-def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[PodWrite]:
-    """The pod items to put or delete; an eviction retires pods by the epoch instead."""
-    before = snap.workload.pods if snap else {}
-    revs = snap.pod_revs if snap else {}
-    writes: list[PodWrite] = []
-    for name, pod in after.pods.items():
-        old = before.get(name)
-        if old == pod:
-            continue
-        if evicted and old is not None and pod == replace(old, retired=True, ready=False):
-            continue
-        writes.append(PodWrite(name, pod, revs.get(name), after.uid))
-    for name in before:
-        if name not in after.pods:
-            writes.append(PodWrite(name, None, revs.get(name), after.uid))
-    return writes
-
-
-def _count_deltas(
-    snap: Stored | None, after: Workload, writes: Sequence[PodWrite], new_epoch: bool
-) -> tuple[int, int]:
-    """How a commit moves the stored counts of pods counting ready and alive.
-
-    A new workload or epoch resets them to what the pods written with it count (the
-    rest are the evicted attempt's, or the earlier incarnation's).
-    """
-    if snap is None or new_epoch:
-        pods = [w.pod for w in writes if w.pod is not None]
-        return sum(p.counts_ready for p in pods), sum(p.live for p in pods)
-    before = snap.workload
-    return after.ready_pods - before.ready_pods, after.live_pods - before.live_pods
