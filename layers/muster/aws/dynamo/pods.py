@@ -252,7 +252,9 @@ class PodItems(Table):
         }
         return cast("TransactWriteItemTypeDef", {"Update": update})
 
-    def _count_update(self, key: str, epoch: int, ready_delta: int, live_delta: int) -> UpdateTypeDef:
+    def _count_update(
+        self, key: str, epoch: int, ready_delta: int, live_delta: int
+    ) -> UpdateTypeDef:
         """The counts' changes on the workload item, on its epoch (transaction form)."""
         expression, values = count_changes(ready_delta, live_delta)
         return {
