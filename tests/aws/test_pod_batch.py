@@ -194,7 +194,7 @@ def test_a_run_larger_than_one_transaction_is_written_in_a_few() -> None:
     assert writes == [MAX_POD_WRITES, MAX_POD_WRITES, 250 - 2 * MAX_POD_WRITES]
 
 
-def test_an_unfinished_outbox_is_carried_out_by_the_one_event_way_then_the_run_goes_on() -> None:
+def test_an_unfinished_outbox_does_not_hold_a_run_and_is_not_carried_out_again_by_it() -> None:
     # GIVEN a gang whose admission left its outbox unfinished (the cluster failed once)
     rig = Rig()
     rig.submit(KEY, 3)
@@ -202,25 +202,26 @@ def test_an_unfinished_outbox_is_carried_out_by_the_one_event_way_then_the_run_g
     rig.admit()
     snap = rig.store.load(KEY)
     assert snap is not None and snap.outbox
-    # WHEN a run of pod events comes
+    calls = list(rig.cluster.calls)
+    # WHEN a run of pod events comes (a pod group's release may still be going on)
     events = [
         PodObserved(KEY, f"train-{i}", 20 + i, uid=f"u{i}", phase="Pending") for i in range(3)
     ]
     outcomes = rig.plane().handle_pods(KEY, events)
-    # THEN the outbox is carried out and every event applied
+    # THEN every event is applied in one write, the release is not carried out again by
+    # them, and the workload stays where the sweeper finds unfinished effects
     assert outcomes == [Outcome.APPLIED] * 3
     snap = rig.store.load(KEY)
-    assert (
-        snap is not None
-        and not snap.outbox
-        and set(snap.workload.pods)
-        == {
-            "train-0",
-            "train-1",
-            "train-2",
-        }
-    )
-    assert ("admit", KEY, 1) in rig.cluster.calls
+    assert snap is not None and set(snap.workload.pods) == {"train-0", "train-1", "train-2"}
+    assert rig.cluster.calls == calls and snap.outbox
+    assert KEY in rig.store.unsettled("Admitted")
+    # and the gang counted whole carries it out first
+    ready = [
+        PodObserved(KEY, f"train-{i}", 30 + i, uid=f"u{i}", phase="Running", ready=True, node="n1")
+        for i in range(3)
+    ]
+    rig.plane().handle_pods(KEY, ready)
+    assert ("admit", KEY, 1) in rig.cluster.calls and rig.phase(KEY) == "Running"
 
 
 def test_pod_events_of_an_unknown_workload_are_not_yet_known() -> None:

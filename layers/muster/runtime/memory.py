@@ -59,6 +59,14 @@ class _Item:
             self.live_count += live_delta
 
 
+def _counts(current: _Item | None, epoch: int) -> tuple[int, int | None]:
+    """The counts a workload write starts from: none after an eviction (every pod is
+    retired) or for a new workload."""
+    if current is None or current.epoch != epoch:
+        return 0, 0
+    return current.ready_count, current.live_count
+
+
 @dataclass
 class MemoryStore:
     items: dict[str, _Item] = field(default_factory=dict)
@@ -300,19 +308,17 @@ class MemoryStore:
             raise Conflict(after.key)
         for write in pods:
             self._check_pod(after.key, write)
-        count = current.ready_count if current else 0
-        live: int | None = current.live_count if current else 0
-        if current is None or current.epoch != epoch:
-            count = live = 0  # an eviction retired every pod
+        count, live = _counts(current, epoch)
         version = (expected or 0) + 1
         stamps = listing.stamping(before, after, pods)
         for name, stamp in stamps.others.items():
             self._stamp(after.key, name, stamp, after.uid)
         self.writes += 1
-        left = current.expiring if current else None
-        if expiring:
-            keep = "" if after.phase is Phase.FINISHED else after.uid
-            left = (now + self.finished_ttl, keep)
+        left = (
+            (now + self.finished_ttl, "" if after.phase is Phase.FINISHED else after.uid)
+            if expiring
+            else (current.expiring if current else None)
+        )
         self.items[after.key] = _Item(
             replace(after, pods={}, listed={}),
             version,

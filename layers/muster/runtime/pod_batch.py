@@ -8,9 +8,12 @@ the summed change of the ready count in one transaction (`write_pods`), and read
 the count back once. The core ends a run where one-by-one handling could have
 moved the gang, so the gang goes through the same transitions. A lost race reads
 and folds the run again. An event the light path cannot take (the core asks for
-the whole gang, or the workload has an unfinished outbox) goes the one-event way
-(`ControlPlane.handle`), in order: an outbox is carried out by it, after which the
-run goes on together; a whole gang is needed for every later event too.
+the whole gang) goes the one-event way (`ControlPlane.handle`), as does every
+later one. An unfinished outbox does not stop a run: pod records do not depend on
+the effects of the workload's last decision, and the outbox is its committer's to
+carry out (a pod group's release takes seconds at scale: every batch meeting it
+would release the group again); counting the gang whole loads it settled, which
+carries it out, and the sweeper repairs one a crash left.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ def pod_events(plane: Plane, key: str, events: Sequence[PodObserved]) -> list[Ou
         if taken is None:  # the whole gang, for this event and every later one
             outcomes.extend(plane._handle_one(e) for e in rest)
             break
-        if not taken:  # an outbox first: the one-event way carries it out
+        if not taken:  # nothing a run could carry: the one-event way
             taken = [plane._handle_one(rest[0])]
         outcomes.extend(taken)
         rest = rest[len(taken) :]
@@ -96,7 +99,7 @@ def _run_with_retries(plane: Plane, key: str, events: list[PodObserved]) -> list
 
 
 def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
-    """The outcomes of the events taken: [] for an outbox first, None for the whole gang."""
+    """The outcomes of the events taken ([]: none), None for the whole gang."""
     names = list(dict.fromkeys(e.pod for e in events))
     light = plane.store.load_pods(key, names)
     if light is None:
@@ -104,8 +107,6 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         for _ in events:
             plane._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
         raise WorkloadNotYetKnown(f"pods {', '.join(names[:3])}... of unknown workload {key}")
-    if light.outbox:
-        return []
     settings = plane.settings()
     w = light.workload
     run = observe_stored_pods(

@@ -263,18 +263,16 @@ class ControlPlane:
             self._check_readiness(after.key, settings, now)
 
     def _pod_event(self, event: PodObserved) -> Outcome | None:
-        """A pod event without loading the gang: one pod written, the ready count moved.
+        """A pod event without loading the gang: one pod written, the counts moved.
 
-        Returns None when the full path is needed (the core asks for the whole gang,
-        or the workload has an unfinished outbox).
+        Returns None when the full path is needed (the core asks for the whole gang).
+        An unfinished outbox is left to its committer (`muster.runtime.pod_batch`).
         """
         key = event.workload
         light = self.store.load_pod(key, event.pod)
         if light is None:
             self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
-        if light.outbox:
-            return None
         w = light.workload
         settings = self.settings()
         counts_live = light.live_count is not None
