@@ -7,6 +7,7 @@ import random
 
 import pytest
 from muster.core import Kind, Outcome, PodObserved
+from muster.runtime.pod_batch import repairs_first
 from muster.runtime.ports import MAX_POD_WRITES
 
 from .conftest import Rig
@@ -194,7 +195,7 @@ def test_a_run_larger_than_one_transaction_is_written_in_a_few() -> None:
     assert writes == [MAX_POD_WRITES, MAX_POD_WRITES, 250 - 2 * MAX_POD_WRITES]
 
 
-def test_an_unfinished_outbox_does_not_hold_a_run_and_is_not_carried_out_again_by_it() -> None:
+def test_an_unfinished_outbox_is_carried_out_by_the_one_event_way_then_the_run_goes_on() -> None:
     # GIVEN a gang whose admission left its outbox unfinished (the cluster failed once)
     rig = Rig()
     rig.submit(KEY, 3)
@@ -202,26 +203,44 @@ def test_an_unfinished_outbox_does_not_hold_a_run_and_is_not_carried_out_again_b
     rig.admit()
     snap = rig.store.load(KEY)
     assert snap is not None and snap.outbox
-    calls = list(rig.cluster.calls)
-    # WHEN a run of pod events comes (a pod group's release may still be going on)
+    # WHEN a run of pod events comes
     events = [
         PodObserved(KEY, f"train-{i}", 20 + i, uid=f"u{i}", phase="Pending") for i in range(3)
     ]
     outcomes = rig.plane().handle_pods(KEY, events)
-    # THEN every event is applied in one write, the release is not carried out again by
-    # them, and the workload stays where the sweeper finds unfinished effects
+    # THEN the outbox is carried out and every event applied
     assert outcomes == [Outcome.APPLIED] * 3
     snap = rig.store.load(KEY)
-    assert snap is not None and set(snap.workload.pods) == {"train-0", "train-1", "train-2"}
-    assert rig.cluster.calls == calls and snap.outbox
-    assert KEY in rig.store.unsettled("Admitted")
-    # and the gang counted whole carries it out first
-    ready = [
-        PodObserved(KEY, f"train-{i}", 30 + i, uid=f"u{i}", phase="Running", ready=True, node="n1")
-        for i in range(3)
+    assert snap is not None and not snap.outbox
+    assert set(snap.workload.pods) == {"train-0", "train-1", "train-2"}
+    assert ("admit", KEY, 1) in rig.cluster.calls
+
+
+def test_a_pod_group_s_release_under_way_is_not_carried_out_again_by_its_pod_events() -> None:
+    # GIVEN a pod group whose release is committed and still under way (its outbox holds
+    # the release, and nothing failed)
+    rig = Rig()
+    rig.submit(KEY, 2, kind=Kind.POD_GROUP)
+    gated = [PodObserved(KEY, f"g-{i}", 20 + i, uid=f"g{i}", phase="Pending") for i in range(2)]
+    rig.plane().handle_pods(KEY, gated)
+    release = rig.cluster.admit
+    rig.cluster.admit = lambda effect: None  # type: ignore[method-assign]
+    rig.store.clear_outbox = lambda key, version: None  # type: ignore[method-assign]
+    assert rig.admit() == [KEY]
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.outbox and snap.failures == 0
+    del rig.store.clear_outbox
+    rig.cluster.admit = release  # type: ignore[method-assign]
+    # WHEN more of its pods' events come meanwhile (a spare pod created, one scheduled)
+    events = [
+        PodObserved(KEY, "g-0", 30, uid="g0", phase="Pending", node="n1", scheduled=True),
+        PodObserved(KEY, "g-1", 31, uid="g1", phase="Pending", node="n1", scheduled=True),
     ]
-    rig.plane().handle_pods(KEY, ready)
-    assert ("admit", KEY, 1) in rig.cluster.calls and rig.phase(KEY) == "Running"
+    assert rig.plane().handle_pods(KEY, events) == [Outcome.APPLIED] * 2
+    # THEN they are applied without releasing the group again
+    assert not any(call[0] == "admit" for call in rig.cluster.calls)
+    # while a release that failed is carried out again by the next pod event
+    assert repairs_first(snap.outbox, 1) and not repairs_first(snap.outbox, 0)
 
 
 def test_pod_events_of_an_unknown_workload_are_not_yet_known() -> None:

@@ -188,6 +188,7 @@ class MemoryStore:
             ports.settle_pod(known, stored[2], item.epoch) if stored and known else None,
             stored[1] if stored else None,
             item.live_count,
+            item.failures,
         )
 
     def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
@@ -216,6 +217,7 @@ class MemoryStore:
             },
             {n: rev for n, (_, rev, _, _) in found.items()},
             item.live_count,
+            item.failures,
         )
 
     def write_pods(

@@ -9,11 +9,12 @@ the count back once. The core ends a run where one-by-one handling could have
 moved the gang, so the gang goes through the same transitions. A lost race reads
 and folds the run again. An event the light path cannot take (the core asks for
 the whole gang) goes the one-event way (`ControlPlane.handle`), as does every
-later one. An unfinished outbox does not stop a run: pod records do not depend on
-the effects of the workload's last decision, and the outbox is its committer's to
-carry out (a pod group's release takes seconds at scale: every batch meeting it
-would release the group again); counting the gang whole loads it settled, which
-carries it out, and the sweeper repairs one a crash left.
+later one. A workload's unfinished outbox is carried out first by the one-event
+way (any event repairs what a failed or crashed effect left), except a pod group's
+release that has not failed: it takes seconds at scale (one ungate a pod), pod
+records do not depend on it, and every batch meeting it would release the group
+again; counting the gang whole loads it settled, which carries it out, and the
+sweeper repairs one a crash left.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from muster.core import Event, Outcome, Phase, Pod, PodObserved, Settings
+from muster.core import Admit, Effect, Event, Kind, Outcome, Phase, Pod, PodObserved, Settings
 from muster.core.pod_runs import observe_stored_pods
 from muster.retry import Backoff, retry
 from muster.runtime.listing import listed_entry
@@ -72,11 +73,20 @@ def pod_events(plane: Plane, key: str, events: Sequence[PodObserved]) -> list[Ou
         if taken is None:  # the whole gang, for this event and every later one
             outcomes.extend(plane._handle_one(e) for e in rest)
             break
-        if not taken:  # nothing a run could carry: the one-event way
+        if not taken:  # an outbox first: the one-event way carries it out
             taken = [plane._handle_one(rest[0])]
         outcomes.extend(taken)
         rest = rest[len(taken) :]
     return outcomes
+
+
+def repairs_first(outbox: Sequence[Effect], failures: int) -> bool:
+    """Whether a pod event carries out its workload's unfinished outbox before it is
+    applied (see the module): always, but for a pod group's release still under way."""
+    if not outbox:
+        return False
+    releasing = any(isinstance(e, Admit) and e.kind is Kind.POD_GROUP for e in outbox)
+    return failures > 0 or not releasing
 
 
 def _run_with_retries(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
@@ -107,6 +117,8 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         for _ in events:
             plane._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
         raise WorkloadNotYetKnown(f"pods {', '.join(names[:3])}... of unknown workload {key}")
+    if repairs_first(light.outbox, light.failures):
+        return []  # the one-event way carries the outbox out first
     settings = plane.settings()
     w = light.workload
     run = observe_stored_pods(

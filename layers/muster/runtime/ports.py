@@ -91,6 +91,7 @@ class StoredPod:
     pod: Pod | None = None
     rev: int | None = None
     live_count: int | None = 0
+    failures: int = 0  # failed tries at carrying out the outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class StoredPods:
     pods: Mapping[str, Pod] = field(default_factory=dict)
     revs: Mapping[str, int] = field(default_factory=dict)
     live_count: int | None = 0
+    failures: int = 0  # failed tries at carrying out the outbox
 
 
 MAX_POD_WRITES = 99

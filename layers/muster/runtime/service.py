@@ -64,7 +64,7 @@ from muster.runtime.commit_writes import count_deltas, pod_writes, reborn_writes
 from muster.runtime.deadlines import settle_deadlines
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
-from muster.runtime.pod_batch import pod_events
+from muster.runtime.pod_batch import pod_events, repairs_first
 from muster.runtime.ports import (
     Bus,
     ClusterActions,
@@ -265,14 +265,16 @@ class ControlPlane:
     def _pod_event(self, event: PodObserved) -> Outcome | None:
         """A pod event without loading the gang: one pod written, the counts moved.
 
-        Returns None when the full path is needed (the core asks for the whole gang).
-        An unfinished outbox is left to its committer (`muster.runtime.pod_batch`).
+        Returns None when the full path is needed (the core asks for the whole gang, or
+        the outbox is to be carried out first: `muster.runtime.pod_batch.repairs_first`).
         """
         key = event.workload
         light = self.store.load_pod(key, event.pod)
         if light is None:
             self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
+        if repairs_first(light.outbox, light.failures):
+            return None  # the full path carries the outbox out first
         w = light.workload
         settings = self.settings()
         counts_live = light.live_count is not None

@@ -128,6 +128,7 @@ class PodItems(Table):
             stored,
             int(pod_item["rev"]["N"]) if pod_item else None,
             live_count_of(state),
+            int(state.get("failures", {}).get("N", "0")),
         )
 
     def _batch_get(self, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,6 +173,7 @@ class PodItems(Table):
             pods,
             revs,
             live_count_of(state),
+            int(state.get("failures", {}).get("N", "0")),
         )
 
     def write_pods(
