@@ -81,8 +81,9 @@ def test_write_requests_per_pod_event_in_a_burst(job: ScaleReport) -> None:
 
 
 def test_kubernetes_calls_per_pod_event_are_bounded_for_a_pod_group(group: ScaleReport) -> None:
-    # one ungate a pod (3 events each), a listing, and the group's view on its first pods
-    assert group.kube_calls / group.pod_events <= 0.6
+    # one ungate a pod (3 events each), a listing, and the group's view and Events on
+    # its first 32 pods (which dominate at this size: about 0.4 from 1,024 pods on)
+    assert group.kube_calls / group.pod_events <= 1.5
 
 
 def test_a_pod_group_starts_inside_budgets(group: ScaleReport) -> None:
