@@ -4,6 +4,7 @@ and failures reported for exactly the records that failed."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from muster.core import NodeObserved, PodObserved, WorkloadObserved
@@ -12,6 +13,7 @@ from muster.harness.lambda_events import LambdaContext, sqs_event
 from muster.lambdas.ingest import plan
 from muster.retry import Transient
 from muster.runtime.memory import MemoryStore
+from muster.runtime.messages import EARLY_DELAYS
 from muster.runtime.ports import PodWrite
 
 from functions.ingest.handler import handler as ingest_handler
@@ -75,15 +77,17 @@ class CountingStore(MemoryStore):
         self.requests: list[tuple[str, int]] = []
         self.throttled: set[str] = set()
 
-    def write_pods(self, key, writes, epoch, ready_delta, now=0.0):  # type: ignore[no-untyped-def]
+    def write_pods(self, key, writes, epoch, ready_delta, now=0.0, **kw):  # type: ignore[no-untyped-def]
         if key in self.throttled:
             raise Transient(f"{key}: throttled")
         self.requests.append((key, len(writes)))
-        super().write_pods(key, writes, epoch, ready_delta, now)
+        super().write_pods(key, writes, epoch, ready_delta, now, **kw)
 
-    def write_pod(self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0):  # type: ignore[no-untyped-def]
+    def write_pod(
+        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0, **kw
+    ):  # type: ignore[no-untyped-def]
         self.requests.append((key, 1))
-        super().write_pod(key, write, epoch, ready_delta, now)
+        super().write_pod(key, write, epoch, ready_delta, now, **kw)
 
 
 def test_the_ingest_handler_writes_a_gang_s_pod_events_together() -> None:
@@ -150,3 +154,59 @@ def test_a_run_delivered_again_after_a_failure_is_applied_once() -> None:
     assert again == {"batchItemFailures": []}
     assert len(store.requests) == 1
     assert rig.metrics.total("IgnoredEvents", outcome="duplicate") == 2
+
+
+class IngestQueue:
+    """The ingest queue as far as the control plane's own messages go: what was sent back."""
+
+    def __init__(self) -> None:
+        self.early: list[tuple[str, float]] = []
+
+    def send_slice(self, s: Any, delay: float) -> None:
+        raise AssertionError("no reconciliation here")
+
+    def send_early(self, body: str, delay: float) -> None:
+        self.early.append((body, delay))
+
+
+def test_pod_events_before_their_workload_are_sent_back_and_applied_once_it_is_known() -> None:
+    # GIVEN a control plane with an ingest queue, and pod events of a workload it does not know
+    rig = Rig()
+    queue = IngestQueue()
+    plane = rig.plane()
+    plane.slices = queue
+    bodies = [_pod_body("team-a/early", f"e-{i}", 10 + i) for i in range(2)]
+    response = ingest_handler(sqs_event(*bodies), CTX, plane=plane, cluster_name="training")  # type: ignore[arg-type]
+    # THEN no record fails (none waits out the visibility timeout): each is sent back, a second later
+    assert response == {"batchItemFailures": []}
+    assert [delay for _, delay in queue.early] == [1.0, 1.0]
+    # WHEN the workload is known and they come back
+    rig.submit("team-a/early", 2)
+    resent = [json.loads(body) for body, _ in queue.early]
+    queue.early.clear()
+    response = ingest_handler(sqs_event(*resent), CTX, plane=plane, cluster_name="training")  # type: ignore[arg-type]
+    # THEN they are applied
+    assert response == {"batchItemFailures": []} and queue.early == []
+    w = rig.store.load("team-a/early")
+    assert w is not None and sorted(w.workload.pods) == ["e-0", "e-1"]
+
+
+def test_an_event_whose_workload_never_comes_fails_after_its_last_try() -> None:
+    rig = Rig()
+    queue = IngestQueue()
+    plane = rig.plane()
+    plane.slices = queue
+    body: Any = _pod_body("team-a/never", "n-0", 10)
+    delays = []
+    for _ in range(len(EARLY_DELAYS)):
+        response = ingest_handler(sqs_event(body), CTX, plane=plane, cluster_name="training")  # type: ignore[arg-type]
+        assert response == {"batchItemFailures": []}
+        sent, delay = queue.early.pop()
+        delays.append(delay)
+        body = json.loads(sent)
+    # the tries back off, and the last one fails the record: redelivered, in the end dead-lettered
+    assert delays == list(EARLY_DELAYS)
+    other = _workload_body("team-a/other", 1)
+    response = ingest_handler(sqs_event(body, other), CTX, plane=plane, cluster_name="training")  # type: ignore[arg-type]
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == ["m0"]
+    assert queue.early == []

@@ -35,9 +35,9 @@ class InterleavingStore(MemoryStore):
             finally:
                 self.depth -= 1
 
-    def write_pod(self, key, write, epoch, ready_delta, now=0.0):
+    def write_pod(self, key, write, epoch, ready_delta, now=0.0, **kw):
         self._maybe_interleave()
-        super().write_pod(key, write, epoch, ready_delta, now)
+        super().write_pod(key, write, epoch, ready_delta, now, **kw)
 
     def write_workload(self, before, after, epoch, outbox, now, pods=(), ready_delta=0, **kw):
         self._maybe_interleave()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from muster.core import Outcome, PodObserved
+from muster.core import Kind, Outcome, PodObserved
+from muster.runtime.pod_batch import repairs_first
 from muster.runtime.ports import MAX_POD_WRITES
 
 from .conftest import Rig
@@ -182,9 +183,9 @@ def test_a_run_larger_than_one_transaction_is_written_in_a_few() -> None:
     writes: list[int] = []
     inner = rig.store.write_pods
 
-    def write_pods(key, pods, epoch, delta, now=0.0):  # type: ignore[no-untyped-def]
+    def write_pods(key, pods, epoch, delta, now=0.0, **kw):  # type: ignore[no-untyped-def]
         writes.append(len(pods))
-        inner(key, pods, epoch, delta, now)
+        inner(key, pods, epoch, delta, now, **kw)
 
     rig.store.write_pods = write_pods  # type: ignore[method-assign]
     events = [
@@ -210,17 +211,36 @@ def test_an_unfinished_outbox_is_carried_out_by_the_one_event_way_then_the_run_g
     # THEN the outbox is carried out and every event applied
     assert outcomes == [Outcome.APPLIED] * 3
     snap = rig.store.load(KEY)
-    assert (
-        snap is not None
-        and not snap.outbox
-        and set(snap.workload.pods)
-        == {
-            "train-0",
-            "train-1",
-            "train-2",
-        }
-    )
+    assert snap is not None and not snap.outbox
+    assert set(snap.workload.pods) == {"train-0", "train-1", "train-2"}
     assert ("admit", KEY, 1) in rig.cluster.calls
+
+
+def test_a_pod_group_s_release_under_way_is_not_carried_out_again_by_its_pod_events() -> None:
+    # GIVEN a pod group whose release is committed and still under way (its outbox holds
+    # the release, and nothing failed)
+    rig = Rig()
+    rig.submit(KEY, 2, kind=Kind.POD_GROUP)
+    gated = [PodObserved(KEY, f"g-{i}", 20 + i, uid=f"g{i}", phase="Pending") for i in range(2)]
+    rig.plane().handle_pods(KEY, gated)
+    release = rig.cluster.admit
+    rig.cluster.admit = lambda effect: None  # type: ignore[method-assign]
+    rig.store.clear_outbox = lambda key, version: None  # type: ignore[method-assign]
+    assert rig.admit() == [KEY]
+    snap = rig.store.load(KEY)
+    assert snap is not None and snap.outbox and snap.failures == 0
+    del rig.store.clear_outbox
+    rig.cluster.admit = release  # type: ignore[method-assign]
+    # WHEN more of its pods' events come meanwhile (a spare pod created, one scheduled)
+    events = [
+        PodObserved(KEY, "g-0", 30, uid="g0", phase="Pending", node="n1", scheduled=True),
+        PodObserved(KEY, "g-1", 31, uid="g1", phase="Pending", node="n1", scheduled=True),
+    ]
+    assert rig.plane().handle_pods(KEY, events) == [Outcome.APPLIED] * 2
+    # THEN they are applied without releasing the group again
+    assert not any(call[0] == "admit" for call in rig.cluster.calls)
+    # while a release that failed is carried out again by the next pod event
+    assert repairs_first(snap.outbox, 1) and not repairs_first(snap.outbox, 0)
 
 
 def test_pod_events_of_an_unknown_workload_are_not_yet_known() -> None:
@@ -229,3 +249,91 @@ def test_pod_events_of_an_unknown_workload_are_not_yet_known() -> None:
     rig = Rig()
     with pytest.raises(WorkloadNotYetKnown):
         rig.plane().handle_pods(KEY, [PodObserved(KEY, "train-0", 5)])
+
+
+def _group_steps(rng: random.Random, gang: int) -> list[list[PodObserved]]:
+    """A pod group's pods created gated; then (once released) Ready; some lost and
+    replaced (a new pod under a new name); some done: with duplicates and neighbours
+    swapped within each step."""
+    steps: list[list[PodObserved]] = []
+    seq = 10
+    names = [f"train-{i}" for i in range(gang)]
+    for step in range(4):
+        events: list[PodObserved] = []
+        for name in rng.sample(names, len(names)):
+            seq += 1
+            uid = f"{name}-uid"
+            if step == 0:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Pending")
+            elif step == 1:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Running", ready=True, node="n1")
+            elif step == 2 and rng.random() < 0.3:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Running", deleted=True)
+                events.append(e)
+                seq += 1
+                spare = f"{name}-r"
+                e = PodObserved(KEY, spare, seq, uid=f"{spare}-uid", phase="Pending")
+            elif step == 3 and rng.random() < 0.2:
+                e = PodObserved(KEY, name, seq, uid=uid, phase="Succeeded", node="n1")
+            else:
+                continue
+            events.append(e)
+            if rng.random() < 0.2:
+                events.append(e)
+        for _ in range(len(events) // 6):
+            i = rng.randrange(len(events) - 1)
+            events[i], events[i + 1] = events[i + 1], events[i]
+        steps.append(events)
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_pod_group_s_events_counted_live_lead_where_the_whole_gang_would(seed: int) -> None:
+    # GIVEN two control planes with the same waiting pod group: one whose store counts
+    # live pods (its events go the light way), one whose store does not (every event
+    # loads the whole group, as for an item written before the count was kept)
+    rng = random.Random(seed)
+    gang = rng.choice([2, 5, 12])
+    doc: dict = {"timeout": "60s", "recoveryTimeout": "0s" if seed % 3 == 0 else "60s"}
+    light, whole = Rig(doc=dict(doc)), Rig(doc=dict(doc))
+    for rig in (light, whole):
+        rig.submit(KEY, gang, kind=Kind.POD_GROUP)
+    whole.store.items[KEY].live_count = None
+    loads = {id(light): 0, id(whole): 0}
+    counting = 0
+    for rig in (light, whole):
+        inner = rig.store.load
+
+        def counted(key: str, inner=inner, rig=rig):  # type: ignore[no-untyped-def]
+            loads[id(rig)] += counting
+            return inner(key)
+
+        rig.store.load = counted  # type: ignore[method-assign]
+    # WHEN both take the same batches, with an admission pass after each
+    chunks = [c for step in _group_steps(rng, gang) for c in _chunks(rng, step) if c]
+    events = sum(len(c) for c in chunks)
+    for chunk in chunks:
+        for rig in (light, whole):
+            counting = 1
+            assert len(rig.plane().handle_pods(KEY, chunk)) == len(chunk)
+            counting = 0
+            rig.admit()
+            rig.clock.now += 5
+    # THEN the group, its lifecycle, its timers and the cluster calls agree
+    a, b = light.store.load(KEY), whole.store.load(KEY)
+    assert a is not None and b is not None
+    assert a.workload == b.workload and a.ready_count == b.ready_count
+    assert light.bus.events == whole.bus.events
+    assert (light.timers.started, light.timers.stopped) == (
+        whole.timers.started,
+        whole.timers.stopped,
+    )
+    assert light.cluster.calls == whole.cluster.calls
+    assert light.messages.requeues == whole.messages.requeues
+    # and the light store's live count is the group's live pods
+    assert a.live_count == a.workload.live_pods
+    assert b.live_count is None
+    # having been admitted, the light way loading the whole group far less often
+    # (the whole way: once an event)
+    assert a.workload.attempt >= 1
+    assert loads[id(whole)] >= events > loads[id(light)]

@@ -169,11 +169,11 @@ class RacingStore(MemoryStore):
 
     interleave: Any = None
 
-    def write_pod(self, key, write, epoch, ready_delta, now=0.0):
+    def write_pod(self, key, write, epoch, ready_delta, now=0.0, **kw):
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pod(key, write, epoch, ready_delta, now)
+        super().write_pod(key, write, epoch, ready_delta, now, **kw)
 
 
 def test_two_concurrent_last_pods_make_the_gang_ready():

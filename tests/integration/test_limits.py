@@ -166,7 +166,7 @@ def test_a_real_failed_condition_in_a_transaction_on_moto_is_a_conflict(aws: Con
     with pytest.raises(ClientError) as caught:
         store.client.transact_write_items(
             TransactItems=[
-                {"Update": store._workload_update(snap, w, 0, (), 3.0, 0)},
+                {"Update": store._workload_update(snap, w, 0, (), 3.0, (0, 0))},
             ]
         )
     assert is_conflict(caught.value)

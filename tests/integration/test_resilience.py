@@ -102,12 +102,12 @@ class RacingStore(DynamoStore):
     interleave: Any = None
 
     def write_pod(
-        self, key: str, write: Any, epoch: int, ready_delta: int, now: float = 0.0
+        self, key: str, write: Any, epoch: int, ready_delta: int, now: float = 0.0, **kw: Any
     ) -> None:
         if self.interleave is not None:
             run, self.interleave = self.interleave, None
             run()
-        super().write_pod(key, write, epoch, ready_delta, now)
+        super().write_pod(key, write, epoch, ready_delta, now, **kw)
 
 
 def test_two_concurrent_last_pods_on_dynamodb(aws: ControlPlaneOnMoto):

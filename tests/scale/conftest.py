@@ -22,14 +22,16 @@ BUDGETS = Budgets(TIMEOUTS, BATCH_SIZES, constants.BATCHING_WINDOW_SECONDS)
 
 
 @pytest.fixture
-def aws() -> Iterator[None]:
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Set for the test only: a metrics switch left on would silence later tests' EMF.
     for key, value in {
         "AWS_ACCESS_KEY_ID": "scale",
         "AWS_SECRET_ACCESS_KEY": "scale",
         "AWS_DEFAULT_REGION": "us-east-1",
         "POWERTOOLS_METRICS_DISABLED": "true",
     }.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            monkeypatch.setenv(key, value)
     with mock_aws():
         yield
 

@@ -306,6 +306,7 @@ def test_seeded_items_are_those_the_store_writes(table: Table) -> None:
         100.0,
         pods=[PodWrite(p.name, p, None, w.uid) for p in w.pods.values()],
         ready_delta=3,
+        live_delta=3,
     )
     written = sorted(table.raw.scan(TableName=table.name)["Items"], key=lambda i: i["sk"]["S"])
     assert written == sorted(items_of(w, now=100.0), key=lambda i: i["sk"]["S"])

@@ -39,7 +39,7 @@ def job(aws: None) -> Iterator[ScaleReport]:
 
 @pytest.fixture
 def group(aws: None) -> Iterator[ScaleReport]:
-    yield run_gang(Kind.POD_GROUP, 48)
+    yield run_gang(Kind.POD_GROUP, 128)
 
 
 def test_no_item_exceeds_400_kb(job: ScaleReport) -> None:
@@ -81,12 +81,21 @@ def test_write_requests_per_pod_event_in_a_burst(job: ScaleReport) -> None:
 
 
 def test_kubernetes_calls_per_pod_event_are_bounded_for_a_pod_group(group: ScaleReport) -> None:
-    assert group.kube_calls / group.pod_events <= 3.0
+    # one ungate a pod (3 events each), a listing, and the group's view and Events on
+    # its first 32 pods (which dominate at this size: about 0.4 from 1,024 pods on)
+    assert group.kube_calls / group.pod_events <= 1.5
 
 
 def test_a_pod_group_starts_inside_budgets(group: ScaleReport) -> None:
-    assert group.timed_out == 0 and group.records_failed == 0
+    assert group.timed_out == 0 and group.records_failed == 0 and group.dead_lettered == 0
     assert group.ready_lag is not None and group.ready_lag <= 120.0
+
+
+def test_a_pod_group_is_released_once_and_its_pod_events_share_writes(group: ScaleReport) -> None:
+    # its pod events neither load the whole group each nor release it again
+    assert group.admitted == 1 and group.phase == "Running"
+    assert group.writes / group.pod_events <= 0.5
+    assert group.reads / group.pod_events <= 1.0
 
 
 def test_an_admission_pass_reads_in_proportion_to_queue_and_admitted(aws: None) -> None:

@@ -15,6 +15,7 @@ from muster.core import (
     Kind,
     Outcome,
     Phase,
+    PodObserved,
     PodsCounted,
     Workload,
     decide,
@@ -22,7 +23,7 @@ from muster.core import (
     observe_stored_pod,
 )
 
-from tests.unit.conftest import ready, settings, submit
+from tests.unit.conftest import kinds, ready, settings, submit
 
 KEY = "team/a"
 DEFAULT = settings()
@@ -99,10 +100,60 @@ def test_with_workload_faults_a_new_pod_may_move_the_watch() -> None:
     assert change.ready_delta == 0 and change.faults and change.recount
 
 
-def test_a_pod_group_needs_its_whole_gang() -> None:
-    w = admitted(kind=Kind.POD_GROUP)
-    change = observe_stored_pod(w, None, ready(KEY, "p0"), DEFAULT)
-    assert change.whole_gang
+def gated(pod: str, seq: int = 2) -> PodObserved:
+    return PodObserved(KEY, pod, seq, uid=f"{pod}-uid", phase="Pending")
+
+
+def test_a_waiting_pod_group_counts_its_new_pods_without_the_whole_gang() -> None:
+    # GIVEN a pod group of two, waiting for its pods
+    w = decide(None, submit(KEY, pods=2, kind=Kind.POD_GROUP, seq=1), DEFAULT, 0.0).workload
+    assert w is not None and w.phase is Phase.PENDING
+    # WHEN its first pod arrives (gated)
+    change = observe_stored_pod(w, None, gated("p0"), DEFAULT)
+    # THEN it is written alone, one more live pod, and the count is read back
+    assert not change.whole_gang
+    assert change.live_delta == 1 and change.ready_delta == 0 and change.recount
+    # and only a count that reaches the gang's size is worth loading the gang for
+    assert not gang_may_have_moved(w, 0, live_count=1)
+    assert gang_may_have_moved(w, 0, live_count=2)
+    assert not gang_may_have_moved(w, 0)  # a write that added no live pod
+
+
+def admitted_group() -> Workload:
+    w = decide(None, submit(KEY, pods=2, kind=Kind.POD_GROUP), DEFAULT, 0.0).workload
+    for pod in ("p0", "p1"):
+        w = decide(w, gated(pod), DEFAULT, 0.0).workload
+    w = decide(w, AdmissionGranted(KEY, 1), DEFAULT, 0.0).workload
+    assert w is not None and w.phase is Phase.ADMITTED
+    return w
+
+
+def test_a_pod_group_needs_its_whole_gang_where_its_pods_decide() -> None:
+    w = admitted_group()
+    # an admitted group's new pod is released with the gang (a replacement)
+    assert observe_stored_pod(w, None, gated("p9"), DEFAULT).whole_gang
+    # a store that does not count live pods yet
+    assert observe_stored_pod(w, None, ready(KEY, "p0"), DEFAULT, counts_live=False).whole_gang
+    # a finished group's pods may be a new run's
+    done = replace(w, phase=Phase.FINISHED)
+    assert observe_stored_pod(done, None, gated("p0"), DEFAULT).whole_gang
+    # a known pod becoming Ready is counted as a Job's is
+    change = observe_stored_pod(w, w.pods["p0"], ready(KEY, "p0", seq=3, uid="p0-uid"), DEFAULT)
+    assert not change.whole_gang and change.ready_delta == 1 and change.live_delta == 0
+
+
+def test_a_waiting_pod_group_counted_whole_asks_for_one_admission_pass() -> None:
+    # GIVEN a waiting pod group of two whose two pods are stored
+    w = decide(None, submit(KEY, pods=2, kind=Kind.POD_GROUP), DEFAULT, 0.0).workload
+    assert w is not None
+    pods = {p: observe_stored_pod(w, None, gated(p), DEFAULT).pod for p in ("a", "b")}
+    stored = replace(w, pods=pods)
+    # WHEN the shell counts the gang again
+    d = decide(stored, PodsCounted(KEY), DEFAULT, 0.0)
+    # THEN it asks for an admission pass, and nothing else moves
+    assert kinds(d.effects) == ["RunAdmission"] and d.workload == stored
+    one = replace(stored, pods={"a": stored.pods["a"]})
+    assert decide(one, PodsCounted(KEY), DEFAULT, 0.0).outcome is Outcome.IGNORED
 
 
 def test_the_gang_is_worth_loading_only_when_its_count_may_change_its_phase() -> None:

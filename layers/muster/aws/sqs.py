@@ -59,7 +59,7 @@ class SqsMessages:
 
 
 class SqsSlices:
-    """The ingest queue, for the slices of a snapshot's reconciliation."""
+    """The ingest queue, for the slices of a snapshot's reconciliation and early agent events."""
 
     def __init__(self, client: SQSClient, queue_url: str) -> None:
         self.client = client
@@ -68,4 +68,9 @@ class SqsSlices:
     def send_slice(self, s: ReconcileSlice, delay: float) -> None:
         self.client.send_message(
             QueueUrl=self.queue_url, MessageBody=reconcile_body(s), DelaySeconds=sqs_delay(delay)
+        )
+
+    def send_early(self, body: str, delay: float) -> None:
+        self.client.send_message(
+            QueueUrl=self.queue_url, MessageBody=body, DelaySeconds=sqs_delay(delay)
         )

@@ -53,6 +53,14 @@ def reassess(workload: Workload, settings: Settings, now: float) -> Decision:
     nothing follows.
     """
     decision = readiness(workload, workload, settings.for_queue(workload.queue), now)
+    if (
+        workload.phase is Phase.PENDING
+        and workload.kind is Kind.POD_GROUP
+        and workload.live_pods >= workload.gang_size
+    ):
+        # Its pods were counted live without the whole gang: the one that made it
+        # whole asks for the pass (`_completed`, one pod at a time).
+        return Decision(workload, (RunAdmission("replacement pods"),))
     if decision.workload == workload and not decision.effects:
         return Decision(workload, outcome=Outcome.IGNORED, note="readiness unchanged")
     return decision

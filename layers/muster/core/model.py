@@ -393,8 +393,11 @@ class PodChange:
 
     `recount`: the gang's ready count moved, or its `workloadFaults` watch may have;
     the shell writes the pod, reads the count back and asks `gang_may_have_moved`.
-    `whole_gang`: this kind's decision needs every pod (a pod group's admission
-    depends on its live pods): the shell loads the gang and calls `decide`.
+    `whole_gang`: the decision needs every pod (the store does not count live pods
+    yet, a finished pod group's pods may be a new run's, an admitted pod group's new
+    pod is to be released): the shell loads the gang and calls `decide`.
+    `live_delta`: the change of the gang's live pods (a waiting pod group's admission
+    depends on them: the shell asks `gang_may_have_moved` with the count read back).
     """
 
     outcome: Outcome
@@ -404,6 +407,7 @@ class PodChange:
     recount: bool = False
     faults: bool = False
     whole_gang: bool = False
+    live_delta: int = 0
 
 
 Event = (

@@ -24,7 +24,7 @@ class PodRun:
     """What the first `taken` events of a run do to the gang's stored pods.
 
     `pods`: the new record of each pod that changed (written once each, with
-    `ready_delta`, the sum of the events' deltas); `recount`: the shell reads the
+    `ready_delta` and `live_delta`, the sums of the events' deltas); `recount`: the shell reads the
     count back after the write (with `faults`, the `workloadFaults` watch may have
     moved); `whole_gang`: the event after the taken ones needs the whole gang.
     """
@@ -35,6 +35,7 @@ class PodRun:
     recount: bool = False
     faults: bool = False
     whole_gang: bool = False
+    live_delta: int = 0
 
     @property
     def taken(self) -> int:
@@ -49,22 +50,26 @@ def observe_stored_pods(
     settings: Settings,
     *,
     limit: int,
+    live_count: int | None = 0,
 ) -> PodRun:
     """The longest prefix of `events` that one write of at most `limit` pods can carry.
 
     `w` is the workload without its pods, `known` the stored records of the pods
-    the events name, `ready_count` the gang's stored count.
+    the events name, `ready_count` and `live_count` the gang's stored counts (None:
+    the store does not count live pods yet).
     """
     current = dict(known)
     changed: dict[str, Pod | None] = {}
     changes: list[PodChange] = []
-    delta = 0
+    delta = live = 0
     recount = faults = False
     whole_gang = False
     for e in events:
         if e.pod not in changed and len(changed) >= limit:
             break
-        change = observe_stored_pod(w, current.get(e.pod), e, settings)
+        change = observe_stored_pod(
+            w, current.get(e.pod), e, settings, counts_live=live_count is not None
+        )
         if change.whole_gang:
             whole_gang = True
             break
@@ -72,8 +77,12 @@ def observe_stored_pods(
         if change.outcome is Outcome.APPLIED:
             current[e.pod] = changed[e.pod] = change.pod
             delta += change.ready_delta
+            live += change.live_delta
         recount = recount or change.recount
         faults = faults or change.faults
-        if change.recount and gang_may_have_moved(w, ready_count + delta, faults=change.faults):
+        lives = (live_count or 0) + live if change.live_delta > 0 else None
+        if change.recount and gang_may_have_moved(
+            w, ready_count + delta, faults=change.faults, live_count=lives
+        ):
             break  # the gang may move here: write this much and count it first
-    return PodRun(tuple(changes), changed, delta, recount, faults, whole_gang)
+    return PodRun(tuple(changes), changed, delta, recount, faults, whole_gang, live)

@@ -155,15 +155,22 @@ def _reported(known: Pod | None, e: PodObserved) -> Pod:
 
 
 def observe_stored_pod(
-    w: Workload, known: Pod | None, e: PodObserved, settings: Settings
+    w: Workload,
+    known: Pod | None,
+    e: PodObserved,
+    settings: Settings,
+    *,
+    counts_live: bool = True,
 ) -> PodChange:
     """A pod event for a shell that stores each pod apart from its workload.
 
     `w` is the workload without its pods and `known` the one pod's record; the
     gang's transitions follow once the shell has written the pod and counted the
     gang again (`gang_may_have_moved`, then `decide` with `PodsCounted`).
+    `counts_live`: the store keeps the gang's count of live pods.
     """
-    if w.kind is Kind.POD_GROUP:
+    if w.kind is Kind.POD_GROUP and (not counts_live or w.phase is Phase.FINISHED):
+        # A finished group's pods may be a new run's (`pod_groups.runs_again`).
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
     outcome, pod, note = _pod_record(w, known, e)
     if outcome is not Outcome.APPLIED:
@@ -171,8 +178,21 @@ def observe_stored_pod(
         # count the gang again.
         return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
     delta = _counts_ready(pod) - _counts_ready(known)
+    live = _live(pod) - _live(known)
+    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and live > 0:
+        # An admitted group's new pod arrives gated: releasing it is the whole gang's.
+        return PodChange(Outcome.APPLIED, known, whole_gang=True)
+    grew = live > 0 and _waits_for_pods(w)
     faults = not delta and _fault_watch_moved(w, settings, known, pod)
-    return PodChange(outcome, pod, note, delta, recount=bool(delta) or faults, faults=faults)
+    return PodChange(
+        outcome,
+        pod,
+        note,
+        delta,
+        recount=bool(delta) or faults or grew,
+        faults=faults,
+        live_delta=live,
+    )
 
 
 def _pod_record(w: Workload, known: Pod | None, e: PodObserved) -> tuple[Outcome, Pod | None, str]:
@@ -203,17 +223,30 @@ def of_the_attempt(w: Workload, pod: Pod | None) -> Pod | None:
     return replace(pod, retired=True, ready=False)
 
 
-def gang_may_have_moved(w: Workload, ready_count: int, *, faults: bool = False) -> bool:
+def gang_may_have_moved(
+    w: Workload, ready_count: int, *, faults: bool = False, live_count: int | None = None
+) -> bool:
     """Whether a gang with `ready_count` Ready pods may have become whole, stopped
     being whole, or (with `faults`) moved its `workloadFaults` watch: only then is
-    the whole gang worth loading."""
+    the whole gang worth loading. `live_count`, after a write that added live pods:
+    a waiting pod group with that many may now be admitted."""
     if w.phase in NOT_READY_PHASES and (faults or ready_count >= w.gang_size):
+        return True
+    if live_count is not None and _waits_for_pods(w) and live_count >= w.gang_size:
         return True
     return w.phase is Phase.RUNNING and ready_count < w.gang_size
 
 
+def _waits_for_pods(w: Workload) -> bool:
+    return w.kind is Kind.POD_GROUP and w.phase is Phase.PENDING
+
+
 def _counts_ready(pod: Pod | None) -> int:
     return int(pod is not None and pod.counts_ready)
+
+
+def _live(pod: Pod | None) -> int:
+    return int(pod is not None and pod.live)
 
 
 def _fault_watch_moved(

@@ -199,6 +199,11 @@ class FaultyMessages:
         send = getattr(self.inner, "send_slice")  # noqa: B009 - not every Messages has it
         self._send("reconcile_slice", lambda: send(s, delay))
 
+    def send_early(self, body: str, delay: float) -> None:
+        """An agent event sent back to the ingest queue, as `send_slice`."""
+        send = getattr(self.inner, "send_early")  # noqa: B009 - not every Messages has it
+        self._send("early_event", lambda: send(body, delay))
+
 
 class EntryThrottled(Exception):
     """PutEvents answered 200 with the entry's ErrorCode ThrottlingException: transient,

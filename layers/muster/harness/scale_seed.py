@@ -21,7 +21,9 @@ from muster.runtime.codec import dumps, encode_pod, encode_workload
 BATCH_WRITE = 25  # items in one BatchWriteItem
 
 
-def workload_item(w: Workload, *, ready: int = 0, now: float = 0.0) -> dict[str, Any]:
+def workload_item(
+    w: Workload, *, ready: int = 0, live: int = 0, now: float = 0.0
+) -> dict[str, Any]:
     """The workload item of `w` at version 1, epoch 0 (its state without pods)."""
     return {
         "pk": {"S": workload_pk(w.key)},
@@ -36,6 +38,7 @@ def workload_item(w: Workload, *, ready: int = 0, now: float = 0.0) -> dict[str,
         "gsi1pk": {"S": f"PHASE#{w.phase.value}"},
         "gsi1sk": {"S": w.key},
         "readyCount": {"N": str(ready)},
+        "liveCount": {"N": str(live)},
     }
 
 
@@ -59,7 +62,7 @@ def pod_item(w: Workload, pod: Pod) -> dict[str, Any]:
 def items_of(w: Workload, *, now: float = 0.0) -> Iterator[dict[str, Any]]:
     """The workload item and its pods' items."""
     ready = sum(1 for p in w.pods.values() if p.counts_ready)
-    yield workload_item(w, ready=ready, now=now)
+    yield workload_item(w, ready=ready, live=w.live_pods, now=now)
     for pod in w.pods.values():
         yield pod_item(w, pod)
 

@@ -140,9 +140,12 @@ class VirtualQueues:
     def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
         self.send("timer", json.dumps(timer_input(workload, timer)), sqs_delay(delay))
 
-    # the ingest queue, for reconciliation slices
+    # the ingest queue, for reconciliation slices and early agent events
     def send_slice(self, s: ReconcileSlice, delay: float) -> None:
         self.send("ingest", reconcile_body(s), sqs_delay(delay))
+
+    def send_early(self, body: str, delay: float) -> None:
+        self.send("ingest", body, sqs_delay(delay))
 
 
 class VirtualTimers:

@@ -28,7 +28,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger
 from muster.core import NodeObserved, PodObserved, SnapshotPart
 from muster.lambdas.records import IngestMessage, apply_message, ingest_message, subject
-from muster.runtime.messages import ReconcileSlice
+from muster.runtime.messages import EARLY_DELAYS, ReconcileSlice, early_body, early_event
+from muster.runtime.results import WorkloadNotYetKnown
 from muster.runtime.service import ControlPlane
 
 
@@ -86,8 +87,10 @@ def ingest_batch(
 ) -> PartialItemFailureResponse:
     """Every agent event of the batch applied (see the module); the records that failed."""
     items: list[tuple[str, IngestMessage]] = []
+    bodies: dict[str, tuple[str, int]] = {}  # message id -> (agent event, tries so far)
     for raw in event.get("Records") or []:
         record = SQSRecord(raw)
+        bodies[record.message_id] = early_event(record.body)
         parsed = ingest_message(plane, cluster_name, record.body)
         if parsed is not None:  # a rejected one is counted, and not retried
             items.append((record.message_id, parsed))
@@ -98,6 +101,8 @@ def ingest_batch(
     for step in plan(items):
         try:
             apply(plane, step, until)
+        except WorkloadNotYetKnown as exc:
+            failed.update(send_back(plane, step.ids, bodies, exc))
         except Exception as exc:
             failed.update(dict.fromkeys(step.ids, exc))
     logger.set_correlation_id(None)
@@ -110,6 +115,35 @@ def ingest_batch(
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
+
+
+def send_back(
+    plane: ControlPlane,
+    ids: list[str],
+    bodies: dict[str, tuple[str, int]],
+    exc: WorkloadNotYetKnown,
+) -> dict[str, Exception]:
+    """Events of a workload not yet known, sent back to be applied a little later
+    (`EARLY_DELAYS`); the records that could not be (out of tries, or the send failed)."""
+    failed: dict[str, Exception] = {}
+    sent = 0
+    for message_id in ids:
+        body, tries = bodies[message_id]
+        if plane.slices is None or tries >= len(EARLY_DELAYS):
+            failed[message_id] = exc
+            continue
+        try:
+            plane.slices.send_early(early_body(body, tries + 1), EARLY_DELAYS[tries])
+        except Exception as error:  # the record is delivered again instead
+            failed[message_id] = error
+            continue
+        sent += 1
+    if sent:
+        logger.info(
+            "events of a workload not yet known, sent back to be applied again",
+            extra={"events": sent, "error": str(exc)},
+        )
+    return failed
 
 
 class RecordFailed(Exception):

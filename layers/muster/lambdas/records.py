@@ -33,6 +33,7 @@ from muster.runtime.messages import (
     AdmissionRequest,
     ReconcileSlice,
     control_plane_message,
+    early_event,
     parse_reconcile_message,
     parse_requeue_message,
     parse_timer_message,
@@ -65,6 +66,7 @@ IngestMessage = Event | SnapshotPart | ReconcileSlice
 
 def ingest_message(plane: ControlPlane, cluster_name: str, body: str) -> IngestMessage | None:
     """What an ingest message holds, or None when it is rejected (and counted)."""
+    body, _ = early_event(body)
     own = control_plane_message(body)
     if own is None:
         return agent_event(plane, cluster_name, body)

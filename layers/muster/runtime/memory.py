@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Timer, Workload
+from muster.core import ACTIVE_PHASES, Effect, LogEvent, Phase, Pod, SnapshotPart, Workload
 from muster.core.capacity import NodeCapacity
 from muster.runtime import listing, ports
 from muster.runtime.listing import Stamp
+from muster.runtime.memory_ports import MemoryBus, MemoryMessages, MemoryMetrics, MemoryTimers
 from muster.runtime.ports import (
     MAX_POD_WRITES,
     Conflict,
@@ -32,6 +33,8 @@ from muster.runtime.ports import (
 )
 from muster.schema import NODE_DELETED
 
+__all__ = ["MemoryBus", "MemoryMessages", "MemoryMetrics", "MemoryStore", "MemoryTimers"]
+
 EXPIRY_CHUNK = 100
 """Pod items set to expire per write (DynamoDB: one transaction)."""
 
@@ -43,10 +46,25 @@ class _Item:
     epoch: int
     outbox: tuple[Effect, ...]
     ready_count: int = 0
+    live_count: int | None = 0
     failures: int = 0
     quarantine: Quarantine | None = None
     # (expiresAt, the uid whose pods stay: "" none) of pods still to be set to expire
     expiring: tuple[float, str] | None = None
+
+    def add(self, ready_delta: int, live_delta: int) -> None:
+        """A pod write's changes of the counts (one not kept stays unkept)."""
+        self.ready_count += ready_delta
+        if self.live_count is not None:
+            self.live_count += live_delta
+
+
+def _counts(current: _Item | None, epoch: int) -> tuple[int, int | None]:
+    """The counts a workload write starts from: none after an eviction (every pod is
+    retired) or for a new workload."""
+    if current is None or current.epoch != epoch:
+        return 0, 0
+    return current.ready_count, current.live_count
 
 
 @dataclass
@@ -146,6 +164,7 @@ class MemoryStore:
             item.failures,
             item.quarantine,
             item.expiring is not None,
+            item.live_count,
         )
 
     def load_pod(self, key: str, pod: str | None) -> StoredPod | None:
@@ -168,6 +187,8 @@ class MemoryStore:
             item.outbox,
             ports.settle_pod(known, stored[2], item.epoch) if stored and known else None,
             stored[1] if stored else None,
+            item.live_count,
+            item.failures,
         )
 
     def load_pods(self, key: str, names: Sequence[str]) -> StoredPods | None:
@@ -195,10 +216,19 @@ class MemoryStore:
                 if p is not None and ports.belongs(owner, w.uid)
             },
             {n: rev for n, (_, rev, _, _) in found.items()},
+            item.live_count,
+            item.failures,
         )
 
     def write_pods(
-        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        writes: Sequence[PodWrite],
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
         if len(writes) > MAX_POD_WRITES:
             raise ValueError(f"{len(writes)} pod writes in one transaction")
@@ -206,11 +236,11 @@ class MemoryStore:
         for write in writes:
             self._check_pod(key, write)
         item = self.items[key]
-        if ready_delta and item.epoch != epoch:
+        if (ready_delta or live_delta) and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
         for write in writes:
             self._apply_pod(key, write, epoch, now, listing.carried(write))
-        item.ready_count += ready_delta
+        item.add(ready_delta, live_delta)
 
     def _check_pod(self, key: str, write: PodWrite) -> None:
         current = self.pods.get(key, {}).get(write.name)
@@ -243,15 +273,22 @@ class MemoryStore:
         self.writes += 1
 
     def write_pod(
-        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        write: PodWrite,
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
         self._maybe_conflict()
         self._check_pod(key, write)
         item = self.items[key]
-        if ready_delta and item.epoch != epoch:
+        if (ready_delta or live_delta) and item.epoch != epoch:
             raise Conflict(f"{key}: evicted meanwhile")
         self._apply_pod(key, write, epoch, now, listing.carried(write))
-        item.ready_count += ready_delta
+        item.add(ready_delta, live_delta)
 
     def write_workload(
         self,
@@ -263,6 +300,7 @@ class MemoryStore:
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
         *,
+        live_delta: int = 0,
         expiring: bool = False,
     ) -> int:
         self._maybe_conflict()
@@ -272,24 +310,24 @@ class MemoryStore:
             raise Conflict(after.key)
         for write in pods:
             self._check_pod(after.key, write)
-        count = current.ready_count if current else 0
-        if current is not None and current.epoch != epoch:
-            count = 0  # an eviction retired every pod
+        count, live = _counts(current, epoch)
         version = (expected or 0) + 1
         stamps = listing.stamping(before, after, pods)
         for name, stamp in stamps.others.items():
             self._stamp(after.key, name, stamp, after.uid)
         self.writes += 1
-        left = current.expiring if current else None
-        if expiring:
-            keep = "" if after.phase is Phase.FINISHED else after.uid
-            left = (now + self.finished_ttl, keep)
+        left = (
+            (now + self.finished_ttl, "" if after.phase is Phase.FINISHED else after.uid)
+            if expiring
+            else (current.expiring if current else None)
+        )
         self.items[after.key] = _Item(
             replace(after, pods={}, listed={}),
             version,
             epoch,
             tuple(outbox),
             count + ready_delta,
+            None if live is None else live + live_delta,
             current.failures if current else 0,
             current.quarantine if current else None,
             left,
@@ -506,82 +544,3 @@ class MemoryStore:
 
     def active(self) -> list[Workload]:
         return [i.workload for i in self.items.values() if i.workload.phase in ACTIVE_PHASES]
-
-
-@dataclass
-class MemoryTimers:
-    running: dict[tuple[str, int, str, int, str], Timer] = field(default_factory=dict)
-    started: list[tuple[str, Timer]] = field(default_factory=list)
-    stopped: list[tuple[str, Timer]] = field(default_factory=list)
-
-    @staticmethod
-    def name(workload: str, timer: Timer) -> tuple[str, int, str, int, str]:
-        """The execution's name: a start under a name already used is a no-op."""
-        return (workload, timer.attempt, timer.kind.value, timer.episode, timer.incarnation)
-
-    def start(self, workload: str, timer: Timer) -> None:
-        name = self.name(workload, timer)
-        if name not in self.running and (workload, timer) not in self.started:
-            self.started.append((workload, timer))
-            self.running[name] = timer
-
-    def stop(self, workload: str, timer: Timer) -> None:
-        self.running.pop(self.name(workload, timer), None)
-        self.stopped.append((workload, timer))
-
-
-@dataclass
-class MemoryMessages:
-    requeues: list[tuple[str, int, float]] = field(default_factory=list)
-    admission_requests: list[tuple[str, str | None]] = field(default_factory=list)
-    retries: list[int] = field(default_factory=list)  # the `retry` of each admission request
-    admission_delays: list[float] = field(default_factory=list)  # the `delay` of each
-    deadlines: list[tuple[str, Timer, float]] = field(default_factory=list)
-
-    def requeue(self, workload: str, count: int, delay: float) -> None:
-        self.requeues.append((workload, count, delay))
-
-    def request_admission(
-        self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
-    ) -> None:
-        self.admission_requests.append((reason, workload))
-        self.retries.append(retry)
-        self.admission_delays.append(delay)
-
-    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
-        self.deadlines.append((workload, timer, delay))
-
-
-@dataclass
-class MemoryBus:
-    events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    ids: list[str] = field(default_factory=list)
-
-    def publish(
-        self, event: LogEvent, workload: str, detail: Mapping[str, Any], event_id: str, at: float
-    ) -> None:
-        self.events.append((event.value, workload, dict(detail)))
-        self.ids.append(event_id)
-
-    def names(self, workload: str | None = None) -> list[str]:
-        return [e for e, w, _ in self.events if workload is None or w == workload]
-
-
-@dataclass
-class MemoryMetrics:
-    counts: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
-    samples: dict[str, list[float]] = field(default_factory=dict)
-
-    def count(self, name: str, value: float = 1, **dimensions: str) -> None:
-        key = (name, tuple(sorted(dimensions.items())))
-        self.counts[key] = self.counts.get(key, 0) + value
-
-    def seconds(self, name: str, value: float, **dimensions: str) -> None:
-        self.samples.setdefault(name, []).append(value)
-
-    def total(self, name: str, **dimensions: str) -> float:
-        return sum(
-            v
-            for (n, dims), v in self.counts.items()
-            if n == name and all((k, d) in dims for k, d in dimensions.items())
-        )

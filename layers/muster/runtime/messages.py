@@ -21,6 +21,13 @@ from muster.schema import InvalidEvent, parse_time
 REQUEUE = "requeue"
 ADMISSION = "admission"
 RECONCILE = "reconcileSlice"
+EARLY = "earlyEvent"
+EARLY_DELAYS = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+"""How much later an agent event of a workload not yet known (a pod's before its
+workload's, applied on another instance) is applied again, try by try. It is sent
+back to the ingest queue rather than failed, so it does not wait out the queue's
+visibility timeout; after the last try it fails as any other record (and in the
+end reaches the dead-letter queue)."""
 SQS_MAX_DELAY_SECONDS = 900
 SETTINGS_CHANGED = "settings changed"
 """The reason of the admission request an administrator's settings change sends: the
@@ -88,7 +95,23 @@ def control_plane_message(body: str) -> dict[str, Any] | None:
         doc = json.loads(body)
     except (TypeError, ValueError, RecursionError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("type") == RECONCILE else None
+    return doc if isinstance(doc, dict) and doc.get("type") in (RECONCILE, EARLY) else None
+
+
+def early_body(body: str, tries: int) -> str:
+    """An agent event's body sent back for try `tries` (see `EARLY_DELAYS`)."""
+    return json.dumps({"type": EARLY, "tries": tries, "body": body})
+
+
+def early_event(body: str) -> tuple[str, int]:
+    """The agent event a message carries and the tries it was sent back for (0: none)."""
+    doc = control_plane_message(body)
+    if doc is None or doc.get("type") != EARLY:
+        return body, 0
+    inner, tries = doc.get("body"), doc.get("tries")
+    if not isinstance(inner, str) or not isinstance(tries, int) or isinstance(tries, bool):
+        return body, 0  # rejected as what it is: not an agent event
+    return inner, max(tries, 0)
 
 
 def rfc3339(epoch: float) -> str:

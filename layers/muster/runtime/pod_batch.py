@@ -8,9 +8,13 @@ the summed change of the ready count in one transaction (`write_pods`), and read
 the count back once. The core ends a run where one-by-one handling could have
 moved the gang, so the gang goes through the same transitions. A lost race reads
 and folds the run again. An event the light path cannot take (the core asks for
-the whole gang, or the workload has an unfinished outbox) goes the one-event way
-(`ControlPlane.handle`), in order: an outbox is carried out by it, after which the
-run goes on together; a whole gang is needed for every later event too.
+the whole gang) goes the one-event way (`ControlPlane.handle`), as does every
+later one. A workload's unfinished outbox is carried out first by the one-event
+way (any event repairs what a failed or crashed effect left), except a pod group's
+release that has not failed: it takes seconds at scale (one ungate a pod), pod
+records do not depend on it, and every batch meeting it would release the group
+again; counting the gang whole loads it settled, which carries it out, and the
+sweeper repairs one a crash left.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from muster.core import Event, Outcome, Phase, Pod, PodObserved, Settings
+from muster.core import Admit, Effect, Event, Kind, Outcome, Phase, Pod, PodObserved, Settings
 from muster.core.pod_runs import observe_stored_pods
 from muster.retry import Backoff, retry
 from muster.runtime.listing import listed_entry
@@ -51,7 +55,7 @@ class Plane(Protocol):
     def _handle_one(self, event: Event) -> Outcome: ...
 
     def _check_readiness(
-        self, key: str, settings: Settings, now: float, *, faults: bool = False
+        self, key: str, settings: Settings, now: float, *, faults: bool = False, grew: bool = False
     ) -> None: ...
 
     def _count_outcome(
@@ -76,6 +80,15 @@ def pod_events(plane: Plane, key: str, events: Sequence[PodObserved]) -> list[Ou
     return outcomes
 
 
+def repairs_first(outbox: Sequence[Effect], failures: int) -> bool:
+    """Whether a pod event carries out its workload's unfinished outbox before it is
+    applied (see the module): always, but for a pod group's release still under way."""
+    if not outbox:
+        return False
+    releasing = any(isinstance(e, Admit) and e.kind is Kind.POD_GROUP for e in outbox)
+    return failures > 0 or not releasing
+
+
 def _run_with_retries(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
     def lost_race(_try: int, _error: BaseException) -> None:
         plane.stats.conflicts += 1
@@ -96,7 +109,7 @@ def _run_with_retries(plane: Plane, key: str, events: list[PodObserved]) -> list
 
 
 def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | None:
-    """The outcomes of the events taken: [] for an outbox first, None for the whole gang."""
+    """The outcomes of the events taken ([]: none), None for the whole gang."""
     names = list(dict.fromkeys(e.pod for e in events))
     light = plane.store.load_pods(key, names)
     if light is None:
@@ -104,19 +117,28 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         for _ in events:
             plane._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
         raise WorkloadNotYetKnown(f"pods {', '.join(names[:3])}... of unknown workload {key}")
-    if light.outbox:
-        return []
+    if repairs_first(light.outbox, light.failures):
+        return []  # the one-event way carries the outbox out first
     settings = plane.settings()
     w = light.workload
     run = observe_stored_pods(
-        w, light.pods, light.ready_count, events, settings, limit=MAX_POD_WRITES
+        w,
+        light.pods,
+        light.ready_count,
+        events,
+        settings,
+        limit=MAX_POD_WRITES,
+        live_count=light.live_count,
     )
     if not run.taken:
         return None if run.whole_gang else []
     now = plane.clock()
     writes = [_write(light, name, pod) for name, pod in run.pods.items()]
+    live_delta = run.live_delta if light.live_count is not None else 0
     if writes:
-        plane.store.write_pods(key, writes, light.epoch, run.ready_delta, now)
+        plane.store.write_pods(
+            key, writes, light.epoch, run.ready_delta, now, live_delta=live_delta
+        )
         if w.phase is Phase.FINISHED:
             plane.store.expire_pods(key, list(run.pods), now)  # late pods of a finished workload
     plane.stats.events += run.taken
@@ -124,7 +146,9 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         plane._count_outcome(change.outcome, key, "PodObserved", change.note)
     if run.recount:
         try:
-            plane._check_readiness(key, settings, plane.clock(), faults=run.faults)
+            plane._check_readiness(
+                key, settings, plane.clock(), faults=run.faults, grew=live_delta > 0
+            )
         except Quarantined as exc:
             # Applied once it is released: the agent's resync sends the state again.
             plane._count_outcome(Outcome.IGNORED, key, "PodObserved", str(exc))

@@ -69,6 +69,7 @@ class Stored:
     # Pods of a finished (or replaced) incarnation are still to be set to expire:
     # whoever next loads the workload carries it on (`expire_leftover_pods`).
     expiring: bool = False
+    live_count: int | None = 0  # live pods, kept as `ready_count` is (None: not kept yet)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,9 @@ class StoredPod:
 
     `ready_count` is maintained atomically with every pod write, so a pod event
     loads the whole gang only when the count says the gang may have become whole
-    (or stopped being whole).
+    (or stopped being whole). `live_count`, the pods alive, is kept the same way: a
+    pod group's admission depends on it. None: an item written before it was kept
+    (its pod events take the whole gang until its next eviction resets it).
     """
 
     workload: Workload  # without pods
@@ -87,6 +90,8 @@ class StoredPod:
     outbox: tuple[Effect, ...] = ()
     pod: Pod | None = None
     rev: int | None = None
+    live_count: int | None = 0
+    failures: int = 0  # failed tries at carrying out the outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,8 @@ class StoredPods:
     outbox: tuple[Effect, ...] = ()
     pods: Mapping[str, Pod] = field(default_factory=dict)
     revs: Mapping[str, int] = field(default_factory=dict)
+    live_count: int | None = 0
+    failures: int = 0  # failed tries at carrying out the outbox
 
 
 MAX_POD_WRITES = 99
@@ -157,9 +164,17 @@ class WorkloadStore(Protocol):
         ...
 
     def write_pod(
-        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        write: PodWrite,
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
-        """One pod; with a non-zero delta, atomically with the ready count (same epoch only).
+        """One pod; with non-zero deltas, atomically with the ready and live counts (same
+        epoch only).
 
         A tombstone (a deleted pod), or a pod of a finished workload, expires on its own.
         """
@@ -170,10 +185,17 @@ class WorkloadStore(Protocol):
         ...
 
     def write_pods(
-        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        writes: Sequence[PodWrite],
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
-        """Pods (at most `MAX_POD_WRITES`), each on its revision, with the summed change of
-        the ready count (same epoch only), all or none; as `write_pod` otherwise."""
+        """Pods (at most `MAX_POD_WRITES`), each on its revision, with the summed changes of
+        the counts (same epoch only), all or none; as `write_pod` otherwise."""
         ...
 
     def write_workload(
@@ -186,9 +208,11 @@ class WorkloadStore(Protocol):
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
         *,
+        live_delta: int = 0,
         expiring: bool = False,
     ) -> int:
-        """The workload (on its version) with its pod writes, atomically; a new epoch resets the count.
+        """The workload (on its version) with its pod writes, atomically; a new epoch resets the
+        counts (to the deltas: what the pods written with it count).
 
         `expiring`: the write ends an incarnation (finished, or replaced by a new
         object); it records that the pods stored so far (all of them if `after` is

@@ -38,9 +38,13 @@ MAX_SLICE_TRIES = 8
 
 
 class SliceQueue(Protocol):
-    """Where slices go (the ingest queue): `delay` seconds later."""
+    """The ingest queue, for what the control plane sends itself there: the slices of a
+    reconciliation, and agent events that came before their workload (`EARLY_DELAYS`),
+    `delay` seconds later."""
 
     def send_slice(self, s: ReconcileSlice, delay: float) -> None: ...
+
+    def send_early(self, body: str, delay: float) -> None: ...
 
 
 class Plane(Protocol):

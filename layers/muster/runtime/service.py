@@ -60,10 +60,11 @@ from muster.core.capacity import Pace, more_room, observe_node, pace_request, su
 from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
 from muster.runtime.admission import AdmissionPass
+from muster.runtime.commit_writes import count_deltas, pod_writes, reborn_writes
 from muster.runtime.deadlines import settle_deadlines
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
-from muster.runtime.pod_batch import pod_events
+from muster.runtime.pod_batch import pod_events, repairs_first
 from muster.runtime.ports import (
     Bus,
     ClusterActions,
@@ -231,9 +232,9 @@ class ControlPlane:
         reborn = decision.reborn
         epoch = (snap.epoch + 1 if decision.new_epoch else snap.epoch) if snap else 0
         writes = (
-            _reborn_writes(snap, after) if reborn else _pod_writes(snap, after, decision.withdrawn)
+            reborn_writes(snap, after) if reborn else pod_writes(snap, after, decision.withdrawn)
         )
-        delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
+        ready_delta, live_delta = count_deltas(snap, after, writes, decision.new_epoch)
         effects = _with_view(before, decision)
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
@@ -245,7 +246,15 @@ class ControlPlane:
         # should this invocation end halfway.
         expiring = snap is not None and (reborn or (ended and after.phase is Phase.FINISHED))
         version = self.store.write_workload(
-            snap, after, epoch, effects, now, pods=writes, ready_delta=delta, expiring=expiring
+            snap,
+            after,
+            epoch,
+            effects,
+            now,
+            pods=writes,
+            ready_delta=ready_delta,
+            live_delta=live_delta,
+            expiring=expiring,
         )
         if expiring:
             self.store.expire_leftover_pods(after.key)
@@ -254,21 +263,22 @@ class ControlPlane:
             self._check_readiness(after.key, settings, now)
 
     def _pod_event(self, event: PodObserved) -> Outcome | None:
-        """A pod event without loading the gang: one pod written, the ready count moved.
+        """A pod event without loading the gang: one pod written, the counts moved.
 
-        Returns None when the full path is needed (the core asks for the whole gang,
-        or the workload has an unfinished outbox).
+        Returns None when the full path is needed (the core asks for the whole gang, or
+        the outbox is to be carried out first: `muster.runtime.pod_batch.repairs_first`).
         """
         key = event.workload
         light = self.store.load_pod(key, event.pod)
         if light is None:
             self._count_outcome(Outcome.UNKNOWN_WORKLOAD, key, "PodObserved")
             raise WorkloadNotYetKnown(f"pod {event.pod} of unknown workload {key}")
-        if light.outbox:
-            return None
+        if repairs_first(light.outbox, light.failures):
+            return None  # the full path carries the outbox out first
         w = light.workload
         settings = self.settings()
-        change = observe_stored_pod(w, light.pod, event, settings)
+        counts_live = light.live_count is not None
+        change = observe_stored_pod(w, light.pod, event, settings, counts_live=counts_live)
         if change.whole_gang:
             return None
         if change.outcome is not Outcome.APPLIED:
@@ -278,26 +288,32 @@ class ControlPlane:
             return change.outcome
         now = self.clock()
         write = PodWrite(event.pod, change.pod, light.rev, w.uid, listed_entry(w, event.pod))
-        self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
+        live_delta = change.live_delta if counts_live else 0
+        self.store.write_pod(
+            key, write, light.epoch, change.ready_delta, now, live_delta=live_delta
+        )
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
         self._count_outcome(Outcome.APPLIED)
         if change.recount:
-            self._check_readiness(key, settings, self.clock(), faults=change.faults)
+            self._check_readiness(
+                key, settings, self.clock(), faults=change.faults, grew=live_delta > 0
+            )
         return Outcome.APPLIED
 
     def _check_readiness(
-        self, key: str, settings: Settings, now: float, *, faults: bool = False
+        self, key: str, settings: Settings, now: float, *, faults: bool = False, grew: bool = False
     ) -> None:
-        """After a write, read the count back; load the gang only if it may have changed state.
+        """After a write, read the counts back; load the gang only if it may have changed state.
 
         Every writer reads after its own write, so of two concurrent "last" pods
-        the one written second sees the gang whole.
+        the one written second sees the gang whole. `grew`: the write added live pods.
         """
         light = self.store.load_pod(key, None)
         if light is None:
             return
-        if gang_may_have_moved(light.workload, light.ready_count, faults=faults):
+        live = light.live_count if grew else None
+        if gang_may_have_moved(light.workload, light.ready_count, faults=faults, live_count=live):
             snap = self.settled(key)
             if snap is not None:
                 self._rederive(snap, settings, now)
@@ -567,28 +583,3 @@ def _releases(w: Workload, effect: Admit) -> bool:
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
     return any(not isinstance(e, RunAdmission) for e in effects)
-
-
-def _reborn_writes(snap: Stored | None, after: Workload) -> list[PodWrite]:
-    """The pods a new incarnation starts with (a pod group run again may have been
-    heard of pod first), written as its own; the rest of the old one's expire."""
-    revs = snap.pod_revs if snap else {}
-    return [PodWrite(name, pod, revs.get(name), after.uid) for name, pod in after.pods.items()]
-
-
-def _pod_writes(snap: Stored | None, after: Workload, evicted: bool) -> list[PodWrite]:
-    """The pod items to put or delete; an eviction retires pods by the epoch instead."""
-    before = snap.workload.pods if snap else {}
-    revs = snap.pod_revs if snap else {}
-    writes: list[PodWrite] = []
-    for name, pod in after.pods.items():
-        old = before.get(name)
-        if old == pod:
-            continue
-        if evicted and old is not None and pod == replace(old, retired=True, ready=False):
-            continue
-        writes.append(PodWrite(name, pod, revs.get(name), after.uid))
-    for name in before:
-        if name not in after.pods:
-            writes.append(PodWrite(name, None, revs.get(name), after.uid))
-    return writes

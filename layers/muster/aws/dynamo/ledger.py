@@ -73,7 +73,7 @@ class AdmissionLedger(WorkloadItems):
     ) -> int:
         """The admission, the ledger's version and the recent entry in one transaction."""
         version = before.version + 1
-        update = self._workload_update(before, after, before.epoch, outbox, now, 0)
+        update = self._workload_update(before, after, before.epoch, outbox, now, (0, 0))
         recent: PutTypeDef = {
             "TableName": self.table,
             "Item": {

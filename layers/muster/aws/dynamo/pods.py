@@ -63,6 +63,24 @@ def owner_of(item: dict[str, Any]) -> str:
     return str(item.get("owner", {}).get("S", ""))
 
 
+def live_count_of(state: dict[str, Any]) -> int | None:
+    """The workload item's count of live pods; None on an item written before it was kept."""
+    return int(state["liveCount"]["N"]) if "liveCount" in state else None
+
+
+def count_changes(ready_delta: int, live_delta: int) -> tuple[str, dict[str, Any]]:
+    """The ADD clause that moves the counts (only those that move), and its values."""
+    parts: list[str] = []
+    values: dict[str, Any] = {}
+    if ready_delta:
+        parts.append("readyCount :d")
+        values[":d"] = number(ready_delta)
+    if live_delta:
+        parts.append("liveCount :live")
+        values[":live"] = number(live_delta)
+    return ("ADD " + ", ".join(parts) if parts else ""), values
+
+
 def listing_items(
     items: Iterable[dict[str, Any]],
 ) -> Iterable[tuple[str, Stamp | None, Pod | None, str]]:
@@ -109,6 +127,8 @@ class PodItems(Table):
             tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]"))),
             stored,
             int(pod_item["rev"]["N"]) if pod_item else None,
+            live_count_of(state),
+            int(state.get("failures", {}).get("N", "0")),
         )
 
     def _batch_get(self, keys: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,29 +172,31 @@ class PodItems(Table):
             tuple(decode_effect(e) for e in json.loads(state.get("outbox", {}).get("S", "[]"))),
             pods,
             revs,
+            live_count_of(state),
+            int(state.get("failures", {}).get("N", "0")),
         )
 
     def write_pods(
-        self, key: str, writes: Sequence[PodWrite], epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        writes: Sequence[PodWrite],
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
-        """One transaction: every pod on its revision, and the count's change on the epoch."""
+        """One transaction: every pod on its revision, and the counts' changes on the epoch."""
         if len(writes) > MAX_POD_WRITES:
             raise ValueError(f"{len(writes)} pod writes in one transaction")
         if len(writes) == 1:
-            self.write_pod(key, writes[0], epoch, ready_delta, now)
+            self.write_pod(key, writes[0], epoch, ready_delta, now, live_delta=live_delta)
             return
         operations = [
             self._pod_operation(key, write, epoch, now, listing.carried(write)) for write in writes
         ]
-        if ready_delta:
-            count: UpdateTypeDef = {
-                "TableName": self.table,
-                "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
-                "UpdateExpression": "ADD readyCount :d",
-                "ConditionExpression": "epoch = :e",
-                "ExpressionAttributeValues": {":d": number(ready_delta), ":e": number(epoch)},
-            }
-            operations.append({"Update": count})
+        if ready_delta or live_delta:
+            operations.append({"Update": self._count_update(key, epoch, ready_delta, live_delta)})
         if not operations:
             return
         assert len(operations) <= MAX_TRANSACTION
@@ -232,24 +254,38 @@ class PodItems(Table):
         }
         return cast("TransactWriteItemTypeDef", {"Update": update})
 
+    def _count_update(
+        self, key: str, epoch: int, ready_delta: int, live_delta: int
+    ) -> UpdateTypeDef:
+        """The counts' changes on the workload item, on its epoch (transaction form)."""
+        expression, values = count_changes(ready_delta, live_delta)
+        return {
+            "TableName": self.table,
+            "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
+            "UpdateExpression": expression,
+            "ConditionExpression": "epoch = :e",
+            "ExpressionAttributeValues": {**values, ":e": number(epoch)},
+        }
+
     def write_pod(
-        self, key: str, write: PodWrite, epoch: int, ready_delta: int, now: float = 0.0
+        self,
+        key: str,
+        write: PodWrite,
+        epoch: int,
+        ready_delta: int,
+        now: float = 0.0,
+        *,
+        live_delta: int = 0,
     ) -> None:
         operation = self._pod_operation(key, write, epoch, now, listing.carried(write))
         try:
-            if not ready_delta:
+            if not ready_delta and not live_delta:
                 if "Put" in operation:
                     self.client.put_item(**operation["Put"])
                 else:
                     self.client.delete_item(**operation["Delete"])
                 return
-            count: UpdateTypeDef = {
-                "TableName": self.table,
-                "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
-                "UpdateExpression": "ADD readyCount :d",
-                "ConditionExpression": "epoch = :e",
-                "ExpressionAttributeValues": {":d": number(ready_delta), ":e": number(epoch)},
-            }
+            count = self._count_update(key, epoch, ready_delta, live_delta)
             self.client.transact_write_items(TransactItems=[operation, {"Update": count}])
         except ClientError as exc:
             if is_conflict(exc):

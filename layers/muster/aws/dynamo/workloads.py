@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from muster.aws.dynamo.pods import PodItems, listing_items, owner_of, pod_of
+from muster.aws.dynamo.pods import (
+    PodItems,
+    count_changes,
+    listing_items,
+    live_count_of,
+    owner_of,
+    pod_of,
+)
 from muster.aws.dynamo.quarantine import decode_quarantine
 from muster.aws.dynamo.table import (
     EXPIRING_PK,
@@ -38,14 +45,12 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef, UpdateTypeDef
 
 
-def _ready_delta(writes: Sequence[PodWrite], before: Stored | None) -> int:
-    """How a chunk of pod writes changes the number of pods counting ready."""
-    pods = before.workload.pods if before else {}
-    delta = 0
-    for w in writes:
-        old = pods.get(w.name)
-        delta += int(bool(w.pod and w.pod.counts_ready)) - int(bool(old and old.counts_ready))
-    return delta
+def _count_deltas(write: PodWrite, before: Stored | None) -> tuple[int, int]:
+    """How one pod write changes the numbers of pods counting ready and alive."""
+    old = before.workload.pods.get(write.name) if before else None
+    new = write.pod
+    ready = int(bool(new and new.counts_ready)) - int(bool(old and old.counts_ready))
+    return ready, int(bool(new and new.live)) - int(bool(old and old.live))
 
 
 class WorkloadItems(PodItems):
@@ -90,6 +95,7 @@ class WorkloadItems(PodItems):
             int(state.get("failures", {}).get("N", "0")),
             decode_quarantine(state),
             "expiring" in state,
+            live_count_of(state),
         )
 
     def _workload_update(
@@ -99,7 +105,7 @@ class WorkloadItems(PodItems):
         epoch: int,
         outbox: Sequence[Effect],
         now: float,
-        ready_delta: int,
+        counts: tuple[int, int],
         expiring: bool = False,
     ) -> UpdateTypeDef:
         """An Update of the workload item on its version (transaction form).
@@ -153,18 +159,23 @@ class WorkloadItems(PodItems):
             values[":expires"] = number(int(now) + self.history_ttl)
         else:
             removes.append("expiresAt")  # a new incarnation under a finished one's key
-        adds = []
+        ready_delta, live_delta = counts
+        adds = ""
         if before is None or epoch != before.epoch:
-            sets.append("readyCount = :ready")
+            sets += ["readyCount = :ready", "liveCount = :live"]
             values[":ready"] = number(ready_delta)
+            values[":live"] = number(live_delta)
         else:
-            adds.append("readyCount :delta")
-            values[":delta"] = number(ready_delta)
+            # A count an older item does not keep stays unkept until the next reset.
+            adds, changes = count_changes(
+                ready_delta, live_delta if before.live_count is not None else 0
+            )
+            values.update(changes)
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
         if adds:
-            expression += " ADD " + ", ".join(adds)
+            expression += " " + adds
         update: UpdateTypeDef = {
             "TableName": self.table,
             "Key": {"pk": string(workload_pk(after.key)), "sk": string(STATE)},
@@ -189,25 +200,30 @@ class WorkloadItems(PodItems):
         pods: Sequence[PodWrite] = (),
         ready_delta: int = 0,
         *,
+        live_delta: int = 0,
         expiring: bool = False,
     ) -> int:
         stamps = listing.stamping(before, after, pods)
+        # A reset (a new workload, a new epoch) sets the counts in the last transaction:
+        # the chunks before it leave them alone.
+        reset = before is None or epoch != before.epoch
+        counts_live = before is not None and before.live_count is not None
         # (operation, its change of the ready count): the listing's stamps first, then
         # the pods; at most 100 items per transaction, each chunk keeping pods and
         # count in step, the workload item (and its expiry record) in the last.
-        operations: list[tuple[TransactWriteItemTypeDef, int]] = [
+        operations: list[tuple[TransactWriteItemTypeDef, tuple[int, int]]] = [
             (
                 self._stamp_operation(
                     after.key, name, stamp, before.pod_revs.get(name) if before else None, after.uid
                 ),
-                0,
+                (0, 0),
             )
             for name, stamp in sorted(stamps.others.items())
         ]
         operations.extend(
             (
                 self._pod_operation(after.key, w, epoch, now, stamps.written.get(w.name)),
-                _ready_delta([w], before),
+                (0, 0) if reset else _count_deltas(w, before),
             )
             for w in pods
         )
@@ -232,15 +248,19 @@ class WorkloadItems(PodItems):
         try:
             for start in range(0, len(head), MAX_TRANSACTION - 1):
                 chunk = head[start : start + MAX_TRANSACTION - 1]
-                delta = sum(d for _, d in chunk)
-                ready_delta -= delta
+                ready = sum(d for _, (d, _) in chunk)
+                live = sum(d for _, (_, d) in chunk) if counts_live else 0
+                ready_delta -= ready
+                live_delta -= live
                 self.client.transact_write_items(
                     TransactItems=[
                         *(op for op, _ in chunk),
-                        {"Update": self._count_update(after.key, before, delta)},
+                        {"Update": self._chunk_count_update(after.key, before, ready, live)},
                     ]
                 )
-            update = self._workload_update(before, after, epoch, outbox, now, ready_delta, expiring)
+            update = self._workload_update(
+                before, after, epoch, outbox, now, (ready_delta, live_delta), expiring
+            )
             if not tail and not last:
                 self.client.update_item(**update)
             else:
@@ -253,15 +273,19 @@ class WorkloadItems(PodItems):
             raise
         return (before.version if before else 0) + 1
 
-    def _count_update(self, key: str, before: Stored | None, delta: int) -> UpdateTypeDef:
+    def _chunk_count_update(
+        self, key: str, before: Stored | None, ready_delta: int, live_delta: int
+    ) -> UpdateTypeDef:
+        """A chunk's change of the counts, on the workload's version (the chunk's last item)."""
+        expression, values = count_changes(ready_delta, live_delta)
         return {
             "TableName": self.table,
             "Key": {"pk": string(workload_pk(key)), "sk": string(STATE)},
-            "UpdateExpression": "ADD readyCount :d",
+            "UpdateExpression": expression or "SET #version = :expected",
             "ConditionExpression": "#version = :expected",
             "ExpressionAttributeNames": {"#version": "version"},
             "ExpressionAttributeValues": {
-                ":d": number(delta),
+                **values,
                 ":expected": number(before.version if before else 0),
             },
         }
