@@ -214,6 +214,7 @@ def test_every_expression_parses_and_every_policy_is_bound_to_deny() -> None:
         "muster-workload-bounds",
         "muster-no-orphaning",
         "muster-no-scale-up",
+        "muster-pods-stay-owned",
         "muster-gpu-requires-queue",
         "muster-controlplane-scope",
     }
@@ -758,6 +759,62 @@ def test_an_orphaning_delete_of_a_managed_workload_is_refused(obj: Any, options:
 )
 def test_deletes_that_take_the_pods_along_pass(obj: Any, options: Any) -> None:
     assert delete(obj, **options).allowed
+
+
+# --------------------------------------------------------------------------- pods stay owned
+
+DETACHED = (
+    "a pod of a Job or PyTorchJob keeps its controller's owner reference and the labels it "
+    "is selected by: without them its controller starts another pod in its place"
+)
+GC = {"username": "system:serviceaccount:kube-system:generic-garbage-collector", "groups": []}
+
+
+def job_pod() -> Any:
+    """A running pod of the Job `llama`, as the Job controller creates it."""
+    out = pod(group=None, queue=None, gates=())
+    out["metadata"]["labels"] |= {
+        "batch.kubernetes.io/controller-uid": "0d7f2a8e-0000-4000-8000-000000000009",
+        "controller-uid": "0d7f2a8e-0000-4000-8000-000000000009",
+        "batch.kubernetes.io/job-name": "llama",
+        "job-name": "llama",
+    }
+    out["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "llama",
+            "uid": "0d7f2a8e-0000-4000-8000-000000000009",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return out
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(
+            with_label(job_pod(), "batch.kubernetes.io/controller-uid", None),
+            id="selector-label-removed",
+        ),
+        pytest.param(with_label(job_pod(), "controller-uid", "other"), id="legacy-label-changed"),
+        pytest.param(changed(job_pod(), metadata__ownerReferences=[]), id="owner-removed"),
+    ],
+)
+def test_a_tenant_cannot_detach_a_pod_from_its_job(new: Any) -> None:
+    # (the Job controller would release it and start a replacement: one pod more)
+    assert update(job_pod(), new).denials == [DETACHED]
+
+
+def test_pods_may_be_edited_otherwise_and_released_by_their_controllers() -> None:
+    assert update(job_pod(), with_label(job_pod(), "debug", "yes")).allowed
+    released = changed(job_pod(), metadata__ownerReferences=[])
+    assert update(job_pod(), released, JOB_CONTROLLER).allowed
+    assert update(job_pod(), released, GC).allowed  # an unmanaged Job deleted with Orphan
+    bare = pod(group=None, queue=None, gates=())
+    assert not evaluate("muster-pods-stay-owned", request("UPDATE", bare, bare)).matched
 
 
 # --------------------------------------------------------------------------- control plane: spec
