@@ -28,7 +28,7 @@ help:
 	@echo "make bench-faults-aws  the AWS runtime under injected faults (crashes, conflicts, throttling, lost messages): invariants"
 	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"
-	@echo "make lock       re-resolve the Lambda layer's locked dependencies (requirements/layer.lock)"
+	@echo "make lock       re-resolve the locked dependencies of the Lambda layer and the agent image (requirements/*.lock)"
 	@echo "make bench-hold    CPU used by an idle muster local --hold"
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
@@ -88,6 +88,9 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --quiet --generate-hashes \
 		--python-version 3.12 --python-platform x86_64-manylinux2014 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/layer.lock
+	$(BIN)/uv pip compile pyproject.toml requirements/agent-build.in --extra agent --quiet \
+		--generate-hashes --universal --python-version 3.12 \
+		$(if $(UPGRADE),--upgrade) --output-file requirements/agent.lock
 
 bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-scale bench-faults-sim
 

@@ -2,13 +2,56 @@
 
 from __future__ import annotations
 
+import jsii
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
+from aws_cdk.interfaces.aws_events import IRuleRef
 from constructs import Construct
 
 from infra import constants as c
+
+# Delivery retries of an agent event to the ingest queue (EventBridge's maximum).
+INGEST_RETRY_ATTEMPTS = 185
+
+
+@jsii.implements(events.IRuleTarget)
+class SendOnlyQueueTarget:
+    """A queue as a rule's target, with EventBridge granted `sqs:SendMessage` alone.
+
+    CDK's own SQS target grants `GetQueueAttributes` and `GetQueueUrl` too, which
+    EventBridge does not use. The grant is for this rule only (`aws:SourceArn`), on
+    the queue and on the dead-letter queue that keeps what cannot be delivered.
+    """
+
+    def __init__(self, queue: sqs.IQueue, dead_letter_queue: sqs.IQueue, retry_attempts: int):
+        self.queue = queue
+        self.dead_letter_queue = dead_letter_queue
+        self.retry_attempts = retry_attempts
+
+    def bind(self, rule: IRuleRef, id: str | None = None) -> events.RuleTargetConfig:
+        for sid, queue in (
+            ("EventsSendToIngest", self.queue),
+            ("EventsSendUndeliverable", self.dead_letter_queue),
+        ):
+            queue.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=sid,
+                    principals=[iam.ServicePrincipal("events.amazonaws.com")],
+                    actions=["sqs:SendMessage"],
+                    resources=[queue.queue_arn],
+                    conditions={"ArnEquals": {"aws:SourceArn": rule.rule_ref.rule_arn}},
+                )
+            )
+        return events.RuleTargetConfig(
+            arn=self.queue.queue_arn,
+            dead_letter_config=events.CfnRule.DeadLetterConfigProperty(
+                arn=self.dead_letter_queue.queue_arn
+            ),
+            retry_policy=events.CfnRule.RetryPolicyProperty(
+                maximum_retry_attempts=self.retry_attempts
+            ),
+        )
 
 
 class EventBus(Construct):
@@ -52,14 +95,8 @@ class EventBus(Construct):
             event_bus=self.bus,
             description="Agent observations (workloads, pods, nodes) to the ingest queue",
             event_pattern=events.EventPattern(source=[c.AGENT_SOURCE]),
-            targets=[
-                targets.SqsQueue(
-                    ingest_queue,
-                    # Undeliverable events are kept, not dropped.
-                    dead_letter_queue=ingest_dlq,
-                    retry_attempts=185,
-                )
-            ],
+            # Undeliverable events are kept in the DLQ, not dropped.
+            targets=[SendOnlyQueueTarget(ingest_queue, ingest_dlq, INGEST_RETRY_ATTEMPTS)],
         )
         cfn_rule: events.CfnRule = self.agent_rule.node.default_child  # type: ignore[assignment]
         cfn_rule.add_property_override("EventBusName", self.bus_name)

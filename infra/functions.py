@@ -20,7 +20,6 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as event_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -74,6 +73,8 @@ class ControlPlaneFunctions(Construct):
             c.ENV_POWERTOOLS_METRICS_NAMESPACE: c.METRICS_NAMESPACE,
             c.ENV_LOG_LEVEL: config.log_level,
         }
+        if wiring.network is not None:
+            environment.update(wiring.network.endpoint_environment)
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         for name in c.FUNCTION_NAMES:
@@ -124,18 +125,27 @@ class ControlPlaneFunctions(Construct):
         function, role = self._lambda(
             name, f"Muster {name}: consumes the {c.FUNCTION_QUEUE[name]} queue", environment, wiring
         )
-        function.add_event_source(
-            sources.SqsEventSource(
-                wiring.queues[c.FUNCTION_QUEUE[name]],
-                batch_size=c.BATCH_SIZE[name],
-                max_batching_window=(
-                    Duration.seconds(c.BATCHING_WINDOW_SECONDS[name])
-                    if c.BATCHING_WINDOW_SECONDS[name]
-                    else None
-                ),
-                report_batch_item_failures=True,
-                # Admission passes: as few at once as AWS allows (see the constant).
-                max_concurrency=c.ADMISSION_MAX_CONCURRENCY if name == c.ADMISSION else None,
+        queue = wiring.queues[c.FUNCTION_QUEUE[name]]
+        function.add_event_source_mapping(
+            "QueueMapping",
+            event_source_arn=queue.queue_arn,
+            batch_size=c.BATCH_SIZE[name],
+            max_batching_window=(
+                Duration.seconds(c.BATCHING_WINDOW_SECONDS[name])
+                if c.BATCHING_WINDOW_SECONDS[name]
+                else None
+            ),
+            report_batch_item_failures=True,
+            # Admission passes: as few at once as AWS allows (see the constant).
+            max_concurrency=c.ADMISSION_MAX_CONCURRENCY if name == c.ADMISSION else None,
+        )
+        # What the event source mapping needs of its queue, and nothing more: no
+        # handler changes a message's visibility or looks a queue's URL up.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ConsumeOwnQueue",
+                actions=["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
+                resources=[queue.queue_arn],
             )
         )
         self._grant_runtime_rights(role, wiring)
@@ -193,7 +203,7 @@ class ControlPlaneFunctions(Construct):
         DynamoDB: the item reads and writes of `DynamoStore` (transactions need only
         the per-item actions they contain) and queries of the table and its index;
         no Scan, batch write, stream or describe call is made. The consumed queue's
-        rights come with its event source mapping.
+        rights are granted beside its event source mapping.
         """
         table = wiring.table
         role.add_to_policy(

@@ -14,12 +14,15 @@ KEEP_IMAGES = 20
 
 
 class AgentImageRepository(Construct):
-    """ECR repository for the agent image, scanned on push.
+    """ECR repository for the agent image, scanned on push, its tags immutable.
 
     Its name is the stack's, in lower case, with `-agent` (`muster-agent` for the
     default stack), one per stack as the stack is one per cluster; the stack's
-    output `AgentImageRepositoryUri` names it. A removal policy of
-    `destroy` deletes it only once it is empty (docs/operating.md, uninstall)."""
+    output `AgentImageRepositoryUri` names it. `muster agent-image` tags the image
+    with Muster's version and `muster manifests` pins the agent's Deployment to that
+    tag, so a tag must never move: pushing a version again is refused, and a new
+    build is a new version (or its own `--tag`). A removal policy of `destroy`
+    deletes it only once it is empty (docs/operating.md, uninstall)."""
 
     def __init__(
         self,
@@ -35,6 +38,7 @@ class AgentImageRepository(Construct):
             "Repository",
             repository_name=repository_name(stack_name),
             image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
             removal_policy=removal_policy,
             lifecycle_rules=[
                 ecr.LifecycleRule(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_iam as iam
@@ -133,12 +133,27 @@ class Monitoring(Construct):
             enable_key_rotation=True,
             removal_policy=removal_policy,
         )
-        # CloudWatch must be able to publish to the encrypted topic.
+        # CloudWatch must be able to publish to the encrypted topic, for this stack's
+        # alarms only (every alarm here is named `<stack>-<name>`): not for another
+        # account's alarms or this account's others (the confused deputy).
+        stack = Stack.of(self)
         key.add_to_resource_policy(
             iam.PolicyStatement(
+                sid="AlarmsPublishToTheTopic",
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="cloudwatch",
+                            resource="alarm",
+                            resource_name=f"{stack.stack_name}-*",
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                },
             )
         )
         topic = sns.Topic(

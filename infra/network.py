@@ -6,6 +6,15 @@ those subnets, so it can reach a private EKS API endpoint; interface endpoints
 for the services the functions call (SQS, EventBridge, Step Functions, EKS's
 DescribeCluster) and, given the subnets' route tables, a gateway endpoint for
 DynamoDB let them work without a NAT gateway.
+
+The interface endpoints have private DNS off and admit only the functions: private
+DNS would answer for `events.<region>.amazonaws.com` (and sqs, states, eks) in the
+whole VPC, so the agent's PutEvents and every other client of the cluster would be
+sent to endpoints that refuse them. The functions instead call each endpoint by
+its own name (`vpce-....<service>.<region>.vpce.amazonaws.com`), given to botocore
+as `AWS_ENDPOINT_URL_<SERVICE>` in their environment; nothing else in the VPC
+changes. STS is not among them: the EKS token is a presigned STS URL that the EKS
+API server checks itself.
 """
 
 from __future__ import annotations
@@ -22,12 +31,14 @@ from constructs import Construct
 from infra import constants as c
 
 # What the functions call, as interface endpoints (X-Ray segments and the logs of a
-# function go through the Lambda service, not the function's network).
-INTERFACE_SERVICES: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
-    "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
-    "Events": ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE,
-    "StepFunctions": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
-    "Eks": ec2.InterfaceVpcEndpointAwsService.EKS,
+# function go through the Lambda service, not the function's network), and the
+# environment variable that points botocore's client for it at the endpoint
+# (`AWS_ENDPOINT_URL_` and the service's id: SQS, EventBridge, SFN, EKS).
+INTERFACE_SERVICES: dict[str, tuple[ec2.InterfaceVpcEndpointAwsService, str]] = {
+    "Sqs": (ec2.InterfaceVpcEndpointAwsService.SQS, "AWS_ENDPOINT_URL_SQS"),
+    "Events": (ec2.InterfaceVpcEndpointAwsService.EVENTBRIDGE, "AWS_ENDPOINT_URL_EVENTBRIDGE"),
+    "StepFunctions": (ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS, "AWS_ENDPOINT_URL_SFN"),
+    "Eks": (ec2.InterfaceVpcEndpointAwsService.EKS, "AWS_ENDPOINT_URL_EKS"),
 }
 
 
@@ -143,6 +154,8 @@ class FunctionNetwork(Construct):
             self.created_security_group = group
             groups = [group]
         self.security_groups = groups
+        # botocore's endpoint for each service, where the stack made one.
+        self.endpoint_environment: dict[str, str] = {}
         if config.endpoints:
             self._endpoints(config)
 
@@ -156,17 +169,20 @@ class FunctionNetwork(Construct):
         )
         for group in self.security_groups:
             endpoint_group.add_ingress_rule(group, ec2.Port.tcp(443), "HTTPS from the functions")
-        for name, service in INTERFACE_SERVICES.items():
-            ec2.InterfaceVpcEndpoint(
+        for name, (service, variable) in INTERFACE_SERVICES.items():
+            endpoint = ec2.InterfaceVpcEndpoint(
                 self,
                 f"{name}Endpoint",
                 vpc=self.vpc,
                 service=service,
                 subnets=self.subnets,
                 security_groups=[endpoint_group],
-                private_dns_enabled=True,
+                private_dns_enabled=False,
                 open=False,
             )
+            # DnsEntries: "<hosted zone>:<name>", the regional name first.
+            regional = Fn.select(0, endpoint.vpc_endpoint_dns_entries)
+            self.endpoint_environment[variable] = "https://" + Fn.select(1, Fn.split(":", regional))
         if config.route_table_ids:
             ec2.CfnVPCEndpoint(
                 self,

@@ -9,7 +9,8 @@ the timer function re-checks the workload's state and attempt.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -59,13 +60,35 @@ class TimerStateMachine(Construct):
             retention=log_retention,
             removal_policy=removal_policy,
         )
-        # A fixed name: operators find it in the console, and the functions' rights
-        # name its executions (`execution:<name>:*`).
-        self.state_machine_name = f"{Stack.of(self).stack_name}-{c.TIMER_STATE_MACHINE_SUFFIX}"
+        # A fixed name: operators find it in the console, the functions' rights name
+        # its executions (`execution:<name>:*`), and its role trusts it by name.
+        stack = Stack.of(self)
+        self.state_machine_name = f"{stack.stack_name}-{c.TIMER_STATE_MACHINE_SUFFIX}"
+        own_arn = stack.format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=self.state_machine_name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        # Step Functions may assume the role for this state machine only, not for
+        # every state machine of the account (CDK's default trusts `stateMachine:*`).
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.PrincipalWithConditions(
+                iam.ServicePrincipal("states.amazonaws.com"),
+                {
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnEquals": {"aws:SourceArn": own_arn},
+                },
+            ),
+            description="Muster readiness timers: signal the timer queue",
+        )
         self.state_machine = sfn.StateMachine(
             self,
             c.ID_STATE_MACHINE,
             state_machine_name=self.state_machine_name,
+            role=self.role,
             definition_body=sfn.DefinitionBody.from_chainable(wait.next(signal)),
             state_machine_type=sfn.StateMachineType.STANDARD,
             comment="Muster readiness timer: wait until the deadline, then signal the timer queue.",

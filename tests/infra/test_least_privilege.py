@@ -9,6 +9,7 @@ grant, or a grant left after its call is gone, fails here.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import Any
 
@@ -36,9 +37,7 @@ PLATFORM = {
 CONSUMER = {
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
-    "sqs:ChangeMessageVisibility",
     "sqs:GetQueueAttributes",
-    "sqs:GetQueueUrl",
 }
 
 
@@ -310,3 +309,173 @@ def test_the_bus_allow_for_the_agent_names_its_source(synthesized: Synthesized) 
     statements = _bus_policy(synthesized.template)
     allow = statements["MusterAgentPutEvents"]
     assert allow["Condition"] == {"StringEquals": {"events:source": c.AGENT_SOURCE}}
+
+
+# --------------------------------------------------------------------------- queues, key, timers
+
+ACCOUNT, REGION = "111122223333", "eu-west-1"
+
+
+def _concrete(value: Any) -> str:
+    """A template value as it resolves in ACCOUNT and REGION (a resource as `<id>`)."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(_concrete(p) for p in parts)
+    pseudo = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": "aws"}
+    if "Ref" in value and value["Ref"] in pseudo:
+        return pseudo[value["Ref"]]
+    return f"<{_ref(value)}>"
+
+
+def _grants(statement: dict[str, Any], service: str, action: str, context: dict[str, str]) -> bool:
+    """Whether an Allow statement lets `service` do `action` with the request's context.
+
+    Evaluates the operators these policies use; a key the request lacks fails its test.
+    """
+    if statement["Effect"] != "Allow" or statement["Principal"] != {"Service": service}:
+        return False
+    if not any(fnmatch.fnmatchcase(action, a) for a in _list(statement["Action"])):
+        return False
+    for operator, pairs in statement.get("Condition", {}).items():
+        for key, wanted in pairs.items():
+            values = [_concrete(v) for v in _list(wanted)]
+            given = context.get(key)
+            if given is None:
+                return False
+            if operator in ("StringEquals", "ArnEquals"):
+                ok = given in values
+            elif operator == "ArnLike":
+                ok = any(fnmatch.fnmatchcase(given, v) for v in values)
+            else:
+                raise AssertionError(f"unexpected operator {operator}")
+            if not ok:
+                return False
+    return True
+
+
+def _mappings(doc: dict[str, Any]) -> dict[str, str]:
+    """Function role -> the queue its event source mapping consumes."""
+    role_of = {
+        k: _ref(f["Properties"]["Role"]) for k, f in resources(doc, "AWS::Lambda::Function").items()
+    }
+    return {
+        role_of[_ref(m["Properties"]["FunctionName"])]: _ref(m["Properties"]["EventSourceArn"])
+        for m in resources(doc, "AWS::Lambda::EventSourceMapping").values()
+    }
+
+
+def test_no_function_changes_visibility_or_looks_up_queue_urls() -> None:
+    # The Lambdas' code (the layer's package and the handlers); the local mode's
+    # poller plays Lambda's part with the developer's own credentials.
+    roots = [REPO_ROOT / "functions", *(REPO_ROOT / "layers" / "muster").iterdir()]
+    for root in roots:
+        if root.name in ("local", "harness", "sim", "cli") or not (
+            root.is_dir() or root.suffix == ".py"
+        ):
+            continue
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            text = path.read_text()
+            assert "change_message_visibility" not in text, path
+            assert "get_queue_url" not in text, path
+
+
+def test_each_function_consumes_only_its_own_queue_with_what_the_mapping_needs(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    mappings = _mappings(doc)
+    assert len(mappings) == 3
+    for role_id in _function_roles(doc):
+        granted = {
+            a: {_ref(r) for r in _list(s["Resource"])}
+            for s in _statements_of(doc, role_id)
+            if s["Effect"] == "Allow"
+            for a in _list(s["Action"])
+        }
+        assert "sqs:GetQueueUrl" not in granted and "sqs:ChangeMessageVisibility" not in granted
+        for action in CONSUMER:
+            if role_id in mappings:
+                assert granted[action] == {mappings[role_id]}, (role_id, action)
+            else:
+                assert action not in granted, (role_id, action)  # the sweeper consumes nothing
+
+
+def test_eventbridge_may_only_send_the_agent_rules_events_to_the_ingest_queue(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    (rule,) = [
+        k
+        for k, r in resources(doc, "AWS::Events::Rule").items()
+        if "EventPattern" in r["Properties"]
+    ]
+    ours = {"aws:SourceArn": f"<{rule}>", "aws:SourceAccount": ACCOUNT}
+    other = {
+        "aws:SourceArn": "arn:aws:events:eu-west-1:111122223333:rule/other",
+        "aws:SourceAccount": ACCOUNT,
+    }
+    sendable = set()
+    for policy in resources(doc, "AWS::SQS::QueuePolicy").values():
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        (queue,) = [_ref(q) for q in policy["Properties"]["Queues"]]
+        for action in (
+            "sqs:SendMessage",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+            "sqs:ReceiveMessage",
+        ):
+            if any(_grants(s, "events.amazonaws.com", action, ours) for s in statements):
+                assert action == "sqs:SendMessage", (queue, action)
+                sendable.add(queue)
+            assert not any(_grants(s, "events.amazonaws.com", action, other) for s in statements)
+    # the ingest queue and its DLQ (for what cannot be delivered), nothing else
+    assert len(sendable) == 2 and all("Ingest" in q for q in sendable), sendable
+
+
+def test_only_this_stacks_alarms_may_use_the_alarm_topics_key(synthesized: Synthesized) -> None:
+    doc = synthesized.template
+    (key,) = resources(doc, "AWS::KMS::Key").values()
+    statements = key["Properties"]["KeyPolicy"]["Statement"]
+    names = [
+        a["Properties"]["AlarmName"] for a in resources(doc, "AWS::CloudWatch::Alarm").values()
+    ]
+    assert names
+
+    def may(context: dict[str, str], action: str = "kms:GenerateDataKey") -> bool:
+        return any(_grants(s, "cloudwatch.amazonaws.com", action, context) for s in statements)
+
+    for name in names:
+        arn = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{name}"
+        assert may({"aws:SourceArn": arn, "aws:SourceAccount": ACCOUNT}), name
+        assert may({"aws:SourceArn": arn, "aws:SourceAccount": ACCOUNT}, "kms:Decrypt"), name
+    elsewhere = f"arn:aws:cloudwatch:{REGION}:444455556666:alarm:Muster-IngestErrors"
+    assert not may({"aws:SourceArn": elsewhere, "aws:SourceAccount": "444455556666"})
+    another = f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:Billing-Spend"
+    assert not may({"aws:SourceArn": another, "aws:SourceAccount": ACCOUNT})
+    assert not may({})  # no confused deputy without a source
+    assert not may({"aws:SourceArn": elsewhere, "aws:SourceAccount": ACCOUNT}, "kms:Encrypt")
+
+
+def test_the_timer_role_is_assumable_only_for_its_own_state_machine(
+    synthesized: Synthesized,
+) -> None:
+    doc = synthesized.template
+    (machine,) = resources(doc, "AWS::StepFunctions::StateMachine").values()
+    role_id = _ref(machine["Properties"]["RoleArn"])
+    trust = resources(doc, "AWS::IAM::Role")[role_id]["Properties"]["AssumeRolePolicyDocument"]
+    name = machine["Properties"]["StateMachineName"]
+
+    def may(arn: str, account: str = ACCOUNT) -> bool:
+        context = {"aws:SourceArn": arn, "aws:SourceAccount": account}
+        return any(
+            _grants(s, "states.amazonaws.com", "sts:AssumeRole", context)
+            for s in trust["Statement"]
+        )
+
+    own = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
+    assert may(own)
+    assert not may(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:SomeoneElses")
+    assert not may(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}-copy")
+    assert not may(own.replace(ACCOUNT, "444455556666"), "444455556666")

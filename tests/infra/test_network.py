@@ -12,12 +12,21 @@ from infra.images import repository_name
 from tests.infra.test_variants import synth
 
 VPC = "vpc-0123456789abcdef0"
+# botocore's setting for each service's endpoint (AWS_ENDPOINT_URL_ + its service id).
+ENDPOINT_VARIABLES = {
+    "sqs": "AWS_ENDPOINT_URL_SQS",
+    "events": "AWS_ENDPOINT_URL_EVENTBRIDGE",
+    "states": "AWS_ENDPOINT_URL_SFN",
+    "eks": "AWS_ENDPOINT_URL_EKS",
+}
 SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba987654321f"]
 
 
 def test_without_a_vpc_no_function_is_in_one_and_no_endpoint_is_made(template: Any) -> None:
     for function in template.find_resources("AWS::Lambda::Function").values():
         assert "VpcConfig" not in function["Properties"]
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        assert not [v for v in variables if v.startswith("AWS_ENDPOINT_URL")]
     template.resource_count_is("AWS::EC2::VPCEndpoint", 0)
     template.resource_count_is("AWS::EC2::SecurityGroup", 0)
 
@@ -61,7 +70,66 @@ def test_with_a_vpc_every_function_runs_in_its_subnets_with_private_endpoints(
     )
     assert services == ["eks", "events", "sqs", "states"]
     for e in interface:
-        assert e["PrivateDnsEnabled"] is True and e["SubnetIds"] == SUBNETS
+        assert e["SubnetIds"] == SUBNETS
+    # AND none answers for its service's public name in the whole VPC, so the agent
+    # (PutEvents) and the cluster's other clients keep reaching AWS as before ...
+    assert all(e["PrivateDnsEnabled"] is False for e in interface)
+    # ... and each admits HTTPS from the functions' group alone
+    (endpoint_group,) = [k for k in groups if "EndpointsSecurityGroup" in k]
+    ingress = [
+        r["Properties"]
+        for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [endpoint_group, "GroupId"]}
+    ] + groups[endpoint_group]["Properties"].get("SecurityGroupIngress", [])
+    assert [(i["FromPort"], i["SourceSecurityGroupId"]) for i in ingress] == [
+        (443, {"Fn::GetAtt": [functions_group, "GroupId"]})
+    ]
+    # AND every function calls each service by its endpoint's own DNS name
+    endpoint_of = {
+        next(
+            n
+            for n in ("sqs", "events", "states", "eks")
+            if f".{n}" in str(e["Properties"]["ServiceName"])
+        ): k
+        for k, e in endpoints.items()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
+    }
+    for function in ours:
+        variables = function["Properties"]["Environment"]["Variables"]
+        for service, variable in ENDPOINT_VARIABLES.items():
+            assert variables[variable] == {
+                "Fn::Join": [
+                    "",
+                    [
+                        "https://",
+                        {
+                            "Fn::Select": [
+                                1,
+                                {
+                                    "Fn::Split": [
+                                        ":",
+                                        {
+                                            "Fn::Select": [
+                                                0,
+                                                {
+                                                    "Fn::GetAtt": [
+                                                        endpoint_of[service],
+                                                        "DnsEntries",
+                                                    ]
+                                                },
+                                            ]
+                                        },
+                                    ]
+                                },
+                            ]
+                        },
+                    ],
+                ]
+            }, (service, variables[variable])
+        # (the EKS token stays a presigned URL of STS's public name)
+        assert not {v for v in variables if v.startswith("AWS_ENDPOINT_URL")} - set(
+            ENDPOINT_VARIABLES.values()
+        )
     (gateway,) = [
         e["Properties"]
         for e in endpoints.values()
@@ -130,6 +198,8 @@ def test_the_agent_image_repository_is_the_stacks_and_scanned(template: Any) -> 
     (repository,) = template.find_resources("AWS::ECR::Repository").values()
     assert repository["Properties"]["RepositoryName"] == "muster-agent"
     assert repository["Properties"]["ImageScanningConfiguration"] == {"ScanOnPush": True}
+    # the Deployment pins the agent by its version's tag: a tag never moves
+    assert repository["Properties"]["ImageTagMutability"] == "IMMUTABLE"
     assert repository["DeletionPolicy"] == "Retain"
     assert "LifecyclePolicy" in repository["Properties"]
     outputs = template.find_outputs("*")

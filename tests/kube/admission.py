@@ -3,20 +3,24 @@
 The CEL is evaluated by `celpy` (PyPI `cel-python`), a real CEL interpreter; this
 module plays the API server's part around it, step by step as the admission plugin
 does: match the request against `matchConstraints` (resource rules and the object
-selector, which an UPDATE matches through either the old or the new object), then
-`matchConditions`, then `variables` (each bound under `variables.<name>`), then each
-validation, with the policy's `failurePolicy: Fail` turning an evaluation error into
-a refusal.
+selector, which an UPDATE matches through either the old or the new object, and a
+DELETE through the old one) and the binding's `matchResources` namespace selector
+(against the labels the test gives the namespace), then `matchConditions`, then
+`variables` (each bound under `variables.<name>`), then each validation, with the
+policy's `failurePolicy: Fail` turning an evaluation error into a refusal.
 
 Where it stands in for Kubernetes:
 - Variables are evaluated in order and an error is kept as the variable's value,
   not raised: CEL's `&&`/`||` absorb it exactly as the API server's lazy variables
   do when a branch does not need them.
-- The policies use only standard CEL (`has`, `exists`, `all`, `map`, `filter`,
-  `startsWith`, `contains`, `matches`, `int`) so no Kubernetes library function
-  needs a shim; `compile_all` proves every expression parses. One shim mends
+- The policies use standard CEL (`has`, `exists`, `all`, `map`, `filter`,
+  `startsWith`, `contains`, `matches`, `int`, `string`, `bytes`, `size`) and one
+  function of Kubernetes' list library, `sum()`, which gets a shim that adds as
+  Kubernetes does; `compile_all` proves every expression parses. One shim mends
   celpy itself: its string `+` yields a plain Python `str`, on which its
   `contains` finds no overload, so `contains` is given a version that accepts both.
+- A `/scale` request carries `autoscaling/v1` Scale objects (name, namespace, the
+  replicas; no labels), as the API server builds them for a custom resource.
 - celpy's `has()` on a missing intermediate field returns false where Kubernetes
   errors, so the policies guard every intermediate field themselves.
 """
@@ -64,6 +68,7 @@ RESOURCES = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Deployment": ("apps", "v1", "deployments"),
 }
+SCALE_KIND = {"group": "autoscaling", "version": "v1", "kind": "Scale"}
 
 
 def documents() -> list[dict[str, Any]]:
@@ -119,17 +124,22 @@ def request(
     *,
     user: dict[str, Any] | None = None,
     sub_resource: str = "",
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An AdmissionRequest as the API server builds it (empty fields omitted, as in JSON)."""
+    """An AdmissionRequest as the API server builds it (empty fields omitted, as in JSON).
+
+    `options` are a DELETE's DeleteOptions (the API server sends them even when the
+    client gave none: then only their kind)."""
     subject = obj if obj is not None else old
     assert subject is not None
     group, version, plural = RESOURCES[subject["kind"]]
     meta = subject["metadata"]
+    kind = {"group": group, "version": version, "kind": subject["kind"]}
     req: dict[str, Any] = {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-        "kind": {"group": group, "version": version, "kind": subject["kind"]},
+        "kind": kind,
         "resource": {"group": group, "version": version, "resource": plural},
-        "requestKind": {"group": group, "version": version, "kind": subject["kind"]},
+        "requestKind": dict(kind),
         "requestResource": {"group": group, "version": version, "resource": plural},
         "name": meta.get("name", ""),
         "namespace": meta.get("namespace", ""),
@@ -139,11 +149,40 @@ def request(
     }
     if sub_resource:
         req["subResource"] = sub_resource
+        req["requestSubResource"] = sub_resource
+    if operation == "DELETE":
+        req["options"] = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"} | (options or {})
     return {
         "request": req,
         "object": copy.deepcopy(obj),
         "oldObject": copy.deepcopy(old),
     }
+
+
+def scale_request(
+    workload: dict[str, Any],
+    old_replicas: int,
+    new_replicas: int,
+    *,
+    user: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An UPDATE of `workload`'s /scale subresource, as `kubectl scale` sends it."""
+    meta = workload["metadata"]
+
+    def scale(replicas: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": replicas},
+            "status": {"replicas": old_replicas},
+        }
+
+    review = request("UPDATE", workload, workload, user=user, sub_resource="scale")
+    review["request"]["kind"] = dict(SCALE_KIND)
+    review["request"]["requestKind"] = dict(SCALE_KIND)
+    review["object"], review["oldObject"] = scale(new_replicas), scale(old_replicas)
+    return review
 
 
 @dataclass
@@ -163,9 +202,17 @@ def _contains(container: Any, item: Any) -> Any:
     return celpy.celtypes.BoolType(container.contains(item))
 
 
+def _sum(items: Any) -> Any:
+    """Kubernetes' list `sum()`: the elements added up, 0 for an empty list."""
+    total = celpy.celtypes.IntType(0)
+    for item in items:
+        total = total + item
+    return total
+
+
 @functools.cache
 def _program(expression: str) -> Any:
-    return _ENV.program(_ENV.compile(expression), functions={"contains": _contains})
+    return _ENV.program(_ENV.compile(expression), functions={"contains": _contains, "sum": _sum})
 
 
 def _eval(expression: str, activation: dict[str, Any]) -> Any:
@@ -195,6 +242,17 @@ def _rule_matches(rule: dict[str, Any], req: dict[str, Any]) -> bool:
     )
 
 
+def _labels_match(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "Exists", "only Exists is used by the shipped policies"
+        if expr["key"] not in labels:
+            return False
+    return True
+
+
 def _selector_matches(selector: dict[str, Any] | None, review: dict[str, Any]) -> bool:
     if not selector:
         return True
@@ -202,19 +260,19 @@ def _selector_matches(selector: dict[str, Any] | None, review: dict[str, Any]) -
     def labels_match(obj: dict[str, Any] | None) -> bool:
         if obj is None:
             return False
-        labels = obj["metadata"].get("labels") or {}
-        for expr in selector.get("matchExpressions", []):
-            assert expr["operator"] == "Exists", "only Exists is used by the shipped policies"
-            if expr["key"] not in labels:
-                return False
-        return True
+        return _labels_match(selector, obj["metadata"].get("labels") or {})
 
     # The API server matches an UPDATE if either the old or the new object matches.
     return labels_match(review["object"]) or labels_match(review["oldObject"])
 
 
-def evaluate(name: str, review: dict[str, Any], params: dict[str, Any] | None = None) -> Verdict:
-    """What the named shipped policy says about one admission request."""
+def evaluate(
+    name: str,
+    review: dict[str, Any],
+    params: dict[str, Any] | None = None,
+    namespace_labels: dict[str, str] | None = None,
+) -> Verdict:
+    """What the named shipped policy, through its binding, says about one request."""
     policy = policies()[name]
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
@@ -222,6 +280,9 @@ def evaluate(name: str, review: dict[str, Any], params: dict[str, Any] | None = 
     if not any(_rule_matches(r, review["request"]) for r in constraints["resourceRules"]):
         return Verdict(matched=False)
     if not _selector_matches(constraints.get("objectSelector"), review):
+        return Verdict(matched=False)
+    namespaces = (bindings()[name]["spec"].get("matchResources") or {}).get("namespaceSelector")
+    if namespaces and not _labels_match(namespaces, namespace_labels or {}):
         return Verdict(matched=False)
     context: dict[str, Any] = dict(review)
     if "paramKind" in spec:
@@ -257,12 +318,16 @@ def evaluate(name: str, review: dict[str, Any], params: dict[str, Any] | None = 
     return Verdict(True, denials)
 
 
-def admitted_by_all(review: dict[str, Any], params: dict[str, Any] | None = None) -> Verdict:
+def admitted_by_all(
+    review: dict[str, Any],
+    params: dict[str, Any] | None = None,
+    namespace_labels: dict[str, str] | None = None,
+) -> Verdict:
     """Every shipped policy at once, as the API server applies them."""
     denials: list[str] = []
     matched = False
     for name in policies():
-        verdict = evaluate(name, review, params)
+        verdict = evaluate(name, review, params, namespace_labels)
         matched = matched or verdict.matched
         denials += verdict.denials
     return Verdict(matched, denials)

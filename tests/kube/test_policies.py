@@ -24,6 +24,7 @@ from tests.kube.admission import (
     evaluate,
     policies,
     request,
+    scale_request,
     shipped_params,
 )
 
@@ -180,11 +181,24 @@ def update(old: dict[str, Any], new: dict[str, Any], user: dict[str, Any] = TENA
 
 
 def restricted(**queues: dict[str, str]) -> dict[str, Any]:
+    """Params that restrict queues, naming exactly `queues` (as `render` does)."""
     params = copy.deepcopy(shipped_params())
     params["data"]["restrictQueues"] = "true"
+    params["data"]["queues"] = ",".join(sorted(queues))
     for queue, keys in queues.items():
         for key, value in keys.items():
             params["data"][f"queue.{queue}.{key}"] = value
+    return params
+
+
+def with_params(**data: str | None) -> dict[str, Any]:
+    """The shipped params with keys set (None removes one)."""
+    params = copy.deepcopy(shipped_params())
+    for key, value in data.items():
+        if value is None:
+            params["data"].pop(key, None)
+        else:
+            params["data"][key] = value
     return params
 
 
@@ -197,6 +211,11 @@ def test_every_expression_parses_and_every_policy_is_bound_to_deny() -> None:
         "muster-created-held",
         "muster-held-after-creation",
         "muster-queue-access",
+        "muster-workload-bounds",
+        "muster-no-orphaning",
+        "muster-no-scale-up",
+        "muster-pods-stay-owned",
+        "muster-gpu-requires-queue",
         "muster-controlplane-scope",
     }
     for name, binding in bindings().items():
@@ -328,9 +347,55 @@ def test_a_queue_not_open_to_the_namespace_is_refused_with_its_name() -> None:
     assert verdict.denials == ["queue premium is not open to namespace team-a"]
 
 
-def test_a_queue_nobody_configured_is_refused_when_queues_are_restricted() -> None:
-    verdict = admitted_by_all(request("CREATE", job(queue="secret")), restricted())
-    assert verdict.denials == ["queue secret is not open to namespace team-a"]
+@pytest.mark.parametrize("queue", ["secret", "Default", "default-x"])
+def test_a_queue_no_setting_names_is_refused_as_unknown(queue: str) -> None:
+    # GIVEN queues restricted, with only `default` and `premium` named
+    params = restricted(default={"namespaces": "*"}, premium={"namespaces": "team-a"})
+    # WHEN a workload names another queue (another spelling of a real one too)
+    verdict = admitted_by_all(request("CREATE", job(queue=queue)), params)
+    # THEN it is refused as unknown, and told which queues there are
+    assert verdict.denials == [
+        f"queue {queue} is not a Muster queue (the queues are default,premium)"
+    ]
+
+
+NO_QUEUE = (
+    "queue default is not a Muster queue: no queue is configured (queueAccess in Muster's settings)"
+)
+
+
+def test_with_no_queue_configured_every_queue_is_refused_when_restricted() -> None:
+    verdict = admitted_by_all(request("CREATE", job()), restricted())
+    assert verdict.denials == [NO_QUEUE]
+
+
+def test_a_named_queue_without_a_grant_is_open_to_no_namespace() -> None:
+    params = restricted(default={"namespaces": "*"})
+    params["data"]["queues"] = "default,spot"  # spot has settings of its own, no grant
+    verdict = admitted_by_all(request("CREATE", job(queue="spot")), params)
+    assert verdict.denials == ["queue spot is not open to namespace team-a"]
+
+
+def test_params_without_the_restriction_key_restrict() -> None:
+    # A hand-written ConfigMap that leaves restrictQueues out is not an open door.
+    params = with_params(restrictQueues=None, queues="default")
+    verdict = admitted_by_all(request("CREATE", job()), params)
+    assert verdict.denials == ["queue default is not open to namespace team-a"]
+
+
+def test_params_without_a_queue_list_know_no_queue() -> None:
+    verdict = admitted_by_all(request("CREATE", job()), with_params(queues=None))
+    assert verdict.denials == [NO_QUEUE]
+
+
+def test_an_open_configuration_still_refuses_queues_it_does_not_name() -> None:
+    # GIVEN queues open to every namespace, but the settings name `spot` (its own quota)
+    params = with_params(restrictQueues="false", queues="spot")
+    # THEN `spot` is open at any priority, and a made-up name cannot escape its quota
+    obj = job(queue="spot", annotations={"muster.io/priority": "999999999"})
+    assert admitted_by_all(request("CREATE", obj), params).allowed
+    verdict = admitted_by_all(request("CREATE", job(queue="made-up")), params)
+    assert verdict.denials == ["queue made-up is not a Muster queue (the queues are spot)"]
 
 
 def test_a_queue_open_to_the_namespace_is_accepted() -> None:
@@ -349,7 +414,8 @@ def test_priority_above_the_queue_bound_is_refused() -> None:
 def test_priority_is_bounded_at_zero_when_the_queue_names_no_bound() -> None:
     params = restricted(default={"namespaces": "*"})
     obj = job(annotations={"muster.io/priority": "1"})
-    assert not admitted_by_all(request("CREATE", obj), params).allowed
+    verdict = admitted_by_all(request("CREATE", obj), params)
+    assert verdict.denials == ["muster.io/priority on queue default may be at most 0"]
 
 
 def test_a_priority_that_is_not_a_number_is_refused() -> None:
@@ -368,14 +434,537 @@ def test_priority_classes_not_allowed_on_the_queue_are_refused() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("klass", "value"),
+    [("system-node-critical", 2000001000), ("system-cluster-critical", 2000000000)],
+)
+def test_a_system_class_above_the_queue_bound_is_refused(klass: str, value: int) -> None:
+    # GIVEN a restricted queue with maxPriority 0 and no class list
+    params = restricted(default={"namespaces": "*", "maxPriority": "0"})
+    # WHEN a workload runs its pods at a system class
+    verdict = admitted_by_all(request("CREATE", job(priority_class=klass)), params)
+    # THEN the class's value is bounded like the annotation
+    assert verdict.denials == [
+        f"PriorityClass {klass} (priority {value}) is above queue default's bound 0"
+    ]
+
+
+def test_a_system_class_passes_where_the_queue_allows_it() -> None:
+    listed = restricted(default={"namespaces": "*", "priorityClasses": "system-node-critical"})
+    high = restricted(default={"namespaces": "*", "maxPriority": "2000001000"})
+    for params in (listed, high):
+        review = request("CREATE", jobset(priority_class="system-node-critical"))
+        assert admitted_by_all(review, params).allowed
+
+
 def test_pod_group_pods_are_checked_against_the_queue() -> None:
     params = restricted(default={"namespaces": "team-b"})
-    assert not admitted_by_all(request("CREATE", pod()), params).allowed
+    verdict = admitted_by_all(request("CREATE", pod()), params)
+    assert verdict.denials == ["queue default is not open to namespace team-a"]
 
 
-def test_without_restriction_every_queue_and_priority_is_open() -> None:
+def test_the_default_params_open_every_queue_and_priority() -> None:
+    # The default settings name no queue and do not restrict: nothing to escape.
     obj = job(queue="anything", annotations={"muster.io/priority": "1000000"})
     assert admitted_by_all(request("CREATE", obj)).allowed
+
+
+# --------------------------------------------------------------------------- growth
+
+GROWTH = (
+    "a workload Muster has released cannot grow: parallelism, completions and replicas "
+    "may go down but not up while it is not suspended (its GPUs were counted at admission)"
+)
+
+
+def jobset_with(*, suspend: bool = True, replicas: int = 2, parallelism: int = 4) -> Any:
+    out = jobset(suspend=suspend)
+    out["spec"]["replicatedJobs"][0]["replicas"] = replicas
+    out["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = parallelism
+    return out
+
+
+def pytorchjob_with(*, suspend: bool = True, workers: int | None = 1, **more: int) -> Any:
+    out = pytorchjob(suspend=suspend)
+    specs = out["spec"]["pytorchReplicaSpecs"]
+    if workers is None:
+        specs["Worker"].pop("replicas")
+    else:
+        specs["Worker"]["replicas"] = workers
+    for kind, replicas in more.items():
+        specs[kind] = copy.deepcopy(specs["Worker"]) | {"replicas": replicas}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param(
+            job(suspend=False),
+            changed(job(suspend=False), spec__parallelism=64),
+            id="job-parallelism",
+        ),
+        pytest.param(
+            job(suspend=False),
+            changed(job(suspend=False), spec__completions=64),
+            id="job-completions",
+        ),
+        pytest.param(
+            changed(job(suspend=False), spec__completions=1, spec__parallelism=8),
+            changed(job(suspend=False), spec__completions=None, spec__parallelism=8),
+            id="job-completions-unset",
+        ),
+        pytest.param(
+            jobset_with(suspend=False), jobset_with(suspend=False, replicas=3), id="jobset-replicas"
+        ),
+        pytest.param(
+            jobset_with(suspend=False),
+            jobset_with(suspend=False, parallelism=5),
+            id="jobset-parallelism",
+        ),
+        pytest.param(
+            pytorchjob_with(suspend=False),
+            pytorchjob_with(suspend=False, workers=63),
+            id="pytorchjob-workers",
+        ),
+        pytest.param(
+            pytorchjob_with(suspend=False, workers=None),
+            pytorchjob_with(suspend=False, workers=2),
+            id="pytorchjob-workers-unset",
+        ),
+    ],
+)
+def test_a_released_workload_cannot_grow(old: Any, new: Any) -> None:
+    verdict = update(old, new)
+    assert verdict.denials == [GROWTH]
+
+
+def test_a_running_workload_cannot_add_a_replicated_job_or_replica_type() -> None:
+    old = jobset_with(suspend=False)
+    new = copy.deepcopy(old)
+    extra = copy.deepcopy(new["spec"]["replicatedJobs"][0]) | {"name": "more"}
+    new["spec"]["replicatedJobs"].append(extra)
+    # (the list of the templates' priority classes grows too)
+    assert GROWTH in update(old, new).denials
+    old = pytorchjob_with(suspend=False)
+    assert GROWTH in update(old, pytorchjob_with(suspend=False, Evaluator=1)).denials
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        pytest.param(
+            job(suspend=False), changed(job(suspend=False), spec__parallelism=2), id="job-shrinks"
+        ),
+        pytest.param(
+            jobset_with(suspend=False), jobset_with(suspend=False, replicas=1), id="jobset-shrinks"
+        ),
+        pytest.param(
+            pytorchjob_with(suspend=False, workers=4),
+            pytorchjob_with(suspend=False, workers=2),
+            id="pytorchjob-shrinks",
+        ),
+        pytest.param(
+            pytorchjob_with(workers=1), pytorchjob_with(workers=8), id="suspended-pytorchjob-grows"
+        ),
+        pytest.param(jobset_with(), jobset_with(replicas=8), id="suspended-jobset-grows"),
+    ],
+)
+def test_a_workload_may_shrink_or_grow_while_suspended(old: Any, new: Any) -> None:
+    assert update(old, new).allowed
+
+
+def test_an_unmanaged_job_grows_as_it_likes() -> None:
+    old = job(queue=None, suspend=False)
+    assert update(old, changed(old, spec__parallelism=64)).allowed
+
+
+SCALE_UP = (
+    "scaling up through /scale is refused, as the policy cannot see there whether Muster "
+    "manages the workload: edit its spec instead"
+)
+
+
+def test_scaling_a_pytorchjob_up_through_its_scale_subresource_is_refused() -> None:
+    # GIVEN a running PyTorchJob with one worker
+    running = pytorchjob_with(suspend=False)
+    # WHEN a tenant runs `kubectl scale pytorchjob ddp --replicas=63`
+    verdict = admitted_by_all(scale_request(running, 1, 63))
+    # THEN the only policy that sees it refuses, and shrinking passes
+    assert verdict.denials == [SCALE_UP]
+    assert admitted_by_all(scale_request(pytorchjob_with(workers=4), 4, 2)).allowed
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def pods_message(asked: int | None) -> str:
+    tail = f" (this one asks for {asked})" if asked is not None else ""
+    return f"a workload Muster manages may run at most 4096 pods at once{tail}"
+
+
+@pytest.mark.parametrize(
+    ("obj", "asked"),
+    [
+        pytest.param(
+            changed(job(), spec__parallelism=2147483647, spec__completions=None),
+            None,
+            id="job-int32",
+        ),
+        pytest.param(
+            changed(job(), spec__parallelism=4097, spec__completions=5000), 4097, id="job-4097"
+        ),
+        pytest.param(
+            changed(job(), spec__parallelism=1000001, spec__completions=None),
+            None,
+            id="job-beyond-counting",
+        ),
+        pytest.param(jobset_with(replicas=2, parallelism=2049), 4098, id="jobset-product"),
+        pytest.param(
+            jobset_with(replicas=2147483647, parallelism=2147483647), None, id="jobset-overflow"
+        ),
+        pytest.param(pytorchjob_with(workers=4096), 4097, id="pytorchjob-sum"),
+        pytest.param(
+            with_annotation(pod(), "muster.io/min-available", "99999999999"),
+            None,
+            id="pod-group-gang",
+        ),
+    ],
+)
+def test_a_workload_asking_for_too_many_pods_is_refused(obj: Any, asked: int | None) -> None:
+    verdict = admitted_by_all(request("CREATE", obj))
+    assert verdict.denials == [pods_message(asked)]
+
+
+def test_the_largest_gang_passes_and_completions_beyond_it_are_fine() -> None:
+    for obj in (
+        changed(job(), spec__parallelism=4096, spec__completions=100000),
+        jobset_with(replicas=512, parallelism=8),
+        pytorchjob_with(workers=4095),
+    ):
+        assert admitted_by_all(request("CREATE", obj)).allowed, obj["kind"]
+
+
+def test_a_held_workload_cannot_be_grown_past_the_bound_either() -> None:
+    verdict = update(job(), changed(job(), spec__parallelism=100000, spec__completions=None))
+    assert verdict.denials == [pods_message(100000)]
+
+
+def test_an_edit_of_a_workload_already_over_the_bound_passes_if_it_does_not_grow() -> None:
+    old = changed(job(), spec__parallelism=10000, spec__completions=10000)
+    assert update(old, with_label(old, "team", "vision")).allowed
+    assert not update(old, changed(old, spec__parallelism=10001, spec__completions=10001)).allowed
+
+
+def test_the_pod_bound_is_a_param() -> None:
+    params = with_params(maxPods="8")
+    verdict = admitted_by_all(request("CREATE", jobset_with(replicas=2, parallelism=5)), params)
+    assert verdict.denials == [
+        "a workload Muster manages may run at most 8 pods at once (this one asks for 10)"
+    ]
+
+
+def annotation_bytes(obj: Any) -> int:
+    return sum(len(k.encode()) + len(v.encode()) for k, v in obj["metadata"]["annotations"].items())
+
+
+def annotations_message(size: int) -> str:
+    return (
+        "the annotations of a workload Muster manages may take at most 131072 bytes in all "
+        f"(these take {size}), so that Muster's own always fit"
+    )
+
+
+def test_annotation_padding_is_refused_at_creation_in_bytes() -> None:
+    # GIVEN padding of 40,000 four-byte characters: 160,000 bytes, 40,000 characters
+    padded = with_annotation(job(), "pad", "\U0001f600" * 40000)
+    verdict = admitted_by_all(request("CREATE", padded))
+    assert verdict.denials == [annotations_message(3 + 160000)]
+    # AND just under the bound passes
+    fits = with_annotation(job(), "pad", "x" * (131072 - 3))
+    assert admitted_by_all(request("CREATE", fits)).allowed
+
+
+def test_annotation_padding_added_later_is_refused_on_every_kind() -> None:
+    for obj in (job(suspend=False), jobset(), pytorchjob(suspend=False), pod(gates=())):
+        padded = with_annotation(obj, "pad", "x" * 200000)
+        verdict = update(obj, padded)
+        assert verdict.denials == [annotations_message(annotation_bytes(padded))], obj["kind"]
+
+
+def test_muster_still_writes_onto_an_object_padded_before_the_bound() -> None:
+    # An object padded before the policy existed: the tenant may only shrink it, and
+    # the control plane's eviction marks are not this policy's business.
+    old = with_annotation(job(suspend=False), "pad", "x" * 200000)
+    assert update(old, with_annotation(old, "pad", "x" * 100)).allowed
+    assert not update(old, with_annotation(old, "more", "y")).allowed
+    marked = with_annotation(job(), "pad", "x" * 200000)
+    marked = with_annotation(marked, "muster.io/evicted-attempt", "1")
+    assert update(old, marked, CONTROL_PLANE).allowed
+
+
+def test_the_jobset_controllers_jobs_carry_what_their_jobset_was_allowed() -> None:
+    # A child Job gets its JobSet's annotations and the controller's own on top.
+    child = with_annotation(job(suspend=False, owner="JobSet"), "pad", "x" * 131072)
+    assert admitted_by_all(request("CREATE", child, user=JOBSET_CONTROLLER)).allowed
+    assert not admitted_by_all(request("CREATE", child)).allowed
+
+
+# --------------------------------------------------------------------------- orphaning
+
+ORPHANING = (
+    "a workload Muster manages is deleted only with its pods: delete it with "
+    "propagationPolicy Background or Foreground (kubectl delete's default cascade), not Orphan"
+)
+
+
+def delete(obj: Any, **options: Any) -> Any:
+    return admitted_by_all(request("DELETE", None, obj, options=options))
+
+
+@pytest.mark.parametrize(
+    ("obj", "options"),
+    [
+        pytest.param(job(suspend=False), {"propagationPolicy": "Orphan"}, id="cascade-orphan"),
+        pytest.param(jobset(suspend=False), {"propagationPolicy": "Orphan"}, id="jobset-orphan"),
+        pytest.param(pytorchjob(suspend=False), {"orphanDependents": True}, id="orphan-dependents"),
+        pytest.param(job(suspend=False), {}, id="job-through-the-api-without-a-policy"),
+        pytest.param(
+            changed(jobset(suspend=False), metadata__finalizers=["orphan"]),
+            {},
+            id="orphan-finalizer",
+        ),
+    ],
+)
+def test_an_orphaning_delete_of_a_managed_workload_is_refused(obj: Any, options: Any) -> None:
+    assert delete(obj, **options).denials == [ORPHANING]
+
+
+@pytest.mark.parametrize(
+    ("obj", "options"),
+    [
+        pytest.param(job(suspend=False), {"propagationPolicy": "Background"}, id="kubectl-delete"),
+        pytest.param(job(), {"propagationPolicy": "Foreground"}, id="foreground"),
+        pytest.param(job(), {"orphanDependents": False}, id="orphan-dependents-false"),
+        pytest.param(jobset(suspend=False), {}, id="custom-resource-defaults-to-background"),
+        pytest.param(
+            changed(pytorchjob(), metadata__finalizers=["orphan"]),
+            {"propagationPolicy": "Background"},
+            id="explicit-policy-wins",
+        ),
+        pytest.param(
+            job(queue=None, suspend=False), {"propagationPolicy": "Orphan"}, id="unmanaged"
+        ),
+    ],
+)
+def test_deletes_that_take_the_pods_along_pass(obj: Any, options: Any) -> None:
+    assert delete(obj, **options).allowed
+
+
+# --------------------------------------------------------------------------- pods stay owned
+
+DETACHED = (
+    "a pod of a Job or PyTorchJob keeps its controller's owner reference and the labels it "
+    "is selected by: without them its controller starts another pod in its place"
+)
+GC = {"username": "system:serviceaccount:kube-system:generic-garbage-collector", "groups": []}
+
+
+def job_pod() -> Any:
+    """A running pod of the Job `llama`, as the Job controller creates it."""
+    out = pod(group=None, queue=None, gates=())
+    out["metadata"]["labels"] |= {
+        "batch.kubernetes.io/controller-uid": "0d7f2a8e-0000-4000-8000-000000000009",
+        "controller-uid": "0d7f2a8e-0000-4000-8000-000000000009",
+        "batch.kubernetes.io/job-name": "llama",
+        "job-name": "llama",
+    }
+    out["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "llama",
+            "uid": "0d7f2a8e-0000-4000-8000-000000000009",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return out
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(
+            with_label(job_pod(), "batch.kubernetes.io/controller-uid", None),
+            id="selector-label-removed",
+        ),
+        pytest.param(with_label(job_pod(), "controller-uid", "other"), id="legacy-label-changed"),
+        pytest.param(changed(job_pod(), metadata__ownerReferences=[]), id="owner-removed"),
+    ],
+)
+def test_a_tenant_cannot_detach_a_pod_from_its_job(new: Any) -> None:
+    # (the Job controller would release it and start a replacement: one pod more)
+    assert update(job_pod(), new).denials == [DETACHED]
+
+
+def test_pods_may_be_edited_otherwise_and_released_by_their_controllers() -> None:
+    assert update(job_pod(), with_label(job_pod(), "debug", "yes")).allowed
+    released = changed(job_pod(), metadata__ownerReferences=[])
+    assert update(job_pod(), released, JOB_CONTROLLER).allowed
+    assert update(job_pod(), released, GC).allowed  # an unmanaged Job deleted with Orphan
+    bare = pod(group=None, queue=None, gates=())
+    assert not evaluate("muster-pods-stay-owned", request("UPDATE", bare, bare)).matched
+
+
+# --------------------------------------------------------------------------- control plane: spec
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("elasticPolicy", {"minReplicas": 1, "maxReplicas": 64}),
+        ("nprocPerNode", "8"),
+        ("runPolicy", {"suspend": False, "cleanPodPolicy": "None"}),
+        ("runPolicy", {"suspend": False, "ttlSecondsAfterFinished": 1}),
+        ("runPolicy", {"suspend": False, "schedulingPolicy": {"queue": "x", "minAvailable": 1}}),
+    ],
+)
+def test_the_control_plane_changes_nothing_of_a_pytorchjob_but_its_suspend_flag(
+    field: str, value: Any
+) -> None:
+    old = pytorchjob()
+    new = copy.deepcopy(pytorchjob(suspend=False))
+    new["spec"][field] = value
+    verdict = evaluate("muster-controlplane-scope", request("UPDATE", new, old, user=CONTROL_PLANE))
+    assert verdict.denials == [
+        "Muster's control plane may change only the suspend flag, its scheduling gate and "
+        "muster.io/* annotations"
+    ]
+    assert update(old, pytorchjob(suspend=False), CONTROL_PLANE).allowed
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        pytest.param(
+            changed(jobset(suspend=False), spec__successPolicy={"operator": "Any"}),
+            id="jobset-success-policy",
+        ),
+        pytest.param(
+            changed(jobset(suspend=False), spec__network={"enableDNSHostnames": False}),
+            id="jobset-network",
+        ),
+        pytest.param(
+            changed(job(suspend=False), spec__podFailurePolicy={"rules": []}),
+            id="job-pod-failure-policy",
+        ),
+        pytest.param(
+            changed(job(suspend=False), spec__managedBy="x.example/controller"), id="job-managed-by"
+        ),
+        pytest.param(changed(pod(gates=()), spec__priority=1000000), id="pod-priority"),
+    ],
+)
+def test_the_control_plane_changes_no_other_spec_field_of_any_kind(new: Any) -> None:
+    old = {"JobSet": jobset(), "Job": job(), "Pod": pod()}[new["kind"]]
+    review = request("UPDATE", new, old, user=CONTROL_PLANE)
+    assert not evaluate("muster-controlplane-scope", review).allowed
+
+
+# --------------------------------------------------------------------------- opt-in: GPUs need a queue
+
+OPTED_IN = {"muster.io/require-queue": "true", "kubernetes.io/metadata.name": NS}
+
+
+def gpus(
+    obj: Any, amount: Any = "8", resource: str = "nvidia.com/gpu", *, init: bool = False
+) -> Any:
+    """`obj` with its first container (or a sidecar) asking for `amount` of `resource`."""
+    out = copy.deepcopy(obj)
+    spec = {
+        "Job": lambda o: o["spec"]["template"]["spec"],
+        "JobSet": lambda o: o["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"],
+        "PyTorchJob": lambda o: o["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"],
+        "Pod": lambda o: o["spec"],
+    }[out["kind"]](out)
+    if init:
+        container = {"name": "c", "image": "registry.example/c:1", "restartPolicy": "Always"}
+        spec["initContainers"] = [container]
+    else:
+        container = spec["containers"][0]
+    container["resources"] = {"limits": {resource: amount}}
+    return out
+
+
+def opted_in(review: Any, params: Any = None) -> Any:
+    return admitted_by_all(review, params, namespace_labels=OPTED_IN)
+
+
+def require_message(what: str) -> str:
+    how = (
+        "give the pod the labels muster.io/queue and muster.io/pod-group, the scheduling "
+        "gate muster.io/admission and muster.io/min-available"
+        if what == "Pod"
+        else "label it muster.io/queue and create it suspended"
+    )
+    return f"namespace {NS} runs GPU workloads only through Muster: {how}"
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(gpus(pod(group=None, queue=None, gates=())), id="bare-pod"),
+        pytest.param(gpus(pod(group=None, gates=())), id="pod-with-a-queue-but-no-group"),
+        pytest.param(gpus(job(queue=None, suspend=False)), id="job"),
+        pytest.param(gpus(jobset(suspend=False), "1", "nvidia.com/mig-1g.5gb"), id="jobset-mig"),
+        pytest.param(
+            gpus(pytorchjob(suspend=False), "0.008k", "aws.amazon.com/neuron"),
+            id="pytorchjob-neuron",
+        ),
+        pytest.param(gpus(job(queue=None, suspend=False), 1, init=True), id="sidecar"),
+    ],
+)
+def test_an_opted_in_namespace_refuses_gpu_work_outside_muster(obj: Any) -> None:
+    unlabelled = with_label(obj, "muster.io/queue", None) if obj["kind"] != "Pod" else obj
+    verdict = opted_in(request("CREATE", unlabelled))
+    assert verdict.denials == [require_message(obj["kind"])]
+    # AND by default (a namespace not opted in) nothing changes
+    assert admitted_by_all(request("CREATE", unlabelled)).allowed
+
+
+def test_an_opted_in_namespace_takes_muster_workloads_held() -> None:
+    for obj in (gpus(job()), gpus(jobset()), gpus(pytorchjob()), gpus(pod())):
+        assert opted_in(request("CREATE", obj)).allowed, obj["kind"]
+    # a labelled workload that is not held is refused by muster-created-held
+    verdict = opted_in(request("CREATE", gpus(job(suspend=False))))
+    assert verdict.denials == [
+        "a Job labelled muster.io/queue must be created with spec.suspend: true"
+    ]
+
+
+def test_an_opted_in_namespace_leaves_cpu_work_and_zero_gpus_alone() -> None:
+    assert opted_in(request("CREATE", job(queue=None, suspend=False))).allowed
+    for zero in ("0", "0.0", "0m", 0):
+        obj = gpus(pod(group=None, queue=None, gates=()), zero)
+        assert opted_in(request("CREATE", obj)).allowed, zero
+
+
+def test_pods_of_checked_workloads_are_their_controllers() -> None:
+    job_pod = gpus(pod(group=None, queue=None, gates=()))
+    assert opted_in(request("CREATE", job_pod, user=JOB_CONTROLLER)).allowed
+    child = gpus(job(suspend=False, owner="JobSet"))
+    child = with_label(child, "muster.io/queue", None)
+    assert opted_in(request("CREATE", child, user=JOBSET_CONTROLLER)).allowed
+    # a tenant's forged owner exempts nothing
+    assert not opted_in(request("CREATE", child)).allowed
+
+
+def test_adding_gpus_to_an_unmanaged_workload_later_is_refused() -> None:
+    old = with_label(pytorchjob(suspend=False), "muster.io/queue", None)
+    verdict = opted_in(request("UPDATE", gpus(old), old))
+    assert verdict.denials == [require_message("PyTorchJob")]
+    # one that already had them (created before the namespace opted in) may be edited
+    assert opted_in(request("UPDATE", with_label(gpus(old), "team", "a"), gpus(old))).allowed
 
 
 # --------------------------------------------------------------------------- legitimate
@@ -599,6 +1188,8 @@ def test_the_shipped_params_are_those_rendered_from_default_settings() -> None:
         ("team-b", "default", 0),
         ("team-b", "default", 1),
         ("team-b", "unlisted", 0),
+        ("team-a", "Default", 0),
+        ("team-a", "spot", 0),
     ],
 )
 def test_the_policy_and_the_core_refuse_the_same_workloads(
@@ -609,19 +1200,51 @@ def test_the_policy_and_the_core_refuse_the_same_workloads(
 
     settings = parse_settings(
         {
+            "queues": {"spot": {"gpuQuota": 8}},
             "queueAccess": {
                 "restrict": True,
                 "queues": {
                     "premium": {"namespaces": ["team-a", "team-c"], "maxPriority": 100},
                     "default": {"namespaces": ["*"]},
                 },
-            }
+            },
         }
     )
     obj = job(namespace=namespace, queue=queue, annotations={"muster.io/priority": str(priority)})
     policy_allows = admitted_by_all(request("CREATE", obj), render(settings)).allowed
     core_allows = settings.access.refusal(queue, f"{namespace}/llama", priority) is None
     assert policy_allows == core_allows
+
+
+def test_the_params_name_every_queue_the_settings_name() -> None:
+    from muster.core import parse_settings
+    from muster.kube.policy_params import render
+
+    # GIVEN no restriction, but a queue with settings (and a quota) of its own
+    data = render(parse_settings({"queues": {"spot": {"gpuQuota": 8}}}))["data"]
+    # THEN only that queue is known: another name cannot escape its quota
+    assert (data["restrictQueues"], data["queues"]) == ("false", "spot")
+    # AND restricted, the queues of both blocks are known, each with only its grant
+    doc = {
+        "queues": {"spot": {"gpuQuota": 8}, "not a label": {}},
+        "queueAccess": {"restrict": True, "queues": {"gpu": {"namespaces": ["ml"]}}},
+    }
+    data = render(parse_settings(doc))["data"]
+    assert data["queues"] == "gpu,spot"
+    assert data["queue.gpu.namespaces"] == "ml" and "queue.spot.namespaces" not in data
+    # AND restricted with no queue at all, nothing is known
+    data = render(parse_settings({"queueAccess": {"restrict": True}}))["data"]
+    assert data["queues"] == ""
+    # AND with neither, any name (the default settings)
+    assert render(parse_settings({}))["data"]["queues"] == "*"
+
+
+def test_the_bounds_are_params() -> None:
+    from muster.core import parse_settings
+    from muster.kube.policy_params import render
+
+    data = render(parse_settings({}), max_pods=8, max_annotation_bytes=1024)["data"]
+    assert (data["maxPods"], data["maxAnnotationBytes"]) == ("8", "1024")
 
 
 def test_policy_params_command_prints_the_configmap(tmp_path: Any, capsys: Any) -> None:
