@@ -24,6 +24,7 @@ from muster.sim.tune_grid import (
     parse_grid,
     run_grid,
 )
+from muster.sim.tune_picture import plot_pareto
 from muster.sim.tune_ranking import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
@@ -120,9 +121,10 @@ def run_command(
         print(f"recommended: {best.label}{best.mark}", file=out)
     if args.out is not None:
         where = provenance(args.scenario, scenario, tuning, args.grid, objective.name)
-        files = write_outputs(
-            tuning, ranked, objective, args.out, provenance=where, picture=not args.no_picture
-        )
+        files = write_outputs(tuning, ranked, objective, args.out, provenance=where)
+        if not args.no_picture:
+            files.append(args.out / "pareto.png")
+            plot_pareto(tuning, best, files[-1])
         print("wrote " + ", ".join(str(f) for f in files), file=out)
     return EXIT_OK
 

@@ -356,6 +356,18 @@ def map_gpus(gpus: int, mapping: str) -> tuple[int, int]:
     return math.ceil(gpus / 8), min(gpus, 8)
 
 
+def _failure(
+    job: TraceJob, broken: bool, modes: list[tuple[str, float]], rng: random.Random
+) -> str | None:
+    """How a never-ready job fails: as its trace says, else drawn from `brokenModes`
+    (only then is the stream drawn from, so it stays aligned without them)."""
+    if job.failure is not None:
+        return job.failure
+    if modes and (broken or job.never_ready):
+        return rng.choices([m for m, _ in modes], [w for _, w in modes])[0]
+    return None
+
+
 def expand_trace(
     spec: TraceSpec,
     *,
@@ -403,12 +415,7 @@ def expand_trace(
                 run_seconds=job.duration,
                 priority=job.priority,
                 never_ready=i in broken or job.never_ready,
-                failure=job.failure
-                or (
-                    mode_rng.choices([m for m, _ in modes], [w for _, w in modes])[0]
-                    if modes and (i in broken or job.never_ready)
-                    else None
-                ),
+                failure=_failure(job, i in broken, modes, mode_rng),
             )
         )
     faults: list[NodeFaultSpec] = []

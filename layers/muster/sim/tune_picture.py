@@ -41,18 +41,7 @@ def pareto_figure(tuning: Tuning, best: Run | None) -> Any:
     worst = max((r.healthy_lost for r in runs), default=0)
     for r in runs:
         _point(ax, r, at[r.index], worst, len(tuning.seeds) > 1)
-    finite = [r for r in runs if math.isfinite(r.queue_delay_p95) and r.guarded]
-    front = sorted(pareto(finite), key=lambda r: r.wasted)
-    if front:
-        ax.plot(
-            [r.wasted for r in front],
-            [at[r.index] for r in front],
-            color="tab:gray",
-            linestyle="--",
-            linewidth=1,
-            zorder=2,
-            label="Pareto front (guard rail passed)",
-        )
+    _front(ax, runs, at)
     _marks(ax, runs, best, at)
     ax.set_xlabel(
         "wasted GPU-hours (held by gangs not all Ready)" + (", log scale" if log_x else "")
@@ -61,11 +50,7 @@ def pareto_figure(tuning: Tuning, best: Run | None) -> Any:
     ax.set_title(_title(tuning), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.margins(x=0.12, y=0.12)
-    never = [at[r.index] for r in runs if not math.isfinite(r.queue_delay_p95)]
-    if never:
-        ax.axhline(never[0], color="0.7", linewidth=0.8, linestyle=":", zorder=1)
-        ticks = [t for t in ax.get_yticks() if t < never[0] * 0.97]
-        ax.set_yticks([*ticks, never[0]], [*(f"{t:g}" for t in ticks), "no p95"])
+    _never_row(ax, runs, at)
     # Below the axes, where it covers neither a point nor a label.
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     fig.tight_layout()
@@ -87,6 +72,31 @@ def _bars(runs: Sequence[Run], at: dict[int, float]) -> list[tuple[float, float,
         y = at[r.index]
         found += [(lo_x, y, hi_x, y), (r.wasted, lo_y / HOUR, r.wasted, hi_y / HOUR)]
     return found
+
+
+def _front(ax: Any, runs: Sequence[Run], at: dict[int, float]) -> None:
+    """The Pareto front of the runs that pass the guard rail, joined."""
+    finite = [r for r in runs if math.isfinite(r.queue_delay_p95) and r.guarded]
+    front = sorted(pareto(finite), key=lambda r: r.wasted)
+    if front:
+        ax.plot(
+            [r.wasted for r in front],
+            [at[r.index] for r in front],
+            color="tab:gray",
+            linestyle="--",
+            linewidth=1,
+            zorder=2,
+            label="Pareto front (guard rail passed)",
+        )
+
+
+def _never_row(ax: Any, runs: Sequence[Run], at: dict[int, float]) -> None:
+    """The row of runs without a queue delay p95, named on the axis."""
+    never = [at[r.index] for r in runs if not math.isfinite(r.queue_delay_p95)]
+    if never:
+        ax.axhline(never[0], color="0.7", linewidth=0.8, linestyle=":", zorder=1)
+        ticks = [t for t in ax.get_yticks() if t < never[0] * 0.97]
+        ax.set_yticks([*ticks, never[0]], [*(f"{t:g}" for t in ticks), "no p95"])
 
 
 def _heights(runs: Sequence[Run]) -> dict[int, float]:

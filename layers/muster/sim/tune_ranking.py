@@ -1,6 +1,6 @@
 """`muster tune`'s ranking: the runs ordered by an objective behind the guard rail,
 as a table, a CSV and the recommended settings document with where it came from.
-The picture is `muster.sim.tune_picture`."""
+The picture is `muster.sim.tune_picture`, which reads this module."""
 
 from __future__ import annotations
 
@@ -194,8 +194,10 @@ def write_outputs(
     out: Path,
     *,
     provenance: Mapping[str, Any] | None = None,
-    picture: bool = True,
 ) -> list[Path]:
+    """ranking.csv, and for the best run that passes the guard rail its settings
+    document (with where it came from) and its CDK context; the picture is
+    `muster.sim.tune_picture`'s."""
     out.mkdir(parents=True, exist_ok=True)
     table = out / "ranking.csv"
     with table.open("w", newline="", encoding="utf-8") as handle:
@@ -216,12 +218,6 @@ def write_outputs(
         clean = _without_nulls(doc)
         context.write_text(json.dumps({"muster:settings": clean}, indent=2) + "\n")
         written += [settings_file, context]
-    if picture:
-        from muster.sim.tune_picture import plot_pareto
-
-        png = out / "pareto.png"
-        plot_pareto(tuning, best, png)
-        written.append(png)
     return written
 
 
