@@ -78,7 +78,7 @@ def _front(ax: Any, runs: Sequence[Run], at: dict[int, float]) -> None:
     """The Pareto front of the runs that pass the guard rail, joined."""
     finite = [r for r in runs if math.isfinite(r.queue_delay_p95) and r.guarded]
     front = sorted(pareto(finite), key=lambda r: r.wasted)
-    if front:
+    if len(front) > 1:  # one run alone is a point, not a front
         ax.plot(
             [r.wasted for r in front],
             [at[r.index] for r in front],
@@ -272,7 +272,9 @@ def place_labels(
         points.append(_Box(min(a, c) - 1, min(b, d) - 1, max(a, c) + 1, max(b, d) + 1))
     placed: list[_Box] = []
     to_points = 72 / fig.dpi
-    for item in items:
+    # The most crowded first: they have the fewest free places.
+    crowd = [sum(1 for o in spots if math.dist(o, here) < 120) for here in spots]
+    for _, item in sorted(zip(crowd, items, strict=True), key=lambda pair: -pair[0]):
         best: tuple[float, float, float] | None = None
         for beyond in _DISTANCES:
             distance = item.clear * to_points + beyond
@@ -314,6 +316,8 @@ def _annotate(ax: Any, item: Label, dx: float, dy: float, leader: bool) -> Any:
         ha=ha,
         va=va,
         fontsize=7,
-        arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if leader else None,
+        arrowprops={"arrowstyle": "-", "color": "0.25", "lw": 0.7, "shrinkA": 0}
+        if leader
+        else None,
         zorder=5,
     )
