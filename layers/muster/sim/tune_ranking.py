@@ -330,7 +330,7 @@ def settings_header(
             "in the grid did better."
         )
     header = "".join(f"# {line}\n" for line in lines) + PROVENANCE_MARK + "\n"
-    body = yaml.safe_dump(dict(provenance), sort_keys=False, allow_unicode=True, width=100)
+    body = yaml.safe_dump(dict(provenance), sort_keys=False, allow_unicode=True, width=10_000)
     return header + "".join(f"#   {line}\n" for line in body.splitlines())
 
 
