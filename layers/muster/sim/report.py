@@ -185,8 +185,8 @@ def shown_span(results: Sequence[RunResult]) -> tuple[float, float, float]:
     end = max(r.end for r in results) or 1.0
     last = 0.0
     for r in results:
-        if r.events:
-            last = max(last, float(r.events[-1]["t"]))
+        if r.events:  # in the order published; a shell's log need not be in time order
+            last = max(last, max(float(e["t"]) for e in r.events))
         if r.samples and r.samples[-1].t < r.end:
             last = max(last, r.samples[-1].t)
     if last <= 0 or last * 1.25 >= end:
