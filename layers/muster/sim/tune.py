@@ -22,6 +22,7 @@ The grid and its runs are `muster.sim.tune_grid`, the ranking and files
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,10 @@ def provenance(
     found["policy"] = tuning.policy
     found["objective"] = objective
     found["grid"] = list(grid_items)
-    found["command"] = " ".join(
+    found["command"] = shlex.join(
         [
-            "muster tune",
+            "muster",
+            "tune",
             str(source),
             "--grid",
             *grid_items,
