@@ -6,8 +6,14 @@ same names, so the block carries over field by field; what differs is the
 defaults, which depend on the API version, so the import writes every value
 Kueue would use explicitly and the result behaves as the source did whatever
 Muster's own defaults are. Everything else in a Configuration is named in the
-notes: some of it has a Muster counterpart under another name, most of it
-configures Kueue's own controller and has no meaning outside the cluster.
+notes, each labelled with what Muster has for it: a counterpart under another
+name or form (`in Muster`), nothing (`no equivalent`: most of it configures
+Kueue's own controller and has no meaning outside the cluster), an integration
+Muster does not handle (`not supported`), or a field it does not know (`not
+read`). The ConfigMap that holds the Configuration in a Kueue install
+(`kueue-manager-config`, key `controller_manager_config.yaml`) is read as the
+Configuration it holds, so what `kubectl get configmap -o yaml` prints imports as
+it is. Every mistake is reported at once, each with its path.
 
 Defaults, as Kueue's `apis/config/<version>/defaults.go` sets them:
 - v1beta1: `waitForPodsReady` is off unless `enable: true`; when on, `timeout`
@@ -26,6 +32,8 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from muster.core.settings import SettingsError, parse_settings
 
@@ -59,28 +67,52 @@ _CONTROLLER_KEYS = {
     "queueVisibility",
 }
 
+# What a note says Muster has for a part of Kueue's configuration.
+IN_MUSTER = "in Muster"  # a counterpart under another name or form
+NO_EQUIVALENT = "no equivalent"
+NOT_SUPPORTED = "not supported"
+NOT_READ = "not read"  # a field Muster does not know, or outside what is read
+
 # Other parts, each with what Muster has instead (or why it has nothing).
 _OTHER_KEYS = {
     "manageJobsWithoutQueueName": (
-        "Muster manages only workloads labelled muster.io/queue; unlabelled jobs run "
-        "as if Muster were not there"
+        IN_MUSTER,
+        "only workloads labelled muster.io/queue are managed; unlabelled jobs run as if "
+        "Muster were not there",
     ),
     "managedJobsNamespaceSelector": (
-        "Muster has no namespace selector; queueAccess says which namespaces may use which queue"
+        IN_MUSTER,
+        "no namespace selector; queueAccess says which namespaces may use which queue",
     ),
-    "fairSharing": "no equivalent: Muster orders by priority, then by the requeuing timestamp",
-    "admissionFairSharing": "no equivalent: Muster has no usage-based ordering",
-    "multiKueue": "no equivalent: Muster manages one cluster per deployment",
+    "fairSharing": (NO_EQUIVALENT, "Muster orders by priority, then by the requeuing timestamp"),
+    "admissionFairSharing": (NO_EQUIVALENT, "Muster has no usage-based ordering"),
+    "multiKueue": (NO_EQUIVALENT, "Muster manages one cluster per deployment"),
     "resources": (
-        "no equivalent: Muster counts GPUs from pod requests (gpuQuota, capacityCheck) and "
-        "does not transform resources"
+        NO_EQUIVALENT,
+        "Muster counts GPUs from pod requests (gpuQuota, capacityCheck) and does not "
+        "transform resources",
     ),
     "objectRetentionPolicies": (
-        "no equivalent: Muster keeps a per-workload history with a TTL "
-        "(the stack's history retention)"
+        IN_MUSTER,
+        "a per-workload history with a TTL (the stack's history retention)",
     ),
-    "featureGates": "Kueue's feature gates have no meaning for Muster",
+    "featureGates": (NO_EQUIVALENT, "Kueue's feature gates have no meaning for Muster"),
 }
+
+# Where a Kueue install keeps the manager's Configuration (Kueue's own manifests and
+# Helm chart: the ConfigMap `kueue-manager-config`, this key).
+CONFIGMAP_KEY = "controller_manager_config.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One part of a Kueue configuration that does not carry over as it is."""
+
+    label: str  # IN_MUSTER, NO_EQUIVALENT, NOT_SUPPORTED or NOT_READ
+    text: str  # what it is, and what Muster has for it
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.text}"
 
 
 @dataclass
@@ -89,13 +121,16 @@ class Imported:
 
     settings: dict[str, Any]
     source: str  # what the input was read as
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 def looks_like_kueue(doc: Any) -> bool:
-    """A Kueue Configuration, or a document with a `waitForPodsReady` block or `enable`."""
+    """A Kueue Configuration (or the ConfigMap that holds one), or a document with a
+    `waitForPodsReady` block or `enable`."""
     if not isinstance(doc, Mapping):
         return False
+    if is_configmap(doc):
+        return True
     api = doc.get("apiVersion")
     if isinstance(api, str) and api.startswith(f"{GROUP}/"):
         return True
@@ -114,8 +149,16 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
         raise SettingsError(
             f"expected a Kueue Configuration or a waitForPodsReady block, got {type(doc).__name__}"
         )
+    if is_configmap(doc):
+        where, inner = configuration_in(doc)
+        try:
+            found = import_kueue(inner, api_version)
+        except SettingsError as exc:
+            raise exc.prefixed(where) from None
+        found.source = f"{found.source} in {_configmap_name(doc)} ({where})"
+        return found
     errors: list[str] = []
-    notes: list[str] = []
+    notes: list[Note] = []
     explicit = "apiVersion" in doc or "kind" in doc
     version, source, block_path, found = _locate(doc, explicit, api_version, errors, notes)
     prefix = f"{block_path}." if block_path else ""
@@ -129,22 +172,72 @@ def import_kueue(doc: Any, api_version: str | None = None) -> Imported:
     if not enabled:
         settings["dryRun"] = True
         notes.append(
-            "waitForPodsReady is off in this Configuration, so Kueue never evicts on a "
-            "pods-ready timeout; the settings keep its values with dryRun: true (Muster "
-            "reports what it would evict and evicts nothing); set dryRun: false to enforce"
+            Note(
+                IN_MUSTER,
+                "waitForPodsReady is off in this Configuration, so Kueue never evicts on a "
+                "pods-ready timeout; the settings keep its values with dryRun: true (Muster "
+                "reports what it would evict and evicts nothing); set dryRun: false to enforce",
+            )
         )
-    if not errors:
-        try:
-            parse_settings(settings)
-        except SettingsError as exc:
-            errors += [f"{prefix}{e}" for e in exc.errors]
+    # The values are checked even when the document has other mistakes: one run names
+    # them all. Unknown fields are not copied into `settings`, so nothing is named twice.
+    try:
+        parse_settings(settings)
+    except SettingsError as exc:
+        errors += [f"{prefix}{e}" for e in exc.errors]
     if errors:
         raise SettingsError(*errors)
     notes.append(
-        "Kueue adds a random jitter of at most 0.01% to each backoff; Muster's "
-        "requeuingStrategy.backoffJitter (0 here) spreads requeues by a fraction you choose"
+        Note(
+            IN_MUSTER,
+            "Kueue adds a random jitter of at most 0.01% to each backoff; "
+            "requeuingStrategy.backoffJitter (0 here) spreads requeues by a fraction you choose",
+        )
     )
     return Imported(settings, source, notes)
+
+
+def is_configmap(doc: Mapping[str, Any]) -> bool:
+    return doc.get("kind") == "ConfigMap" and str(doc.get("apiVersion") or "v1") == "v1"
+
+
+def configuration_in(doc: Mapping[str, Any]) -> tuple[str, Any]:
+    """(where, the document) of the Kueue Configuration a ConfigMap holds in its data:
+    under `controller_manager_config.yaml`, or its only key that holds one."""
+    data = doc.get("data")
+    if not isinstance(data, Mapping) or not data:
+        raise SettingsError(
+            f"data: a ConfigMap with Kueue's Configuration has it under data.{CONFIGMAP_KEY}; "
+            "this one has no data"
+        )
+    if CONFIGMAP_KEY in data:
+        key = CONFIGMAP_KEY
+    else:
+        held = [k for k, v in data.items() if isinstance(v, str) and GROUP in v]
+        if len(held) != 1:
+            raise SettingsError(
+                f"data: no key {CONFIGMAP_KEY} (where Kueue keeps its Configuration), and "
+                + ("no other key holds one" if not held else f"several might: {', '.join(held)}")
+                + f"; keys: {', '.join(map(str, data))}"
+            )
+        key = held[0]
+    where = f"data.{key}"
+    text = data[key]
+    if not isinstance(text, str):
+        raise SettingsError(f"{where}: expected the Configuration as YAML text")
+    try:
+        return where, yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{where}: not valid YAML: {exc}") from None
+
+
+def _configmap_name(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = (
+        f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
+    )
+    return f"ConfigMap {name}" if name else "a ConfigMap"
 
 
 def _locate(
@@ -152,7 +245,7 @@ def _locate(
     explicit: bool,
     api_version: str | None,
     errors: list[str],
-    notes: list[str],
+    notes: list[Note],
 ) -> tuple[str, str, str, Any]:
     """(version, source, path of the waitForPodsReady block, the block) of a document."""
     if api_version is None:
@@ -169,8 +262,8 @@ def _locate(
         source = f"waitForPodsReady block (defaults of {GROUP}/{version})"
         block_path = "waitForPodsReady"
         block = doc["waitForPodsReady"]
-        for key in sorted(set(doc) - {"waitForPodsReady"}):
-            notes.append(f"{key}: not read (only the waitForPodsReady block is)")
+        for key in sorted(set(doc) - {"waitForPodsReady"}, key=str):
+            notes.append(Note(NOT_READ, f"{key} (only the waitForPodsReady block is read)"))
     else:
         version = api_version
         source = f"waitForPodsReady block (defaults of {GROUP}/{version})"
@@ -233,7 +326,7 @@ def _enabled(
     version: str,
     block_path: str,
     errors: list[str],
-    notes: list[str],
+    notes: list[Note],
 ) -> bool:
     """Whether Kueue would enforce waitForPodsReady with this configuration."""
     prefix = f"{block_path}." if block_path else ""
@@ -244,35 +337,48 @@ def _enabled(
         return enable is True
     gates = doc.get("featureGates") if block_path else None
     if isinstance(gates, Mapping) and gates.get("DisableWaitForPodsReady") is True:
-        notes.append("featureGates.DisableWaitForPodsReady: true turns waitForPodsReady off")
+        notes.append(
+            Note(
+                IN_MUSTER,
+                "featureGates.DisableWaitForPodsReady: true turns waitForPodsReady off "
+                "(imported as dryRun: true)",
+            )
+        )
         return False
     return enable is not False  # a bare block may carry v1beta1's switch
 
 
-def _other_parts(doc: Mapping[str, Any]) -> list[str]:
-    notes: list[str] = []
+def _other_parts(doc: Mapping[str, Any]) -> list[Note]:
+    notes: list[Note] = []
     controller = sorted(k for k in doc if k in _CONTROLLER_KEYS)
     if controller:
         notes.append(
-            f"{', '.join(controller)}: configure Kueue's controller process; no equivalent "
-            "(Muster runs outside the cluster; its agent is configured by `muster agent`)"
+            Note(
+                NO_EQUIVALENT,
+                f"{', '.join(controller)}: configure Kueue's controller process (Muster runs "
+                "outside the cluster; its agent is configured by `muster agent`)",
+            )
         )
-    for key, why in _OTHER_KEYS.items():
+    for key, (label, why) in _OTHER_KEYS.items():
         if key in doc:
-            notes.append(f"{key}: {why}")
+            notes.append(Note(label, f"{key}: {why}"))
     integrations = doc.get("integrations")
     if isinstance(integrations, Mapping):
         frameworks = integrations.get("frameworks") or []
         others = [f for f in frameworks if f not in _SUPPORTED_FRAMEWORKS]
         if others:
             notes.append(
-                f"integrations.frameworks: {', '.join(map(str, others))} not supported; Muster "
-                "handles batch/job, jobset.x-k8s.io/jobset, kubeflow.org/pytorchjob and pod "
-                "groups"
+                Note(
+                    NOT_SUPPORTED,
+                    f"integrations.frameworks: {', '.join(map(str, others))}; Muster handles "
+                    "batch/job, jobset.x-k8s.io/jobset, kubeflow.org/pytorchjob and pod groups",
+                )
             )
-        extra = sorted(set(integrations) - {"frameworks"})
+        extra = sorted(set(integrations) - {"frameworks"}, key=str)
         if extra:
-            notes.append(f"integrations.{', integrations.'.join(extra)}: no equivalent")
+            notes.append(
+                Note(NO_EQUIVALENT, f"integrations.{', integrations.'.join(map(str, extra))}")
+            )
     known = (
         _CONTROLLER_KEYS
         | set(_OTHER_KEYS)
@@ -284,7 +390,7 @@ def _other_parts(doc: Mapping[str, Any]) -> list[str]:
         }
     )
     for key in sorted(set(doc) - known, key=str):
-        notes.append(f"{key}: not read (no Muster equivalent known)")
+        notes.append(Note(NOT_READ, f"{key} (no Muster equivalent known)"))
     return notes
 
 

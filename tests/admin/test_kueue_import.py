@@ -51,10 +51,11 @@ def test_a_v1beta2_configuration_imports_with_its_version_defaults_written_out()
     }
     settings = parse_settings(imported.settings)
     assert settings.defaults.timeout == 600 and settings.defaults.recovery_timeout == 180
-    notes = "\n".join(imported.notes)
+    notes = "\n".join(map(str, imported.notes))
     assert "health, namespace: configure Kueue's controller" in notes
     assert "manageJobsWithoutQueueName" in notes and "fairSharing" in notes
-    assert "ray.io/rayjob not supported" in notes and "batch/job," not in notes.split("rayjob")[0]
+    assert "not supported: integrations.frameworks: ray.io/rayjob;" in notes
+    assert "batch/job," not in notes.split("rayjob")[0]
 
 
 def test_defaults_follow_the_api_version_as_kueue_sets_them() -> None:
@@ -75,7 +76,7 @@ def test_defaults_follow_the_api_version_as_kueue_sets_them() -> None:
     # v1beta1 without enable: Kueue never evicts, so the import only reports (dry run)
     off = import_kueue({"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration"})
     assert off.settings["dryRun"] is True
-    assert any("waitForPodsReady is off" in n for n in off.notes)
+    assert any("waitForPodsReady is off" in str(n) for n in off.notes)
     # v1beta2 with the DisableWaitForPodsReady gate: off as well
     gated = import_kueue(
         {
@@ -121,6 +122,23 @@ def test_every_mistake_in_a_kueue_document_is_named_at_once() -> None:
         "waitForPodsReady.timeout",
         "waitForPodsReady.blockAdmission",
     ]
+    # and both kinds in one document come out in one run, not the first kind first
+    with pytest.raises(SettingsError) as both:
+        import_kueue(
+            {
+                "waitForPodsReady": {
+                    "timout": "5m",
+                    "blockAdmission": "yes",
+                    "requeuingStrategy": {"backoffLimitCount": -1, "backoffLimt": 2},
+                }
+            }
+        )
+    assert sorted(e.split(":")[0] for e in both.value.errors) == [
+        "waitForPodsReady.blockAdmission",
+        "waitForPodsReady.requeuingStrategy.backoffLimitCount",
+        "waitForPodsReady.requeuingStrategy.backoffLimt",
+        "waitForPodsReady.timout",
+    ]
 
 
 def test_import_command_writes_a_document_validate_accepts(
@@ -133,8 +151,21 @@ def test_import_command_writes_a_document_validate_accepts(
     # WHEN it is imported
     assert main(["settings", "import", str(source), "-o", str(target)]) == 0
     err = capsys.readouterr().err
-    # THEN what has no equivalent is on stderr, and the written file is valid settings
-    assert "no equivalent: fairSharing" in err
+    # THEN what does not carry over is on stderr, each labelled with what Muster has
+    # for it: "no equivalent" only where it has nothing
+    lines = err.splitlines()
+    assert "no equivalent: fairSharing: Muster orders by priority" in err
+    assert any(line.startswith("in Muster: manageJobsWithoutQueueName:") for line in lines)
+    assert any(
+        line.startswith("not supported: integrations.frameworks: ray.io/rayjob") for line in lines
+    )
+    assert any(line.startswith("in Muster: Kueue adds a random jitter") for line in lines)
+    assert not any(
+        line.startswith("no equivalent:")
+        and ("manageJobsWithoutQueueName" in line or "jitter" in line or "rayjob" in line)
+        for line in lines
+    )
+    # AND the written file is valid settings
     assert main(["settings", "validate", str(target)]) == 0
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out.split("\n", 1)[1])
@@ -169,3 +200,46 @@ def test_import_of_a_bad_document_exits_2_with_every_error(
     err = capsys.readouterr().err
     assert f"{source}: waitForPodsReady.timout" in err
     assert f"{source}: waitForPodsReady.blockAdmision" in err
+
+
+# What `kubectl -n kueue-system get configmap kueue-manager-config -o yaml` prints:
+# Kueue's Configuration as text under the key its manifests and Helm chart use.
+CONFIGMAP = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+    "data": {"controller_manager_config.yaml": V1BETA2},
+}
+
+
+def test_the_configmap_kubectl_prints_imports_as_the_configuration_it_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the ConfigMap as kubectl prints it
+    imported = import_kueue(CONFIGMAP)
+    # THEN it imports as the Configuration in its data, and says where it was found
+    assert imported.settings == import_kueue(yaml.safe_load(V1BETA2)).settings
+    assert imported.source == (
+        "Kueue Configuration config.kueue.x-k8s.io/v1beta2 in ConfigMap "
+        "kueue-system/kueue-manager-config (data.controller_manager_config.yaml)"
+    )
+    # AND the command reads it from a file, and validate points to import
+    source = tmp_path / "cm.yaml"
+    source.write_text(yaml.safe_dump(CONFIGMAP))
+    assert main(["settings", "import", str(source)]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["timeout"] == "10m"
+    assert main(["settings", "validate", str(source)]) == 0
+    assert "in ConfigMap kueue-system/kueue-manager-config" in capsys.readouterr().out
+    # AND mistakes inside it say where they are
+    broken = dict(
+        CONFIGMAP, data={"controller_manager_config.yaml": "waitForPodsReady: {timout: 5m}"}
+    )
+    with pytest.raises(SettingsError) as err:
+        import_kueue(broken)
+    assert err.value.errors[0].startswith(
+        "data.controller_manager_config.yaml: waitForPodsReady.timout: not a field"
+    )
+    # AND a ConfigMap without Kueue's Configuration is refused, naming the key looked for
+    other = dict(CONFIGMAP, data={"app.yaml": "x: 1"})
+    with pytest.raises(SettingsError, match=r"no key controller_manager_config\.yaml"):
+        import_kueue(other)

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.agent_image import agent_dockerfile, build, checkout_root, push, stack_repository
+from muster.agent_image import (
+    LOCAL_IMAGE,
+    agent_dockerfile,
+    build,
+    checkout_root,
+    describe_context,
+    push,
+    stack_repository,
+)
 from muster.cli import EXIT_OK
 from muster.cli.command import reporting_handler
 from muster.manifests import OUT_AGENT_IMAGE_REPOSITORY_URI, agent_image_tag
@@ -19,10 +28,13 @@ def agent_image_command(args: argparse.Namespace, out: TextIO) -> int:
     stack = None
     if args.repository:
         repository = args.repository
+    elif args.no_push:
+        repository = LOCAL_IMAGE  # a build alone: no stack, no AWS
     else:
         stack = stack_repository(args.stack, args.region, args.endpoint)
         repository = stack.outputs[OUT_AGENT_IMAGE_REPOSITORY_URI]
     image = f"{repository}:{tag}"
+    print(describe_context(root, dockerfile), file=sys.stderr)
     build(dockerfile, root, image)
     if args.no_push:
         print(image, file=out)
@@ -54,5 +66,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repository", help="push here instead of the stack's repository")
     p.add_argument("--tag", help=f"image tag (default {agent_image_tag()}, this version)")
     p.add_argument("--context", metavar="DIR", help="build context (default: this checkout)")
-    p.add_argument("--no-push", action="store_true", help="build only")
+    p.add_argument(
+        "--no-push",
+        action="store_true",
+        help=f"build only, without the stack or AWS (tagged {LOCAL_IMAGE}:TAG unless --repository)",
+    )
     p.set_defaults(handler=reporting_handler(agent_image_command))

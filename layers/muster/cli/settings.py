@@ -126,9 +126,10 @@ def import_command(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _noted(kueue: Imported | None) -> Imported | None:
-    """What of a Kueue configuration has no equivalent, on stderr."""
+    """What of a Kueue configuration does not carry over as it is, on stderr, each
+    labelled with what Muster has for it (`in Muster`, `no equivalent`, ...)."""
     for note in kueue.notes if kueue is not None else ():
-        print(f"no equivalent: {note}", file=sys.stderr)
+        print(note, file=sys.stderr)
     return kueue
 
 
@@ -161,13 +162,15 @@ def register(subparsers: Any) -> None:
         "import",
         help="write Muster's settings from a Kueue Configuration or waitForPodsReady block",
         description=(
-            "Read a Kueue Configuration (config.kueue.x-k8s.io/v1beta1 or v1beta2) or a bare "
-            "waitForPodsReady block and write Muster's settings document, with Kueue's "
-            "defaults for that version filled in. What has no equivalent is listed on "
-            "stderr. Offline: no AWS calls."
+            "Read a Kueue Configuration (config.kueue.x-k8s.io/v1beta1 or v1beta2), the "
+            "ConfigMap that holds it (kubectl -n kueue-system get configmap "
+            "kueue-manager-config -o yaml) or a bare waitForPodsReady block and write "
+            "Muster's settings document, with Kueue's defaults for that version filled in. "
+            "What does not carry over as it is is listed on stderr, each part with what "
+            "Muster has for it. Offline: no AWS calls."
         ),
     )
-    i.add_argument("file", help="Kueue configuration (YAML or JSON)")
+    i.add_argument("file", help="Kueue configuration or its ConfigMap (YAML or JSON)")
     i.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     i.add_argument(
         "--api-version",

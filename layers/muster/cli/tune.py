@@ -15,8 +15,16 @@ from typing import Any, TextIO
 from muster.cli import EXIT_BAD_INPUT, EXIT_OK
 from muster.sim.scenario import load_scenario
 from muster.sim.specs import ScenarioError
-from muster.sim.tune import format_baseline
-from muster.sim.tune_grid import combinations, parse_grid, run_grid
+from muster.sim.tune import format_baseline, provenance, scenarios_to_run
+from muster.sim.tune_grid import (
+    BASELINE_NAMES,
+    Tuning,
+    baselines,
+    combinations,
+    parse_grid,
+    run_grid,
+)
+from muster.sim.tune_picture import plot_pareto
 from muster.sim.tune_ranking import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
@@ -64,6 +72,13 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--out", type=Path, help="write ranking.csv, pareto.png and the settings here")
     p.add_argument("--seed", type=int, help="seed for every random draw (default: the file's)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="run every setting on N seeds (--seed and the next ones) and show the spread "
+        "(default: 3 when the scenario draws from its seed, else 1)",
+    )
     p.add_argument("--no-picture", action="store_true", help="skip the PNG")
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even when not a terminal"
@@ -78,36 +93,61 @@ def run_command(
     try:
         if args.jobs < 1:
             raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
+        if args.seeds is not None and args.seeds < 1:
+            raise ScenarioError(f"--seeds: expected at least 1, got {args.seeds}")
         grid = parse_grid(args.grid)
         scenario = load_scenario(args.scenario, seed=args.seed)
-        combinations(scenario, grid)  # every combination checked before any runs
+        documents = [doc for _, doc in combinations(scenario, grid)]  # every one checked
+        documents += [b.document for b in baselines(scenario)]
+        scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
     except ScenarioError as exc:
         print(f"muster tune: {exc}", file=err)
         return EXIT_BAD_INPUT
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
-    runs, baseline = run_grid(
-        scenario, grid, policy=args.policy, jobs=args.jobs, progress=bar.update if bar else None
+    tuning = run_grid(
+        scenarios, grid, policy=args.policy, jobs=args.jobs, progress=bar.update if bar else None
     )
     if bar:
         bar.close()
-    ranked = rank(runs, objective)
-    print(
-        f"{scenario.name} (seed {scenario.seed}): {len(runs)} settings under {args.policy}, "
-        f"ranked by {objective.label}; (x) deactivates workloads that finish under none",
-        file=out,
-    )
+    ranked = rank(tuning.runs, objective)
+    print(_heading(scenario.name, tuning, objective.label), file=out)
     print(format_table(ranked), file=out)
-    print(format_baseline(baseline), file=out)
+    print(format_baseline(tuning.none), file=out)
     best = next((r for r in ranked if r.guarded), None)
     if best is None:
-        print("no combination passes the guard rail: nothing recommended", file=out)
+        print("no setting passes the guard rail: nothing recommended", file=out)
     else:
-        print(f"recommended: {best.label}", file=out)
+        print(f"recommended: {best.label}{best.mark}", file=out)
     if args.out is not None:
-        files = write_outputs(ranked, baseline, objective, args.out, picture=not args.no_picture)
+        where = provenance(args.scenario, scenario, tuning, args.grid, objective.name)
+        files = write_outputs(tuning, ranked, objective, args.out, provenance=where)
+        if not args.no_picture:
+            files.append(args.out / "pareto.png")
+            plot_pareto(tuning, best, files[-1])
         print("wrote " + ", ".join(str(f) for f in files), file=out)
     return EXIT_OK
+
+
+def _heading(name: str, tuning: Tuning, objective: str) -> str:
+    seeds = tuning.seeds
+    grid = sum(1 for r in tuning.runs if r.in_grid)
+    marks = ", ".join(
+        f"[{', '.join(r.baselines)}] "
+        + " and ".join(BASELINE_NAMES[n] for n in r.baselines)
+        + ("" if r.in_grid else " (beside the grid)")
+        for r in tuning.baseline_runs
+    )
+    on = (
+        f"seeds {', '.join(map(str, seeds))}: means, ± half the spread"
+        if len(seeds) > 1
+        else f"seed {seeds[0]}"
+    )
+    return (
+        f"{name} ({on}): {grid} settings under {tuning.policy}, ranked by {objective}; "
+        f"{marks}; (x) loses workloads that finish under none (deactivated, or never "
+        "finished), on the worst seed"
+    )
 
 
 class _RunBar:

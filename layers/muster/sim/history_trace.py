@@ -4,7 +4,10 @@ Every workload leaves a history in the state table (Submitted, Admitted,
 PodsReady, Evicted, Requeued, Deactivated, Finished, with their times and
 details). `trace_rows` turns the histories of the workloads submitted since a
 moment into one row per workload: when it was submitted, its gang and GPUs, the
-startup and run times that were observed, and how it ended. `write_trace` writes
+startup and run times that were observed, how it ended, and what the diagnosis
+of its last eviction knew (its class, e.g. `WorkloadFault`, and the pods' reason,
+e.g. `ImagePullBackOff`), so a job that failed on its own is replayed failing the
+same way and `workloadFaults` can be tuned on it. `write_trace` writes
 them as CSV (the format docs/simulator.md documents under "Muster traces");
 `muster.sim.traces` reads it back, so an administrator tunes on their own
 cluster's last week.
@@ -31,6 +34,8 @@ TRACE_COLUMNS = (
     "outcome",
     "attempts",
     "evictions",
+    "failureClass",
+    "failureReason",
 )
 OUTCOMES = ("Succeeded", "Failed", "Deleted", "Deactivated", "Running", "Pending")
 
@@ -50,6 +55,10 @@ class TraceRow:
     outcome: str
     attempts: int
     evictions: int
+    # The diagnosis of its last eviction: the class its not-ready pods shared
+    # (`WorkloadFault`, `Capacity`, `Starting`, `NodeFault`, `Mixed`) and their reason.
+    failure_class: str | None = None
+    failure_reason: str | None = None
 
 
 def trace_rows(
@@ -96,6 +105,8 @@ class _Replay:
     outcome: str = "Pending"
     attempts: int = 0
     evictions: int = 0
+    failure_class: str | None = None
+    failure_reason: str | None = None
 
     def read(self, event: str, at: float, detail: Mapping[str, Any]) -> None:
         reader = _READERS.get(event)
@@ -122,6 +133,10 @@ class _Replay:
             self.startup = float(seconds)
 
     def _evicted(self, at: float, detail: Mapping[str, Any]) -> None:
+        # A dry run's diagnosis is as good as an enforced one's: it is kept either way.
+        found = diagnosis_of(detail)
+        if found is not None:
+            self.failure_class, self.failure_reason = found
         if not detail.get("dryRun"):
             self.evictions += 1
             self.ready_at = None
@@ -158,7 +173,27 @@ class _Replay:
             outcome=outcome,
             attempts=self.attempts,
             evictions=self.evictions,
+            failure_class=self.failure_class,
+            failure_reason=self.failure_reason,
         )
+
+
+def diagnosis_of(detail: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """(class, reason) of an eviction's diagnosis: the class of its not-ready pods and
+    the reason most of them gave (of those failing on their own, when some are)."""
+    found = detail.get("diagnosis")
+    if not isinstance(found, Mapping) or not found.get("class"):
+        return None
+    cls = str(found["class"])
+    pods = [p for p in found.get("pods") or [] if isinstance(p, Mapping)]
+    faults = [p for p in pods if p.get("class") == "WorkloadFault"]
+    counts: dict[str, int] = {}
+    for p in faults or pods:
+        reason = p.get("reason")
+        if reason:
+            counts[str(reason)] = counts.get(str(reason), 0) + 1
+    reason = max(counts, key=lambda r: counts[r]) if counts else None
+    return cls, reason
 
 
 _READERS: dict[str, Callable[[_Replay, float, Mapping[str, Any]], None]] = {
@@ -191,6 +226,8 @@ def write_trace(rows: Iterable[TraceRow], handle: TextIO) -> int:
                 r.outcome,
                 r.attempts,
                 r.evictions,
+                r.failure_class or "",
+                r.failure_reason or "",
             ]
         )
         n += 1

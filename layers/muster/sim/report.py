@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,68 +178,176 @@ def marks(events: Sequence[Mapping[str, Any]], end: float) -> Marks:
     return Marks(evictions, sorted(spans, key=lambda s: (s[1], s[0])))
 
 
+def shown_span(results: Sequence[RunResult]) -> tuple[float, float, float]:
+    """(the time the picture shows, the last change, the runs' end): up to a little
+    after the last change in any run (an event, or a change of GPU use), not to a
+    horizon after which nothing happens."""
+    end = max(r.end for r in results) or 1.0
+    last = 0.0
+    for r in results:
+        if r.events:  # in the order published; a shell's log need not be in time order
+            last = max(last, max(float(e["t"]) for e in r.events))
+        if r.samples and r.samples[-1].t < r.end:
+            last = max(last, r.samples[-1].t)
+    if last <= 0 or last * 1.25 >= end:
+        return end, last, end
+    return min(end, last * 1.06), last, end
+
+
+# Widths of the eviction strip's intervals, the first that gives at most this many.
+EVICTION_BARS = 150
+_WIDTHS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+)
+
+
+def eviction_interval(span: float) -> float:
+    """A round interval (seconds) that cuts `span` into at most EVICTION_BARS bars."""
+    return float(next((w for w in _WIDTHS if span / w <= EVICTION_BARS), _WIDTHS[-1]))
+
+
 def plot_gpu_use(results: Sequence[RunResult], path: Path) -> None:
-    """Stacked GPU use over time, one panel per policy (matplotlib, Agg backend)."""
+    import matplotlib.pyplot as plt
+
+    fig = gpu_use_figure(results)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def gpu_use_figure(results: Sequence[RunResult]) -> Any:
+    """Stacked GPU use over time, one panel per policy, each with a strip of its
+    evictions per interval below it (matplotlib, Agg backend); one legend above the
+    panels, where it covers no data. The caller saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    end = max(r.end for r in results) or 1.0
-    scale, unit = (3600.0, "hours") if end > 7200 else (60.0, "minutes")
-    fig, axes = plt.subplots(
-        len(results), 1, figsize=(9, 2.4 * len(results) + 0.6), sharex=True, squeeze=False
+    span, last, end = shown_span(results)
+    scale, unit = (3600.0, "hours") if span > 7200 else (60.0, "minutes")
+    height = 3.0 * len(results) + 1.1
+    fig = plt.figure(figsize=(9, height))
+    outer = fig.add_gridspec(len(results), 1, hspace=0.32)
+    handles: dict[str, Any] = {}
+    axes: list[Any] = []
+    for n, r in enumerate(results):
+        inner = outer[n].subgridspec(2, 1, height_ratios=[4, 1], hspace=0.06)
+        ax = fig.add_subplot(inner[0], sharex=axes[0] if axes else None)
+        strip = fig.add_subplot(inner[1], sharex=ax)
+        _use_panel(ax, r, span, scale, handles)
+        _eviction_strip(strip, marks(r.events, r.end).evictions, span, scale, handles)
+        ax.tick_params(labelbottom=False)
+        if n < len(results) - 1:
+            strip.tick_params(labelbottom=False)
+        ax.set_xlim(0, span / scale)
+        axes += [ax, strip]
+    label = f"simulated time ({unit})"
+    if span < end:
+        label += (
+            f", the first {span / scale:.1f} of {end / scale:.0f}: "
+            f"nothing changes after {last / scale:.1f}"
+        )
+    axes[-1].set_xlabel(label)
+    fig.suptitle(f"GPU use: {results[0].scenario}", fontsize=10, y=1 - 0.12 / height)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.3 / height),
+        ncol=len(handles),
+        fontsize=7,
+        frameon=False,
     )
-    for ax, r in zip(axes[:, 0], results, strict=True):
-        rows = binned(r.samples, end)
-        t = [x[0] / scale for x in rows]
-        useful = [x[1] for x in rows]
-        wasted = [x[2] for x in rows]
-        idle = [max(x[3] - x[1] - x[2], 0.0) for x in rows]
-        ax.stackplot(
-            t,
-            useful,
-            wasted,
-            idle,
-            labels=["useful (gang whole)", "held by incomplete gangs", "idle"],
-            colors=["#2a9d8f", "#e76f51", "#e9ecef"],
-            step="post",
+    fig.subplots_adjust(left=0.08, right=0.98, top=1 - 0.75 / height, bottom=0.55 / height)
+    return fig
+
+
+def _use_panel(ax: Any, r: RunResult, span: float, scale: float, handles: dict[str, Any]) -> None:
+    rows = binned(r.samples, span)
+    if rows:  # the last bin drawn to the end of the span, not only to where it starts
+        rows.append((span, *rows[-1][1:]))
+    t = [x[0] / scale for x in rows]
+    useful = [x[1] for x in rows]
+    wasted = [x[2] for x in rows]
+    idle = [max(x[3] - x[1] - x[2], 0.0) for x in rows]
+    names = ["useful (gang whole)", "held by incomplete gangs", "idle"]
+    layers = ax.stackplot(
+        t,
+        useful,
+        wasted,
+        idle,
+        labels=names,
+        colors=["#2a9d8f", "#e76f51", "#e9ecef"],
+        step="post",
+    )
+    for name, layer in zip(names, layers, strict=True):
+        handles.setdefault(name, layer)
+    shown = marks(r.events, r.end)
+    for start, stop in [(a, b) for _, a, b in shown.nodes_down]:
+        shade = ax.axvspan(start / scale, stop / scale, color="#343a40", alpha=0.18, lw=0)
+        handles.setdefault("node down", shade)
+    s = r.summary
+    count = len(shown.evictions)
+    ax.set_title(
+        f"{r.policy}: utilization {s['utilization'] * 100:.1f}%, "
+        f"wasted {s['wastedGpuHours']:,.1f} GPU-h, finished {s['finished']}/{s['workloads']}, "
+        f"{count:,} eviction{'' if count == 1 else 's'}",
+        fontsize=9,
+        loc="left",
+    )
+    ax.set_ylabel("GPUs")
+    ax.set_ylim(0, r.total_gpus)
+
+
+def _eviction_strip(
+    ax: Any, evictions: Sequence[float], span: float, scale: float, handles: dict[str, Any]
+) -> None:
+    """Evictions per interval as bars, so one eviction shows as plainly as thousands."""
+    width = eviction_interval(span)
+    bars = math.ceil(span / width)
+    counts = [0] * bars
+    for t in evictions:
+        if t <= span:
+            counts[min(int(t / width), bars - 1)] += 1
+    drawn = ax.bar(
+        [k * width / scale for k in range(bars)],
+        counts,
+        width=width / scale,
+        align="edge",
+        color="#9d0208",
+        linewidth=0,
+    )
+    handles.setdefault(f"evictions per {_human(width)}", drawn)
+    top = max(counts)
+    ax.set_ylim(0, max(top, 1) * 1.25)
+    ax.set_yticks([0, top] if top else [0])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_ylabel("evictions", fontsize=7)
+    if not top:
+        ax.text(
+            0.5,
+            0.5,
+            "no evictions",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="0.4",
         )
-        shown = marks(r.events, r.end)
-        for n, (_, start, stop) in enumerate(shown.nodes_down):
-            ax.axvspan(
-                start / scale,
-                stop / scale,
-                color="#343a40",
-                alpha=0.18,
-                lw=0,
-                label="node down" if n == 0 else None,
-            )
-        if shown.evictions:
-            ax.plot(
-                [t / scale for t in shown.evictions],
-                [r.total_gpus * 0.97] * len(shown.evictions),
-                linestyle="none",
-                marker="|",
-                markersize=7,
-                color="#9d0208",
-                alpha=0.6,
-                label=f"eviction ({len(shown.evictions):,})",
-            )
-        s = r.summary
-        ax.set_title(
-            f"{r.policy}: utilization {s['utilization'] * 100:.1f}%, "
-            f"wasted {s['wastedGpuHours']:,.1f} GPU-h, finished {s['finished']}/{s['workloads']}",
-            fontsize=9,
-            loc="left",
-        )
-        ax.set_ylabel("GPUs")
-        ax.set_ylim(0, r.total_gpus)
-        ax.set_xlim(0, end / scale)
-    for ax in axes[:, 0]:
-        ax.legend(loc="upper right", fontsize=7, ncol=5)
-    axes[-1, 0].set_xlabel(f"simulated time ({unit})")
-    fig.suptitle(f"GPU use: {results[0].scenario}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.core import fields
+from muster.core.diagnosis import IMAGE_REASONS
 from muster.core.fields import check_keys, collecting, problem, whole_number
 from muster.sim.history_trace import TRACE_COLUMNS, is_muster_trace, parse_time
 from muster.sim.specs import NodeFaultSpec, ScenarioError, TraceSpec, WorkloadSpec, seeded
@@ -41,6 +42,7 @@ class TraceJob:
     startup: float | None = None
     never_ready: bool = False
     priority: int = 0
+    failure: str | None = None  # how a never-ready job failed (FAILURES), when known
 
 
 # ---------------------------------------------------------------------- Philly
@@ -137,8 +139,10 @@ def load_muster_trace(path: Path, limit: int | None = None) -> list[TraceJob]:
     """Jobs of a trace from `muster history export` (docs/simulator.md, "Muster traces").
 
     A workload that never became Ready and was deactivated is replayed as never
-    Ready; one with no observed run time otherwise (still pending, or deleted
-    before it ran) is left out: there is nothing to replay.
+    Ready, and so is one still pending whose last eviction found its pods failing
+    on their own; each fails as its diagnosis said (`replay_failure`). One with no
+    observed run time otherwise (still pending, or deleted before it ran) is left
+    out: there is nothing to replay.
     """
     required = ("submitted", "gangSize", "gpus", "runSeconds", "outcome")
     with path.open(newline="", encoding="utf-8") as handle:
@@ -185,7 +189,11 @@ def _muster_row(row: Mapping[str, Any]) -> tuple[list[str], TraceJob | None]:
         problems.append(f"gpus: must not be negative, got {gpus}")
     if problems:
         return problems, None
-    never_ready = startup is None and row["outcome"] == "Deactivated"
+    failure = replay_failure(row.get("failureClass") or None, row.get("failureReason") or None)
+    outcome = row["outcome"]
+    never_ready = startup is None and (
+        outcome == "Deactivated" or (outcome == "Pending" and failure is not None)
+    )
     if run is None and not never_ready:
         return problems, None
     job = TraceJob(
@@ -197,8 +205,30 @@ def _muster_row(row: Mapping[str, Any]) -> tuple[list[str], TraceJob | None]:
         startup=startup,
         never_ready=never_ready,
         priority=priority or 0,
+        failure=failure if never_ready else None,
     )
     return problems, job
+
+
+# Reasons of a pod whose container never starts: replayed as a failed image pull
+# (the simulator's failure that shows at once and stays); any other reason of a pod
+# failing on its own is a container that starts and fails, replayed as a crash loop.
+_NEVER_STARTS = IMAGE_REASONS | {
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+
+
+def replay_failure(failure_class: str | None, reason: str | None) -> str | None:
+    """The failure mode the simulator replays for a job whose last eviction's
+    diagnosis was `failure_class` with `reason`: None (a plain never-Ready job,
+    `NotReady`) unless its pods failed on their own."""
+    if failure_class != "WorkloadFault":
+        return None
+    if reason in _NEVER_STARTS:
+        return "ImagePullBackOff"
+    return "CrashLoopBackOff"
 
 
 # ---------------------------------------------------------------------- synthetic
@@ -326,6 +356,18 @@ def map_gpus(gpus: int, mapping: str) -> tuple[int, int]:
     return math.ceil(gpus / 8), min(gpus, 8)
 
 
+def _failure(
+    job: TraceJob, broken: bool, modes: list[tuple[str, float]], rng: random.Random
+) -> str | None:
+    """How a never-ready job fails: as its trace says, else drawn from `brokenModes`
+    (only then is the stream drawn from, so it stays aligned without them)."""
+    if job.failure is not None:
+        return job.failure
+    if modes and (broken or job.never_ready):
+        return rng.choices([m for m, _ in modes], [w for _, w in modes])[0]
+    return None
+
+
 def expand_trace(
     spec: TraceSpec,
     *,
@@ -373,11 +415,7 @@ def expand_trace(
                 run_seconds=job.duration,
                 priority=job.priority,
                 never_ready=i in broken or job.never_ready,
-                failure=(
-                    mode_rng.choices([m for m, _ in modes], [w for _, w in modes])[0]
-                    if modes and (i in broken or job.never_ready)
-                    else None
-                ),
+                failure=_failure(job, i in broken, modes, mode_rng),
             )
         )
     faults: list[NodeFaultSpec] = []

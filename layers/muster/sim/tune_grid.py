@@ -1,6 +1,7 @@
 """`muster tune`'s grid: every combination of the `--grid` values as a settings
 document, each run through the simulator on the same scenario (the same draws:
-common random numbers), in parallel, beside one run of plain Kubernetes."""
+common random numbers) on one or more seeds, in parallel, beside the baselines
+(today's settings, Muster's defaults) and plain Kubernetes on the same seeds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from muster.core import SettingsError, parse_settings
+from muster.core import Settings, SettingsError, parse_settings
 from muster.sim.engine import simulate
 from muster.sim.scenario import Scenario
 from muster.sim.specs import ScenarioError
@@ -32,16 +33,38 @@ class _Unset:
 UNSET_VALUE = _Unset()
 
 
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One seed's run of one setting, and the healthy workloads it lost.
+
+    A workload is healthy when it finished under plain Kubernetes (`none`) on the
+    same seed; lost when the setting deactivated it, or left it unfinished at the
+    scenario's horizon (a timeout shorter than its start-up evicts it forever).
+    """
+
+    seed: int
+    summary: dict[str, Any]
+    deactivated_healthy: int = 0
+    unfinished_healthy: int = 0
+
+    @property
+    def healthy_lost(self) -> int:
+        return self.deactivated_healthy + self.unfinished_healthy
+
+
+BASELINE_NAMES = {"today": "today's settings", "defaults": "Muster's defaults"}
+
+
 @dataclass(slots=True)
 class Run:
-    """One combination of the grid and what the simulator made of it."""
+    """One setting (a combination of the grid, or a baseline) and its run on every seed."""
 
     index: int
     choice: tuple[tuple[str, Any], ...]  # (setting path, value) in grid order
     document: dict[str, Any]  # the whole settings document it ran with
-    summary: dict[str, Any]
-    deactivated: frozenset[str]
-    deactivated_healthy: int = 0
+    trials: tuple[Trial, ...]
+    baselines: tuple[str, ...] = ()  # "today" (the scenario's settings), "defaults"
+    in_grid: bool = True  # False: a baseline the grid does not contain, run beside it
 
     @property
     def label(self) -> str:
@@ -53,25 +76,80 @@ class Run:
         return ", ".join(f"{path.rsplit('.', 1)[-1]}={show_value(v)}" for path, v in self.choice)
 
     @property
+    def mark(self) -> str:
+        """` [today, defaults]` for a baseline, "" otherwise."""
+        return f" [{', '.join(self.baselines)}]" if self.baselines else ""
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The first seed's summary (the scenario's own seed)."""
+        return self.trials[0].summary
+
+    def values(self, figure: Callable[[Mapping[str, Any]], float]) -> list[float]:
+        """One figure of every seed's summary."""
+        return [figure(t.summary) for t in self.trials]
+
+    def spread(self, figure: Callable[[Mapping[str, Any]], float]) -> tuple[float, float]:
+        """(lowest, highest) of a figure over the seeds."""
+        found = self.values(figure)
+        return min(found), max(found)
+
+    @property
     def wasted(self) -> float:
-        return float(self.summary["wastedGpuHours"])
+        return _mean(self.values(wasted_of))
 
     @property
     def queue_delay_p95(self) -> float:
-        return none_as_inf(self.summary["queueDelaySeconds"]["p95"])
+        return _mean(self.values(queue_p95_of))
 
     @property
     def jct_p95(self) -> float:
-        return none_as_inf(self.summary["jctSeconds"]["p95"])
+        return _mean(self.values(jct_p95_of))
 
     @property
-    def evictions(self) -> int:
-        return int(self.summary["evictions"])
+    def evictions(self) -> float:
+        return _mean(self.values(lambda s: float(s["evictions"])))
+
+    @property
+    def finished(self) -> float:
+        return _mean(self.values(lambda s: float(s["finished"])))
+
+    @property
+    def deactivated_healthy(self) -> int:
+        """The most healthy workloads it deactivated on any seed."""
+        return max(t.deactivated_healthy for t in self.trials)
+
+    @property
+    def unfinished_healthy(self) -> int:
+        """The most healthy workloads it left unfinished on any seed."""
+        return max(t.unfinished_healthy for t in self.trials)
+
+    @property
+    def healthy_lost(self) -> int:
+        """The most healthy workloads it lost (deactivated or unfinished) on any seed."""
+        return max(t.healthy_lost for t in self.trials)
 
     @property
     def guarded(self) -> bool:
-        """Passes the guard rail: no workload that finishes under `none` is deactivated."""
-        return self.deactivated_healthy == 0
+        """Passes the guard rail: on every seed, every workload that finishes under
+        `none` finishes under this setting too."""
+        return self.healthy_lost == 0
+
+
+def wasted_of(summary: Mapping[str, Any]) -> float:
+    return float(summary["wastedGpuHours"])
+
+
+def queue_p95_of(summary: Mapping[str, Any]) -> float:
+    return none_as_inf(summary["queueDelaySeconds"]["p95"])
+
+
+def jct_p95_of(summary: Mapping[str, Any]) -> float:
+    return none_as_inf(summary["jctSeconds"]["p95"])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan
 
 
 # ---------------------------------------------------------------------- the grid
@@ -152,55 +230,130 @@ def with_settings(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
     return replace(scenario, settings=settings, raw_settings=dict(doc))
 
 
+# ---------------------------------------------------------------------- baselines
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """Settings every tuning is held against: the scenario's own (what runs today) and
+    Muster's defaults; one entry when they are the same."""
+
+    names: tuple[str, ...]
+    document: dict[str, Any]
+
+
+def baselines(scenario: Scenario) -> list[Baseline]:
+    today = dict(scenario.raw_settings)
+    if parse_settings(today) == parse_settings({}):
+        return [Baseline(("today", "defaults"), today)]
+    return [Baseline(("today",), today), Baseline(("defaults",), {})]
+
+
+def _effective(doc: Mapping[str, Any], policy: str) -> Settings:
+    settings = parse_settings(doc)
+    return replace(settings, block_admission=True) if policy == "gang+block" else settings
+
+
+def effective_choice(
+    doc: Mapping[str, Any], grid: Sequence[tuple[str, list[Any]]]
+) -> tuple[tuple[str, Any], ...]:
+    """What each setting of the grid is under `doc` (defaults filled in; `unset` if none)."""
+    written = parse_settings(doc).to_dict()
+    choice = []
+    for path, _ in grid:
+        node: Any = written
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        choice.append((path, UNSET_VALUE if node is None else node))
+    return tuple(choice)
+
+
 # ---------------------------------------------------------------------- running
 
-_scenario: Scenario | None = None  # each worker's copy, set once by `_init`
+_scenarios: Sequence[Scenario] = ()  # each worker's copy (one per seed), set once by `_init`
 
 
-def _init(scenario: Scenario) -> None:
-    global _scenario
-    _scenario = scenario
+def _init(scenarios: Sequence[Scenario]) -> None:
+    global _scenarios
+    _scenarios = scenarios
 
 
-Outcome = tuple[int, dict[str, Any], list[str], list[str]]
+Task = tuple[int, int, str, dict[str, Any]]  # (seed's place, run's index, policy, settings)
+Outcome = tuple[int, int, dict[str, Any], list[str], list[str]]
 
 
-def _run_one(task: tuple[int, str, dict[str, Any]]) -> Outcome:
-    """(index, summary, workloads deactivated, workloads finished) of one run."""
-    index, policy, doc = task
-    assert _scenario is not None
-    result = simulate(with_settings(_scenario, doc), policy)
+def _run_one(task: Task) -> Outcome:
+    """(seed's place, index, summary, workloads deactivated, workloads finished) of one run."""
+    seed_at, index, policy, doc = task
+    result = simulate(with_settings(_scenarios[seed_at], doc), policy)
     deactivated = sorted({e["workload"] for e in result.events if e["event"] == "Deactivated"})
     finished = sorted({e["workload"] for e in result.events if e["event"] == "Finished"})
-    return index, result.summary, deactivated, finished
+    return seed_at, index, result.summary, deactivated, finished
+
+
+NONE = -1  # the index of plain Kubernetes' run
+
+
+@dataclass(slots=True)
+class Tuning:
+    """Every setting's runs (the grid's in grid order, then baselines not in it), and
+    plain Kubernetes' on the same seeds."""
+
+    runs: list[Run]
+    none: Run
+    seeds: tuple[int, ...]
+    policy: str
+
+    @property
+    def baseline_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.baselines]
 
 
 def run_grid(
-    scenario: Scenario,
+    scenarios: Scenario | Sequence[Scenario],
     grid: Sequence[tuple[str, list[Any]]],
     *,
     policy: str = "gang",
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[Run], dict[str, Any]]:
-    """Every combination's run (in grid order) and the `none` baseline's summary."""
-    combos = combinations(scenario, grid)
-    tasks = [(i, policy, doc) for i, (_, doc) in enumerate(combos)]
-    tasks.append((-1, "none", dict(scenario.raw_settings)))
-    results: dict[int, tuple[dict[str, Any], list[str], list[str]]] = {}
+    with_baselines: bool = True,
+) -> Tuning:
+    """Every combination's runs on every seed (the same scenario file expanded under
+    each), the baselines beside them, and plain Kubernetes (`none`) on each seed: a
+    workload it finishes is healthy on that seed."""
+    runs_on = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios)
+    first = runs_on[0]
+    combos = combinations(first, grid)
+    settings: list[tuple[tuple[tuple[str, Any], ...], dict[str, Any], str, tuple[str, ...]]]
+    settings = [(choice, doc, policy, ()) for choice, doc in combos]
+    effective = [_effective(doc, policy) for _, doc in combos]
+    for base in baselines(first) if with_baselines else ():
+        same = _effective(base.document, "gang")
+        if same in effective:  # the grid has it: mark that combination
+            i = effective.index(same)
+            choice, doc, run_policy, names = settings[i]
+            settings[i] = (choice, doc, run_policy, names + base.names)
+        else:
+            shown = effective_choice(base.document, grid)
+            settings.append((shown, base.document, "gang", base.names))
+    tasks: list[Task] = []
+    for at in range(len(runs_on)):
+        tasks += [(at, i, p, doc) for i, (_, doc, p, _) in enumerate(settings)]
+        tasks.append((at, NONE, "none", dict(runs_on[at].raw_settings)))
+    results: dict[tuple[int, int], tuple[dict[str, Any], list[str], list[str]]] = {}
     done = 0
     if jobs <= 1:
-        _init(scenario)
+        _init(runs_on)
         outcomes: Iterable[Outcome] = map(_run_one, tasks)
         pool = None
     else:
         pool = multiprocessing.get_context().Pool(
-            min(jobs, len(tasks)), initializer=_init, initargs=(scenario,)
+            min(jobs, len(tasks)), initializer=_init, initargs=(runs_on,)
         )
         outcomes = pool.imap_unordered(_run_one, tasks)
     try:
-        for index, summary, deactivated, finished in outcomes:
-            results[index] = (summary, deactivated, finished)
+        for at, index, summary, deactivated, finished in outcomes:
+            results[(at, index)] = (summary, deactivated, finished)
             done += 1
             if progress is not None:
                 progress(done, len(tasks))
@@ -208,14 +361,34 @@ def run_grid(
         if pool is not None:
             pool.close()
             pool.join()
-    baseline, _, healthy = results[-1]
-    finished_under_none = frozenset(healthy)
+    seeds = tuple(sc.seed for sc in runs_on)
+    healthy = [frozenset(results[(at, NONE)][2]) for at in range(len(runs_on))]
     runs = []
-    for i, (choice, doc) in enumerate(combos):
-        summary, deactivated, _ = results[i]
-        names = frozenset(deactivated)
-        runs.append(Run(i, choice, doc, summary, names, len(names & finished_under_none)))
-    return runs, baseline
+    for i, (choice, doc, _, names) in enumerate(settings):
+        trials = []
+        for at, seed in enumerate(seeds):
+            summary, deactivated, finished = results[(at, i)]
+            lost_deactivated = healthy[at] & frozenset(deactivated)
+            unfinished = healthy[at] - frozenset(finished) - lost_deactivated
+            trials.append(Trial(seed, summary, len(lost_deactivated), len(unfinished)))
+        runs.append(Run(i, choice, doc, tuple(trials), names, in_grid=i < len(combos)))
+    none_trials = tuple(Trial(seed, results[(at, NONE)][0]) for at, seed in enumerate(seeds))
+    none = Run(NONE, (), dict(first.raw_settings), none_trials, in_grid=False)
+    return Tuning(runs, none, seeds, policy)
+
+
+def draws_from_seed(
+    scenario: Scenario, other: Scenario, documents: Iterable[Mapping[str, Any]]
+) -> bool:
+    """Whether runs of the scenario depend on its seed: expanded under another seed
+    (`other`) it has other workloads or node faults, or a setting jitters the backoff."""
+    if other.workloads != scenario.workloads or other.faults != scenario.faults:
+        return True
+    for doc in documents:
+        parsed = parse_settings(doc)
+        if any(q.backoff_jitter > 0 for q in (parsed.defaults, *parsed.queues.values())):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------------- helpers

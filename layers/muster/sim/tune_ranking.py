@@ -1,5 +1,6 @@
 """`muster tune`'s ranking: the runs ordered by an objective behind the guard rail,
-as a table, a CSV, the recommended settings document and a Pareto picture."""
+as a table, a CSV and the recommended settings document with where it came from.
+The picture is `muster.sim.tune_picture`, which reads this module."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from typing import Any
 
 import yaml
 
-from muster.sim.tune_grid import UNSET_VALUE, Run, none_as_inf, show_value
+from muster.core import parse_settings
+from muster.sim.tune_grid import (
+    BASELINE_NAMES,
+    UNSET_VALUE,
+    Run,
+    Tuning,
+    jct_p95_of,
+    queue_p95_of,
+    show_value,
+    wasted_of,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +41,7 @@ OBJECTIVES: dict[str, Objective] = {
         Objective("wasted", "wasted GPU-hours", lambda r: r.wasted),
         Objective("queue-delay", "queue delay p95 (s)", lambda r: r.queue_delay_p95),
         Objective("jct", "JCT p95 (s)", lambda r: r.jct_p95),
-        Objective("evictions", "evictions", lambda r: float(r.evictions)),
+        Objective("evictions", "evictions", lambda r: r.evictions),
         Objective(
             "deactivated-healthy",
             "deactivated healthy workloads",
@@ -45,11 +56,13 @@ DEFAULT_OBJECTIVE = "wasted"
 
 
 def rank(runs: Sequence[Run], objective: Objective) -> list[Run]:
-    """Guard-railed runs first, then by the objective, queue delay, JCT, grid order."""
+    """Guard-railed runs first; the others after them, fewest healthy workloads lost
+    first (losing 1 is not losing 263); then the objective, queue delay, JCT, order."""
     return sorted(
         runs,
         key=lambda r: (
             not r.guarded,
+            r.healthy_lost,
             objective.key(r),
             r.queue_delay_p95,
             r.jct_p95,
@@ -80,7 +93,8 @@ _COLUMNS = (
     "queue p95",
     "JCT p95",
     "evictions",
-    "deactivated healthy",
+    "healthy deactivated",
+    "healthy unfinished",
     "finished",
 )
 
@@ -91,13 +105,14 @@ def table_rows(ranked: Sequence[Run]) -> list[list[str]]:
         rows.append(
             [
                 f"{n}" if r.guarded else f"{n} (x)",
-                r.label,
-                f"{r.wasted:.1f}",
-                format_seconds(r.queue_delay_p95),
-                format_seconds(r.jct_p95),
-                f"{r.evictions}",
+                r.label + r.mark,
+                _with_spread(r, wasted_of, lambda v: f"{v:.1f}"),
+                _with_spread(r, queue_p95_of, None),
+                _with_spread(r, jct_p95_of, None),
+                f"{r.evictions:.0f}",
                 f"{r.deactivated_healthy}",
-                f"{r.summary['finished']}",
+                f"{r.unfinished_healthy}",
+                f"{r.finished:.0f}",
             ]
         )
     return rows
@@ -114,13 +129,54 @@ def format_table(ranked: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
+def _with_spread(
+    r: Run, figure: Callable[[Mapping[str, Any]], float], fmt: Callable[[float], str] | None
+) -> str:
+    """The mean over the seeds, `±` half the distance between the lowest and highest."""
+    values = r.values(figure)
+    mean = math.fsum(values) / len(values)
+    if fmt is None:
+        return format_seconds(mean) if len(values) == 1 else format_spread(values)
+    if len(values) == 1:
+        return fmt(mean)
+    return f"{fmt(mean)}±{fmt((max(values) - min(values)) / 2)}"
+
+
+def format_spread(values: Sequence[float]) -> str:
+    """Seconds over several seeds as `mean±half-range` in the mean's unit, e.g. `7.9±0.1h`."""
+    if not all(math.isfinite(v) for v in values):
+        return "-"
+    mean = math.fsum(values) / len(values)
+    half = (max(values) - min(values)) / 2
+    unit, per = ("h", 3600.0) if mean >= 3600 else ("m", 60.0) if mean >= 60 else ("s", 1.0)
+    digits = 0 if unit == "s" else 1
+    return f"{mean / per:.{digits}f}±{half / per:.{digits}f}{unit}"
+
+
+def describe(r: Run) -> str:
+    """What one run lost of the healthy workloads, in words (empty when nothing)."""
+    parts = []
+    if r.deactivated_healthy:
+        parts.append(f"{r.deactivated_healthy} healthy deactivated")
+    if r.unfinished_healthy:
+        parts.append(f"{r.unfinished_healthy} healthy never finished")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------- files
+
+
 def recommended_document(run: Run) -> dict[str, Any]:
     """The winning settings document; a setting the grid left `unset` is written null.
 
     null is what `muster settings set --file` reads as "back to the deployment's
-    value" (which is unset unless the deployment sets it).
+    value" (which is unset unless the deployment sets it). Muster's defaults, when
+    they win, are written out in full so that applying them sets them.
     """
-    doc = copy.deepcopy(run.document)
+    if run.in_grid or "today" in run.baselines:
+        doc = copy.deepcopy(run.document)
+    else:
+        doc = parse_settings(run.document).to_dict()
     for path, value in run.choice:
         if value is UNSET_VALUE:
             node = doc
@@ -132,58 +188,29 @@ def recommended_document(run: Run) -> dict[str, Any]:
 
 
 def write_outputs(
+    tuning: Tuning,
     ranked: Sequence[Run],
-    baseline: Mapping[str, Any],
     objective: Objective,
     out: Path,
     *,
-    picture: bool = True,
+    provenance: Mapping[str, Any] | None = None,
 ) -> list[Path]:
+    """ranking.csv, and for the best run that passes the guard rail its settings
+    document (with where it came from) and its CDK context; the picture is
+    `muster.sim.tune_picture`'s."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
     table = out / "ranking.csv"
     with table.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "rank",
-                "guardRail",
-                *(path for path, _ in ranked[0].choice),
-                "wastedGpuHours",
-                "queueDelayP95Seconds",
-                "jctP95Seconds",
-                "evictions",
-                "deactivatedHealthy",
-                "finished",
-                "deactivated",
-                "unfinished",
-            ]
-        )
-        for n, r in enumerate(ranked, start=1):
-            writer.writerow(
-                [
-                    n,
-                    "pass" if r.guarded else "fail",
-                    *(show_value(v) for _, v in r.choice),
-                    r.summary["wastedGpuHours"],
-                    r.summary["queueDelaySeconds"]["p95"],
-                    r.summary["jctSeconds"]["p95"],
-                    r.evictions,
-                    r.deactivated_healthy,
-                    r.summary["finished"],
-                    r.summary["deactivated"],
-                    r.summary["unfinished"],
-                ]
-            )
-    written.append(table)
+        write_csv(ranked, handle)
+    written = [table]
     best = next((r for r in ranked if r.guarded), None)
     if best is not None:
         doc = recommended_document(best)
         settings_file = out / "recommended-settings.yaml"
+        where = dict(provenance or {})
+        where["figures"] = figures(best, tuning)
         settings_file.write_text(
-            f"# muster tune: best by {objective.label} among settings that deactivate no\n"
-            "# workload that finished under plain Kubernetes. Apply with\n"
-            f"#   muster settings set --file {settings_file.name}\n"
+            settings_header(best, objective, settings_file.name, where)
             + yaml.safe_dump(doc, sort_keys=True),
             encoding="utf-8",
         )
@@ -191,106 +218,136 @@ def write_outputs(
         clean = _without_nulls(doc)
         context.write_text(json.dumps({"muster:settings": clean}, indent=2) + "\n")
         written += [settings_file, context]
-    if picture:
-        png = out / "pareto.png"
-        plot_pareto(ranked, best, baseline, png)
-        written.append(png)
     return written
 
 
-def plot_pareto(
-    runs: Sequence[Run], best: Run | None, baseline: Mapping[str, Any], path: Path
-) -> None:
-    """Wasted GPU-hours against queue delay p95, every run labelled, the front joined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
-    front = sorted(pareto([r for r in runs if r.guarded]), key=lambda r: r.wasted)
-    wasted = [r.wasted for r in runs if r.wasted > 0]
-    log_x = bool(wasted) and max(wasted) / min(wasted) > 20
-    if log_x:
-        ax.set_xscale("log")
-    placed: list[tuple[float, float]] = []
-    for r in runs:
-        y = r.queue_delay_p95 / 3600.0 if math.isfinite(r.queue_delay_p95) else float("nan")
-        ax.scatter(
-            [r.wasted],
-            [y],
-            s=36,
-            zorder=3,
-            marker="o" if r.guarded else "x",
-            color="tab:blue" if r.guarded else "tab:red",
-        )
-        # Stagger the labels of points that sit close together so each stays legible.
-        here = (_spot(r.wasted, log_x), y)
-        near = sum(1 for p in placed if _close(p, here, runs, log_x))
-        placed.append(here)
-        ax.annotate(
-            r.short_label,
-            (r.wasted, y),
-            textcoords="offset points",
-            xytext=(6, 4 - 11 * near),
-            fontsize=7,
-        )
-    if front:
-        ax.plot(
-            [r.wasted for r in front],
-            [r.queue_delay_p95 / 3600.0 for r in front],
-            color="tab:gray",
-            linestyle="--",
-            linewidth=1,
-            zorder=2,
-            label="Pareto front (guard rail passed)",
-        )
-    if best is not None:
-        ax.scatter(
-            [best.wasted],
-            [best.queue_delay_p95 / 3600.0],
-            s=220,
-            facecolors="none",
-            edgecolors="tab:green",
-            linewidths=2,
-            zorder=4,
-            label="recommended",
-        )
-    ax.scatter([], [], marker="x", color="tab:red", label="deactivates healthy workloads")
-    ax.set_xlabel(
-        "wasted GPU-hours (held by gangs not all Ready)" + (", log scale" if log_x else "")
+def write_csv(ranked: Sequence[Run], handle: Any) -> None:
+    """One row per setting: means over the seeds, with their lowest and highest."""
+    writer = csv.writer(handle)
+    writer.writerow(
+        [
+            "rank",
+            "guardRail",
+            "baseline",
+            *(path for path, _ in ranked[0].choice),
+            "wastedGpuHours",
+            "wastedGpuHoursMin",
+            "wastedGpuHoursMax",
+            "queueDelayP95Seconds",
+            "queueDelayP95SecondsMin",
+            "queueDelayP95SecondsMax",
+            "jctP95Seconds",
+            "jctP95SecondsMin",
+            "jctP95SecondsMax",
+            "evictions",
+            "deactivatedHealthy",
+            "unfinishedHealthy",
+            "finished",
+            "seeds",
+        ]
     )
-    ax.set_ylabel("queue delay p95 (hours, submission to first PodsReady)")
-    none_delay = none_as_inf(baseline["queueDelaySeconds"]["p95"])
-    ax.set_title(
-        "muster tune: every setting tried\n"
-        f"(plain Kubernetes: {float(baseline['wastedGpuHours']):,.0f} wasted GPU-hours, "
-        f"queue delay p95 {format_seconds(none_delay)})",
-        fontsize=10,
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    for n, r in enumerate(ranked, start=1):
+        writer.writerow(
+            [
+                n,
+                "pass" if r.guarded else "fail",
+                " ".join(r.baselines),
+                *(show_value(v) for _, v in r.choice),
+                *_csv_figure(r, wasted_of),
+                *_csv_figure(r, queue_p95_of),
+                *_csv_figure(r, jct_p95_of),
+                _number(r.evictions),
+                r.deactivated_healthy,
+                r.unfinished_healthy,
+                _number(r.finished),
+                " ".join(str(t.seed) for t in r.trials),
+            ]
+        )
+
+
+def _csv_figure(r: Run, figure: Callable[[Mapping[str, Any]], float]) -> list[Any]:
+    values = r.values(figure)
+    mean = math.fsum(values) / len(values)
+    return [_number(mean), _number(min(values)), _number(max(values))]
+
+
+def _number(value: float) -> Any:
+    """A figure for the CSV: blank for never, whole numbers without a fraction."""
+    if not math.isfinite(value):
+        return ""
+    rounded = round(value, 3)
+    return int(rounded) if float(rounded).is_integer() else rounded
+
+
+def figures(r: Run, tuning: Tuning) -> dict[str, Any]:
+    """The recommendation's figures beside the baselines' and plain Kubernetes', for
+    the provenance block of the settings file."""
+    found: dict[str, Any] = {"recommended": _figures(r)}
+    for b in tuning.baseline_runs:
+        names = " and ".join(BASELINE_NAMES[n] for n in b.baselines)
+        found[names] = _figures(b)
+    found["plain Kubernetes (none)"] = _figures(tuning.none, settings=False)
+    return found
+
+
+def _figures(r: Run, *, settings: bool = True) -> dict[str, Any]:
+    doc: dict[str, Any] = {"settings": r.label} if settings else {}
+    for key, figure in (
+        ("wastedGpuHours", wasted_of),
+        ("queueDelayP95Seconds", queue_p95_of),
+        ("jctP95Seconds", jct_p95_of),
+    ):
+        values = r.values(figure)
+        mean = _number(math.fsum(values) / len(values))
+        if len(values) == 1:
+            doc[key] = mean
+        else:
+            doc[key] = {"mean": mean, "min": _number(min(values)), "max": _number(max(values))}
+    doc["evictions"] = _number(r.evictions)
+    doc["finished"] = _number(r.finished)
+    if settings:
+        doc["healthyDeactivated"] = r.deactivated_healthy
+        doc["healthyUnfinished"] = r.unfinished_healthy
+    return doc
+
+
+PROVENANCE_MARK = "# provenance (YAML below '# '):"
+
+
+def settings_header(
+    best: Run, objective: Objective, name: str, provenance: Mapping[str, Any]
+) -> str:
+    """What the settings file is, how to apply it, and (as commented YAML) where it came from."""
+    lines = [
+        f"muster tune: best by {objective.label} among settings that lose no workload",
+        "that finished under plain Kubernetes (none deactivated, none left unfinished),",
+        "on every seed. Apply with",
+        f"  muster settings set --file {name}",
+    ]
+    if best.baselines:
+        lines.append(
+            "It is " + " and ".join(BASELINE_NAMES[n] for n in best.baselines) + ": nothing "
+            "in the grid did better."
+        )
+    header = "".join(f"# {line}\n" for line in lines) + PROVENANCE_MARK + "\n"
+    body = yaml.safe_dump(dict(provenance), sort_keys=False, allow_unicode=True, width=10_000)
+    return header + "".join(f"#   {line}\n" for line in body.splitlines())
+
+
+def read_provenance(text: str) -> dict[str, Any]:
+    """The provenance block of a recommended-settings.yaml, as `settings_header` wrote it."""
+    lines = text.splitlines()
+    start = lines.index(PROVENANCE_MARK) + 1
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[4:])
+    found = yaml.safe_load("\n".join(block))
+    return dict(found) if isinstance(found, Mapping) else {}
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _spot(x: float, log_x: bool) -> float:
-    return math.log10(x) if log_x and x > 0 else x
-
-
-def _close(
-    a: tuple[float, float], b: tuple[float, float], runs: Sequence[Run], log_x: bool
-) -> bool:
-    """Near enough that their labels (a third of the width, one line high) would overlap."""
-    xs = [_spot(r.wasted, log_x) for r in runs]
-    ys = [r.queue_delay_p95 / 3600.0 for r in runs if math.isfinite(r.queue_delay_p95)]
-    span_x = (max(xs) - min(xs)) or 1.0
-    span_y = ((max(ys) - min(ys)) if ys else 0.0) or 1.0
-    return abs(a[0] - b[0]) / span_x < 0.35 and abs(a[1] - b[1]) / span_y < 0.04
 
 
 def format_seconds(value: float) -> str:
