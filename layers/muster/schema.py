@@ -88,6 +88,13 @@ UID_BYTES = 128
 REASON_BYTES = 128
 MESSAGE_BYTES = 512
 CLUSTER_BYTES = 100  # an EKS cluster name
+# The most pods one workload may have (Kubernetes' own bound on an Indexed Job's
+# completions, far above the 4,096-pod gangs Muster is built for), and the most GPUs
+# one pod may ask for (more than any node has): a NonIndexed Job may say
+# `parallelism: 2147483647`, and nothing downstream may expand that per pod.
+MAX_WORKLOAD_PODS = 100_000
+MAX_POD_GPUS = 1024
+MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -505,8 +512,10 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
     return WorkloadObserved(
         workload=key,
         queue=checked("", lambda: _label_value(text(detail, "queue"), "queue")),
-        gang_size=whole_number(detail, "gangSize", 1, minimum=1, required=True),
-        gpus=whole_number(detail, "gpus", 0, minimum=0),
+        gang_size=whole_number(
+            detail, "gangSize", 1, minimum=1, maximum=MAX_WORKLOAD_PODS, required=True
+        ),
+        gpus=whole_number(detail, "gpus", 0, minimum=0, maximum=MAX_WORKLOAD_PODS * MAX_POD_GPUS),
         priority=whole_number(detail, "priority", 0),
         kind=kind,
         created_at=checked(0.0, lambda: parse_time(text(detail, "createdAt"), "createdAt")),
@@ -524,9 +533,6 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
     )
 
 
-MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
-
-
 def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
     """`podGpus`: a list of {pods, gpus} groups (absent: unknown)."""
     if value is None:
@@ -542,10 +548,16 @@ def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
         path = f"podGpus[{i}]."
         groups.append(
             (
-                whole_number(group, "pods", 1, path, minimum=1, required=True),
-                whole_number(group, "gpus", 0, path, minimum=0, required=True),
+                whole_number(
+                    group, "pods", 1, path, minimum=1, maximum=MAX_WORKLOAD_PODS, required=True
+                ),
+                whole_number(
+                    group, "gpus", 0, path, minimum=0, maximum=MAX_POD_GPUS, required=True
+                ),
             )
         )
+    if sum(n for n, _ in groups) > MAX_WORKLOAD_PODS:
+        problem(f"podGpus: more than {MAX_WORKLOAD_PODS} pods in all")
     return tuple(groups)
 
 
