@@ -43,6 +43,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.printable import printable
 from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
 from muster.core.settings import within_runtime
 
@@ -107,6 +108,14 @@ def clip_utf8(text: str, budget: int) -> str:
     if len(data) <= budget:
         return text
     return data[:budget].decode("utf-8", errors="ignore")
+
+
+def tenant_text(text: str | None, budget: int) -> str | None:
+    """Free text from the cluster (a pod's reason and message, a container's
+    termination message) as events carry it: control characters escaped
+    (`muster.core.printable`), then cut to `budget` bytes. Applied where the agent
+    builds an event and again where the control plane reads one."""
+    return None if text is None else clip_utf8(printable(text), budget)
 
 
 def check_name(value: str, field: str, *, label: bool = False) -> str:
@@ -240,18 +249,18 @@ def pod_detail(
         "ready": ready,
         "node": node,
         "deleted": deleted,
-        "reason": reason,
-        "message": clip_utf8(message, MESSAGE_BYTES) if message else message,
+        "reason": tenant_text(reason, REASON_BYTES),
+        "message": tenant_text(message, MESSAGE_BYTES),
     }
     # What tells a broken job from a busy cluster; left out when the agent saw nothing.
     if scheduled is not None:
         detail["scheduled"] = scheduled
     if waiting is not None:
-        detail["waiting"] = clip_utf8(waiting, REASON_BYTES)
+        detail["waiting"] = tenant_text(waiting, REASON_BYTES)
     if restarts:
         detail["restarts"] = restarts
     if terminated is not None:
-        detail["terminated"] = clip_utf8(terminated, REASON_BYTES)
+        detail["terminated"] = tenant_text(terminated, REASON_BYTES)
     if exit_code is not None:
         detail["exitCode"] = exit_code
     if owner:
@@ -285,7 +294,7 @@ def node_detail(
     if gpus is not None:
         detail["gpus"] = gpus
         detail["schedulable"] = unschedulable is None
-        detail["unschedulable"] = clip_utf8(unschedulable, REASON_BYTES) if unschedulable else None
+        detail["unschedulable"] = tenant_text(unschedulable or None, REASON_BYTES)
         detail["foreignGpus"] = foreign_gpus
     return detail
 
@@ -399,7 +408,7 @@ def parse_agent_detail(
                 capacity = {
                     "gpus": whole_number(detail, "gpus", 0, minimum=0),
                     "schedulable": boolean(detail, "schedulable", None),
-                    "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
+                    "unschedulable": tenant_text(why, REASON_BYTES),
                     "foreign_gpus": whole_number(detail, "foreignGpus", 0, minimum=0),
                 }
             event = NodeObserved(
@@ -443,12 +452,12 @@ def _pod_event(detail: Mapping[str, Any], seq: int) -> PodObserved:
         ready=boolean(detail, "ready", None),
         node=checked(None, check_name, node, "node") if node is not None else None,
         deleted=boolean(detail, "deleted", False),
-        reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
-        message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
+        reason=tenant_text(reason, REASON_BYTES),
+        message=tenant_text(message, MESSAGE_BYTES),
         scheduled=scheduled,
-        waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
+        waiting=tenant_text(waiting, REASON_BYTES),
         restarts=restarts,
-        terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
+        terminated=tenant_text(terminated, REASON_BYTES),
         exit_code=exit_code,
         owner=owner,
     )
