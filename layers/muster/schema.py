@@ -43,6 +43,7 @@ from muster.core.model import (
     WorkloadFinished,
     WorkloadObserved,
 )
+from muster.core.printable import printable
 from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
 from muster.core.settings import within_runtime
 
@@ -88,6 +89,13 @@ UID_BYTES = 128
 REASON_BYTES = 128
 MESSAGE_BYTES = 512
 CLUSTER_BYTES = 100  # an EKS cluster name
+# The most pods one workload may have (Kubernetes' own bound on an Indexed Job's
+# completions, far above the 4,096-pod gangs Muster is built for), and the most GPUs
+# one pod may ask for (more than any node has): a NonIndexed Job may say
+# `parallelism: 2147483647`, and nothing downstream may expand that per pod.
+MAX_WORKLOAD_PODS = 100_000
+MAX_POD_GPUS = 1024
+MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
 
 _LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -100,6 +108,14 @@ def clip_utf8(text: str, budget: int) -> str:
     if len(data) <= budget:
         return text
     return data[:budget].decode("utf-8", errors="ignore")
+
+
+def tenant_text(text: str | None, budget: int) -> str | None:
+    """Free text from the cluster (a pod's reason and message, a container's
+    termination message) as events carry it: control characters escaped
+    (`muster.core.printable`), then cut to `budget` bytes. Applied where the agent
+    builds an event and again where the control plane reads one."""
+    return None if text is None else clip_utf8(printable(text), budget)
 
 
 def check_name(value: str, field: str, *, label: bool = False) -> str:
@@ -233,18 +249,18 @@ def pod_detail(
         "ready": ready,
         "node": node,
         "deleted": deleted,
-        "reason": reason,
-        "message": clip_utf8(message, MESSAGE_BYTES) if message else message,
+        "reason": tenant_text(reason, REASON_BYTES),
+        "message": tenant_text(message, MESSAGE_BYTES),
     }
     # What tells a broken job from a busy cluster; left out when the agent saw nothing.
     if scheduled is not None:
         detail["scheduled"] = scheduled
     if waiting is not None:
-        detail["waiting"] = clip_utf8(waiting, REASON_BYTES)
+        detail["waiting"] = tenant_text(waiting, REASON_BYTES)
     if restarts:
         detail["restarts"] = restarts
     if terminated is not None:
-        detail["terminated"] = clip_utf8(terminated, REASON_BYTES)
+        detail["terminated"] = tenant_text(terminated, REASON_BYTES)
     if exit_code is not None:
         detail["exitCode"] = exit_code
     if owner:
@@ -278,7 +294,7 @@ def node_detail(
     if gpus is not None:
         detail["gpus"] = gpus
         detail["schedulable"] = unschedulable is None
-        detail["unschedulable"] = clip_utf8(unschedulable, REASON_BYTES) if unschedulable else None
+        detail["unschedulable"] = tenant_text(unschedulable or None, REASON_BYTES)
         detail["foreignGpus"] = foreign_gpus
     return detail
 
@@ -392,7 +408,7 @@ def parse_agent_detail(
                 capacity = {
                     "gpus": whole_number(detail, "gpus", 0, minimum=0),
                     "schedulable": boolean(detail, "schedulable", None),
-                    "unschedulable": clip_utf8(why, REASON_BYTES) if why is not None else None,
+                    "unschedulable": tenant_text(why, REASON_BYTES),
                     "foreign_gpus": whole_number(detail, "foreignGpus", 0, minimum=0),
                 }
             event = NodeObserved(
@@ -436,12 +452,12 @@ def _pod_event(detail: Mapping[str, Any], seq: int) -> PodObserved:
         ready=boolean(detail, "ready", None),
         node=checked(None, check_name, node, "node") if node is not None else None,
         deleted=boolean(detail, "deleted", False),
-        reason=clip_utf8(reason, REASON_BYTES) if reason is not None else None,
-        message=clip_utf8(message, MESSAGE_BYTES) if message is not None else None,
+        reason=tenant_text(reason, REASON_BYTES),
+        message=tenant_text(message, MESSAGE_BYTES),
         scheduled=scheduled,
-        waiting=clip_utf8(waiting, REASON_BYTES) if waiting is not None else None,
+        waiting=tenant_text(waiting, REASON_BYTES),
         restarts=restarts,
-        terminated=clip_utf8(terminated, REASON_BYTES) if terminated is not None else None,
+        terminated=tenant_text(terminated, REASON_BYTES),
         exit_code=exit_code,
         owner=owner,
     )
@@ -505,8 +521,10 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
     return WorkloadObserved(
         workload=key,
         queue=checked("", lambda: _label_value(text(detail, "queue"), "queue")),
-        gang_size=whole_number(detail, "gangSize", 1, minimum=1, required=True),
-        gpus=whole_number(detail, "gpus", 0, minimum=0),
+        gang_size=whole_number(
+            detail, "gangSize", 1, minimum=1, maximum=MAX_WORKLOAD_PODS, required=True
+        ),
+        gpus=whole_number(detail, "gpus", 0, minimum=0, maximum=MAX_WORKLOAD_PODS * MAX_POD_GPUS),
         priority=whole_number(detail, "priority", 0),
         kind=kind,
         created_at=checked(0.0, lambda: parse_time(text(detail, "createdAt"), "createdAt")),
@@ -524,9 +542,6 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
     )
 
 
-MAX_POD_GROUPS = 64  # (pods, GPUs each) groups of one workload: far more than any template set
-
-
 def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
     """`podGpus`: a list of {pods, gpus} groups (absent: unknown)."""
     if value is None:
@@ -542,10 +557,16 @@ def _pod_gpus(value: object) -> tuple[tuple[int, int], ...]:
         path = f"podGpus[{i}]."
         groups.append(
             (
-                whole_number(group, "pods", 1, path, minimum=1, required=True),
-                whole_number(group, "gpus", 0, path, minimum=0, required=True),
+                whole_number(
+                    group, "pods", 1, path, minimum=1, maximum=MAX_WORKLOAD_PODS, required=True
+                ),
+                whole_number(
+                    group, "gpus", 0, path, minimum=0, maximum=MAX_POD_GPUS, required=True
+                ),
             )
         )
+    if sum(n for n, _ in groups) > MAX_WORKLOAD_PODS:
+        problem(f"podGpus: more than {MAX_WORKLOAD_PODS} pods in all")
     return tuple(groups)
 
 

@@ -64,7 +64,7 @@ class InterleavedStore(MemoryStore):
 def test_admissions_another_pass_made_meanwhile_count_for_the_next_round():
     # GIVEN a cluster quota of 5 GPUs, 4 of them for queue q1, where a workload holds 1
     rig = Rig(store=InterleavedStore())
-    rig.doc = {"timeout": "60s", "gpuQuota": 5, "queues": {"q1": {"gpuQuota": 4}}}
+    rig.doc = {"timeout": "60s", "gpuQuota": 5, "queues": {"q1": {"gpuQuota": 4}, "q2": {}}}
     rig.submit("ns/holder", 1, queue="q1", gpus=1, created_at=0.0)
     assert rig.admit() == ["ns/holder"]
     # AND queued: a (1 GPU), x (4 GPUs, q1), w (2 GPUs), in that order

@@ -71,6 +71,7 @@ def job_pod(
             "uid": f"uid-{name}",
             "resourceVersion": rv,
             "labels": {"batch.kubernetes.io/job-name": job_name},
+            "ownerReferences": [controller("Job", job_name)],
         },
         "spec": {"nodeName": "node-a"},
         "status": {
@@ -78,6 +79,19 @@ def job_pod(
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             **{k: v for k, v in status.items() if k != "phase"},
         },
+    }
+
+
+def controller(kind: str, name: str, uid: str = "") -> dict[str, Any]:
+    """The owner reference a workload controller puts on the pods it creates."""
+    api = {"Job": "batch/v1", "PyTorchJob": "kubeflow.org/v1"}[kind]
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "name": name,
+        "uid": uid or f"uid-{name}",
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 

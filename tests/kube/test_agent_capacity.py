@@ -10,7 +10,16 @@ from muster.core.model import Kind, NodeObserved, WorkloadObserved
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
 from muster.schema import parse_agent_event
 
-from .test_agent import Clock, aws, clock, job, landed, make_agent, sleeps  # noqa: F401
+from .test_agent import (  # noqa: F401
+    Clock,
+    aws,
+    clock,
+    controller,
+    job,
+    landed,
+    make_agent,
+    sleeps,
+)
 
 
 def gpu_node(name: str = "node-a", rv: str = "1", gpus: str = "8", **spec: Any) -> dict[str, Any]:
@@ -130,6 +139,7 @@ def test_pods_of_a_musters_workload_are_not_counted_as_others(
     pod = other_pod("train-0", "3")
     pod["metadata"]["namespace"] = "ml"
     pod["metadata"]["labels"] = {"batch.kubernetes.io/job-name": "train"}
+    pod["metadata"]["ownerReferences"] = [controller("Job", "train")]
     agent.handle(Change(POD_RESOURCE, "ADDED", pod))
     assert agent.foreign_on == {"node-a": 2}
     # WHEN its labelled Job shows up

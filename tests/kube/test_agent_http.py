@@ -111,7 +111,14 @@ def test_the_leader_agent_reports_a_job_and_its_pod_created_over_the_api(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": "train-0", "namespace": "ml", "labels": {"job-name": "train"}},
+                "metadata": {
+                    "name": "train-0",
+                    "namespace": "ml",
+                    "labels": {"job-name": "train"},
+                    "ownerReferences": [
+                        {"kind": "Job", "name": "train", "uid": "uid-train", "controller": True}
+                    ],
+                },
                 "status": {"phase": "Pending"},
             },
         )

@@ -1,20 +1,30 @@
-"""The agent says whose a pod is: its owner's uid on every pod event, and a pod group
+"""The agent says whose a pod is: its controller's uid on every pod event, nobody's
+for a pod whose labels name a workload its controller does not own, and a pod group
 reported active only while it has pods that run or wait."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from muster.agent.mapping import compact_pod, pod_group_view, pod_owner, pod_view
+from muster.agent.mapping import (
+    compact_pod,
+    pod_group_view,
+    pod_owner,
+    pod_view,
+    pod_workload,
+)
 from muster.agent.watch import Change
-from muster.core.model import Kind, PodObserved, WorkloadFinished, WorkloadObserved
-from muster.kube.conventions import JOB_RESOURCE, POD_RESOURCE
+from muster.core import Fleet, Settings
+from muster.core.model import Kind, Phase, PodObserved, WorkloadFinished, WorkloadObserved
+from muster.core.reconcile import SnapshotPart
+from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
 from muster.schema import parse_agent_event
 
 from .test_agent import (  # noqa: F401 (fixtures)
     Clock,
     aws,
     clock,
+    controller,
     group_pod,
     job,
     job_pod,
@@ -22,6 +32,7 @@ from .test_agent import (  # noqa: F401 (fixtures)
     make_agent,
     sleeps,
 )
+from .test_agent_capacity import gpu_node
 
 
 def owned(pod: dict[str, Any], kind: str, uid: str, *, controller: bool = True) -> dict[str, Any]:
@@ -33,10 +44,7 @@ def owned(pod: dict[str, Any], kind: str, uid: str, *, controller: bool = True) 
 def test_a_pods_owner_is_the_workload_object_that_controls_it() -> None:
     job_owned = owned(job_pod("train-0", "5"), "Job", "job-uid")
     assert pod_owner(Kind.JOB, job_owned) == "job-uid"
-    # a Job's pod without the reference still carries its Job's uid in a label
-    labelled = job_pod("train-1", "5")
-    labelled["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = "job-uid"
-    assert pod_owner(Kind.JOB, labelled) == "job-uid"
+    assert pod_workload(job_owned) == (Kind.JOB, "ml/train")
     assert pod_owner(Kind.PYTORCHJOB, owned(job_pod("p-0", "5"), "PyTorchJob", "pt-uid")) == (
         "pt-uid"
     )
@@ -53,6 +61,111 @@ def test_a_pods_owner_is_the_workload_object_that_controls_it() -> None:
     small = compact_pod(job_owned)
     assert pod_view("ml/train", small, Kind.JOB) == pod_view("ml/train", job_owned, Kind.JOB)
     assert pod_view("ml/train", small, Kind.JOB).owner == "job-uid"
+    assert pod_workload(small) == (Kind.JOB, "ml/train")
+
+
+def test_labels_alone_make_a_pod_nobodys() -> None:
+    # a bare pod with a Job's labels, even its uid label, has no controller: nobody's
+    bare = job_pod("train-1", "5")
+    del bare["metadata"]["ownerReferences"]
+    bare["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = "job-uid"
+    assert pod_workload(bare) is None
+    assert pod_owner(Kind.JOB, bare) == ""
+    # a controller of the wrong kind, or one that does not control
+    assert pod_workload(owned(job_pod("t-3", "5"), "ReplicaSet", "rs")) is None
+    assert pod_workload(owned(job_pod("t-4", "5"), "Job", "j", controller=False)) is None
+    pt = owned(job_pod("p-2", "5"), "Job", "j")
+    pt["metadata"]["labels"] = {"training.kubeflow.org/job-name": "train"}
+    assert pod_workload(pt) is None
+    assert pod_workload(owned(pt, "PyTorchJob", "pt-uid")) == (
+        Kind.PYTORCHJOB,
+        "ml/train@pytorchjob",
+    )
+    # a JobSet's pod counts only under a child Job named after the JobSet
+    js = job_pod("big-w-0-0", "5")
+    js["metadata"]["labels"] = {"jobset.sigs.k8s.io/jobset-name": "big"}
+    js["metadata"]["ownerReferences"] = [controller("Job", "big-workers-0")]
+    assert pod_workload(js) == (Kind.JOBSET, "ml/big@jobset")
+    js["metadata"]["ownerReferences"] = [controller("Job", "mine-0")]
+    assert pod_workload(js) is None
+    # a pod group's members are its members by their labels
+    assert pod_workload(group_pod("grp-0", "5")) == (Kind.POD_GROUP, "ml/grp@podgroup")
+
+
+def eight_gpu_job(uid: str) -> dict[str, Any]:
+    x = job("x", rv="10", parallelism=8)
+    x["metadata"]["uid"] = uid
+    return x
+
+
+def run_core(events: list[Any], fleet: Fleet, now: float) -> None:
+    for e in events:
+        if not isinstance(e, SnapshotPart):
+            fleet.apply(e, now)
+
+
+def test_bare_pods_labelled_with_a_jobs_name_do_not_make_its_gang_ready(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN an admitted Job of 8 pods, 3 of them Ready
+    agent = make_agent(aws["events"], clock, sleeps)
+    fleet = Fleet(Settings())
+    agent.handle(Change(JOB_RESOURCE, "ADDED", eight_gpu_job("uid-x")))
+    for i in range(3):
+        real = job_pod(f"x-{i}", str(20 + i), job_name="x", ready=True)
+        agent.handle(Change(POD_RESOURCE, "ADDED", real))
+    # WHEN five bare CPU pods labelled job-name: x turn Ready beside them, on a node of its
+    # own, and five more that another Job of the tenant controls
+    agent.handle(Change(NODE_RESOURCE, "ADDED", gpu_node("node-b", rv="30")))
+    for i in range(5):
+        bare = job_pod(f"fake-{i}", str(40 + i), job_name="x", ready=True)
+        del bare["metadata"]["ownerReferences"]
+        bare["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = "uid-x"
+        bare["spec"] = {
+            "nodeName": "node-b",
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        }
+        agent.handle(Change(POD_RESOURCE, "ADDED", bare))
+        other = owned(job_pod(f"other-{i}", str(50 + i), job_name="x", ready=True), "Job", "uid-y")
+        agent.handle(Change(POD_RESOURCE, "ADDED", other))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    run_core(events, fleet, clock())
+    # THEN the gang is still 3 of 8: admitted and waiting for its pods, not Running
+    w = fleet.get("ml/x")
+    assert w is not None
+    assert (w.phase, w.ready_pods, w.gang_size) == (Phase.ADMITTED, 3, 8)
+    # AND no bare pod was reported as the Job's; the other Job's pods were, as its own
+    pods = {e.pod: e.owner for e in events if isinstance(e, PodObserved)}
+    assert sorted(p for p in pods if p.startswith("fake")) == []
+    assert {pods[f"other-{i}"] for i in range(5)} == {"uid-y"}
+    # AND the bare pods' GPUs are others' GPUs on their node, not free capacity
+    assert agent.foreign_on == {"node-b": 5}
+
+
+def test_a_pod_orphaned_from_its_job_stops_counting(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN a Job's Ready pod, reported as its own
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(JOB_RESOURCE, "ADDED", eight_gpu_job("uid-x")))
+    pod = job_pod("x-0", "20", job_name="x", ready=True)
+    agent.handle(Change(POD_RESOURCE, "ADDED", pod))
+    agent.flush(everything=True)
+    landed(aws)
+    # WHEN it loses its controller reference (`kubectl delete job --cascade=orphan`)
+    orphan = job_pod("x-0", "25", job_name="x", ready=True)
+    del orphan["metadata"]["ownerReferences"]
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", orphan))
+    agent.flush(everything=True)
+    # THEN the control plane hears it is gone from the Job, and the agent forgets it
+    [gone] = [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, PodObserved)]
+    assert (gone.pod, gone.deleted, gone.seq) == ("x-0", True, 25)
+    assert "ml/x-0" not in agent.pods
 
 
 def test_pod_events_carry_their_owners_uid(

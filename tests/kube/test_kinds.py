@@ -16,7 +16,18 @@ from muster.core.reconcile import SnapshotPart, complete, gone
 from muster.kube.conventions import JOB_RESOURCE, POD_RESOURCE, PYTORCHJOB_RESOURCE
 from muster.schema import parse_agent_event
 
-from .test_agent import Clock, aws, clock, group_pod, job, job_pod, landed, make_agent, sleeps
+from .test_agent import (
+    Clock,
+    aws,
+    clock,
+    controller,
+    group_pod,
+    job,
+    job_pod,
+    landed,
+    make_agent,
+    sleeps,
+)
 
 __all__ = ["aws", "clock", "sleeps"]  # the fixtures, shared with test_agent
 
@@ -48,6 +59,7 @@ def pytorchjob(name: str = "train", rv: str = "200", uid: str = "uid-pt") -> dic
 def pt_pod(name: str, rv: str, job_name: str = "train") -> dict[str, Any]:
     pod = job_pod(name, rv)
     pod["metadata"]["labels"] = {"training.kubeflow.org/job-name": job_name}
+    pod["metadata"]["ownerReferences"] = [controller("PyTorchJob", job_name, "uid-pt")]
     return pod
 
 

@@ -60,7 +60,7 @@ def test_best_effort_fifo_skips_what_does_not_fit_and_tries_the_next() -> None:
 
 
 def test_queue_quotas_hold_within_each_queue() -> None:
-    s = settings(queues={"a": {"gpuQuota": 8}})
+    s = settings(queues={"a": {"gpuQuota": 8}, "b": {}})
     ws = [pending("a1", 0, queue="a"), pending("a2", 1, queue="a"), pending("b1", 2, queue="b")]
     plan = plan_admission(ws, [], s, 5)
     assert plan.admit == ("a1", "b1")

@@ -1,7 +1,10 @@
 """The commands' text: tables, times, the status and describe views, annotated settings.
 
 Everything here turns a view (a plain mapping from `muster.runtime.views` or the
-settings) into text; nothing reads AWS.
+settings) into text; nothing reads AWS. A view holds tenant text (a container's
+termination message, an API server's error): every line and table cell goes out
+through `printable`, so a control character in it is shown, never obeyed, and a
+newline in a field cannot start a line of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import yaml
 
 from muster.core import Phase
 from muster.core.decide import INADMISSIBLE
+from muster.core.printable import printable
 
 PHASE_ORDER = [p.value for p in Phase]
 
@@ -25,7 +29,7 @@ def format_status(doc: Mapping[str, Any], *, include_finished: bool = False) -> 
     lines += queue_count_lines(doc)
     lines += quarantined_lines(doc)
     lines += admission_lines(doc)
-    return "\n".join(lines) + "\n"
+    return text_of(lines)
 
 
 def workload_lines(doc: Mapping[str, Any], include_finished: bool) -> list[str]:
@@ -135,7 +139,12 @@ def format_describe(doc: Mapping[str, Any]) -> str:
     lines += eviction_lines(doc)
     lines += not_ready_lines(doc)
     lines += history_lines(doc["history"])
-    return "\n".join(lines) + "\n"
+    return text_of(lines)
+
+
+def text_of(lines: Sequence[str]) -> str:
+    """The lines as printed text: one line each, whatever their fields hold."""
+    return "".join(printable(line) + "\n" for line in lines)
 
 
 def state_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -361,10 +370,11 @@ def scalar(value: Any) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    cells = [[printable(str(cell)) for cell in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     return [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in cells
     ]
 
 

@@ -41,6 +41,7 @@ from muster.agent.mapping import (
     NodeView,
     PodView,
     PriorityClasses,
+    QuantityError,
     WorkloadView,
     compact_pod,
     meta,
@@ -175,11 +176,12 @@ class Memory:
             for problem in view.problems:
                 self.stats["invalid_annotations"] += 1
                 log.warning("%s %s: %s (ignored)", view.kind, view.key, problem)
-        if view.gang_size < 1:
+        if view.refused or view.gang_size < 1:
             if view.key not in self.invalid:
                 self.invalid.add(view.key)
                 self.stats["invalid_workloads"] += 1
-                log.error("%s %s: no gang size; not reported until fixed", view.kind, view.key)
+                why = view.refused or "no gang size"
+                log.error("%s %s: %s; not reported until fixed", view.kind, view.key, why)
             return
         self.invalid.discard(view.key)
         self.workloads[view.key] = view
@@ -237,6 +239,11 @@ class Memory:
         name = object_key(pod)
         if owner is None:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
+            known = self.pods.get(name)
+            if known is not None:
+                # No longer its workload's (orphaned: its controller reference is gone).
+                seq = self.seq(meta(pod).get("resourceVersion"))
+                self._send_pod(known[0], known[1], name, pod, seq, deleted=True)
             return
         kind, workload = owner
         seq = self.seq(meta(pod).get("resourceVersion"))
@@ -282,7 +289,10 @@ class Memory:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
-        gpus = pod_gpus(pod)
+        try:
+            gpus = pod_gpus(pod)
+        except QuantityError:
+            gpus = 0  # the API server admits only whole GPU counts on a pod
         held = (
             (str(node), gpus)
             if node and gpus and not deleted and not mine and phase not in ("Succeeded", "Failed")

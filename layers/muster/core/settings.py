@@ -124,8 +124,10 @@ class QueueAccess:
     ) -> str | None:
         """Why a workload may not be admitted on `queue`, or None when it may.
 
-        With a PriorityClass the class is what must be allowed (its value is the
-        priority); without one, `muster.io/priority` is, up to the queue's bound.
+        `priority` is the workload's: its PriorityClass's value when its pods have
+        one, else `muster.io/priority`. A class the queue lists is allowed at its
+        value; without a list, the value is bounded by `maxPriority` as an
+        annotation is, so naming `system-node-critical` buys no priority.
         """
         if not self.restrict:
             return None
@@ -133,14 +135,15 @@ class QueueAccess:
         grant = self.queues.get(queue)
         if grant is None or not grant.opens_to(namespace):
             return f"queue {queue} is not open to namespace {namespace or '(none)'}"
-        if priority_class is not None:
-            allowed = grant.priority_classes
-            if allowed is not None and priority_class not in allowed:
+        allowed = grant.priority_classes
+        if priority_class is not None and allowed is not None:
+            if priority_class not in allowed:
                 names = ", ".join(allowed) or "none"
                 return f"PriorityClass {priority_class} is not allowed on queue {queue} ({names})"
             return None
         if priority > grant.max_priority:
-            return f"priority {priority} is above queue {queue}'s bound {grant.max_priority}"
+            named = f" (PriorityClass {priority_class})" if priority_class is not None else ""
+            return f"priority {priority}{named} is above queue {queue}'s bound {grant.max_priority}"
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +210,8 @@ def _names(
 
 # --------------------------------------------------------------------------- settings
 
+DEFAULT_QUEUE = "default"  # known whatever the settings name (the examples' queue)
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -223,6 +228,31 @@ class Settings:
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
+
+    @property
+    def named_queues(self) -> frozenset[str]:
+        """The queues the settings name (`queues`, `queueAccess.queues`), `default` with them."""
+        named = set(self.queues) | set(self.access.queues)
+        return frozenset(named | {DEFAULT_QUEUE}) if named else frozenset()
+
+    def refusal(
+        self, queue: str, workload: str, priority: int, priority_class: str | None = None
+    ) -> str | None:
+        """Why the administrator's rules keep a workload on `queue` from admission, or None.
+
+        Once the settings name any queue, a queue they do not name is refused: a
+        made-up name (or `Default` for `default`) would escape the named queues'
+        quotas and rules. Settings that name none (one pool for the cluster) take
+        every queue; `default` is always known. Then `queueAccess` (`QueueAccess`).
+        """
+        named = self.named_queues
+        if named and queue not in named:
+            listed = sorted(named)
+            shown = ", ".join(listed[:10]) + (
+                f" and {len(listed) - 10} more" if len(listed) > 10 else ""
+            )
+            return f"queue {queue} is not configured (the settings name {shown})"
+        return self.access.refusal(queue, workload, priority, priority_class)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings document (only what differs from the defaults is omitted nowhere)."""

@@ -43,11 +43,12 @@ def inadmissible(w: Workload, settings: Settings) -> str | None:
     """Why the cluster's or the administrator's rules keep `w` from admission, or None.
 
     A PriorityClass that does not exist is refused whatever `queueAccess` says, as
-    Kueue refuses it: the API server would refuse the workload's pods anyway.
+    Kueue refuses it: the API server would refuse the workload's pods anyway. A
+    queue the settings do not name is refused (`Settings.refusal`).
     """
     if w.priority_class_missing:
         return f"PriorityClass {w.priority_class} does not exist"
-    return settings.access.refusal(w.queue, w.key, w.priority, w.priority_class)
+    return settings.refusal(w.queue, w.key, w.priority, w.priority_class)
 
 
 def admissible(w: Workload, now: float) -> bool:

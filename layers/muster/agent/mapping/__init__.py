@@ -1,7 +1,8 @@
 """From Kubernetes objects to what Muster needs to know about them (pure functions).
 
 One module per kind of object (`workloads`, `pods`, `nodes`); `objects` holds
-what they all read.
+what they all read, `resources` what a pod asks for (quantities, which resources
+are GPUs, the scheduler's sum).
 """
 
 from muster.agent.mapping.nodes import SCHEDULABLE_HEALTH, NodeView, node_view
@@ -12,10 +13,18 @@ from muster.agent.mapping.objects import (
     notes_of,
     object_key,
     parse_k8s_time,
-    pod_gpus,
     workload_object_key,
 )
 from muster.agent.mapping.pods import PodView, compact_pod, pod_owner, pod_view, pod_workload
+from muster.agent.mapping.resources import (
+    GPU_RESOURCE_PREFIXES,
+    GPU_RESOURCES,
+    QuantityError,
+    is_gpu_resource,
+    node_gpus,
+    parse_quantity,
+    pod_gpus,
+)
 from muster.agent.mapping.workloads import (
     FINISHED_CONDITIONS,
     PriorityClasses,
@@ -29,19 +38,25 @@ from muster.agent.mapping.workloads import (
 
 __all__ = [
     "FINISHED_CONDITIONS",
+    "GPU_RESOURCES",
+    "GPU_RESOURCE_PREFIXES",
     "SCHEDULABLE_HEALTH",
     "TOLERATED_TAINTS",
     "NodeView",
     "PodView",
     "PriorityClasses",
+    "QuantityError",
     "WorkloadView",
     "compact_pod",
+    "is_gpu_resource",
     "labels",
     "meta",
+    "node_gpus",
     "node_view",
     "notes_of",
     "object_key",
     "parse_k8s_time",
+    "parse_quantity",
     "placement_rules",
     "pod_gpus",
     "pod_group_view",

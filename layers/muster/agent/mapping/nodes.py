@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from muster.agent.mapping.objects import TOLERATED_TAINTS, count_of, labels
-from muster.kube.conventions import GPU_RESOURCE, NODE_HEALTH_LABEL
+from muster.agent.mapping.objects import TOLERATED_TAINTS, labels
+from muster.agent.mapping.resources import node_gpus
+from muster.kube.conventions import NODE_HEALTH_LABEL
 
 # HyperPod's health label values on which new pods may still land.
 SCHEDULABLE_HEALTH = frozenset({"Schedulable", "SchedulablePreferred"})
@@ -19,7 +20,7 @@ class NodeView:
 
     ready: bool
     health: str | None
-    gpus: int = 0  # allocatable nvidia.com/gpu
+    gpus: int = 0  # allocatable GPUs (`muster.agent.mapping.resources`)
     unschedulable: str | None = None  # why new pods may not land on it; None: they may
 
 
@@ -54,4 +55,4 @@ def node_view(node: Mapping[str, Any], tolerated: frozenset[str] | None = None) 
                 value = taint.get("value")
                 why = f"taint {key}{'=' + str(value) if value else ''}:{effect}"
                 break
-    return NodeView(ready, health, count_of(allocatable.get(GPU_RESOURCE), 0), why)
+    return NodeView(ready, health, node_gpus(allocatable), why)

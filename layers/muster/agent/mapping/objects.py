@@ -1,4 +1,4 @@
-"""What the mapping of every kind of object reads: metadata, times, GPU requests, counts."""
+"""What the mapping of every kind of object reads: metadata, times, counts (GPUs: `resources`)."""
 
 from __future__ import annotations
 
@@ -48,21 +48,7 @@ def parse_k8s_time(text: str | None) -> datetime | None:
 # Taints a GPU pod tolerates as a matter of course: the capacity check treats nodes
 # with only these as open to Muster's workloads, and tolerations of only these keys
 # as nothing to evaluate. The agent's `--tolerated-taints` adds a cluster's own.
-TOLERATED_TAINTS = frozenset({"nvidia.com/gpu"})
-
-
-def pod_gpus(pod_or_template: Mapping[str, Any]) -> int:
-    """GPUs one pod requests: its containers together, or its largest init container."""
-    spec = pod_or_template.get("spec") or {}
-
-    def gpus(container: Mapping[str, Any]) -> int:
-        resources = container.get("resources") or {}
-        values = [(resources.get(part) or {}).get(GPU_RESOURCE) for part in ("requests", "limits")]
-        return max((count_of(v, 0) for v in values if v is not None), default=0)
-
-    regular = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(regular, init)
+TOLERATED_TAINTS = frozenset({GPU_RESOURCE})
 
 
 def count_of(value: Any, default: int) -> int:

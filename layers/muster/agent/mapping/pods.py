@@ -12,7 +12,6 @@ from muster.core.keys import workload_key
 from muster.core.model import Kind
 from muster.kube.conventions import (
     JOB_NAME_LABELS,
-    JOB_UID_LABELS,
     JOBSET_NAME_LABEL,
     JOBSET_UID_LABEL,
     KUBEFLOW_JOB_NAME_LABEL,
@@ -94,57 +93,86 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _controller_of(m: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod's controller reference, reduced to what `pod_owner` reads."""
+    """The pod's controller reference, reduced to what `pod_workload` and `pod_owner` read."""
+    ref = _controller(m)
+    if ref is None:
+        return {}
+    return {"ownerReferences": [{k: ref.get(k) for k in ("kind", "name", "uid", "controller")}]}
+
+
+def _controller(m: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference with `controller: true` (Kubernetes allows at most one)."""
     for ref in m.get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
-            reduced = {k: ref.get(k) for k in ("kind", "uid")} | {"controller": True}
-            return {"ownerReferences": [reduced]}
-    return {}
+            return ref
+    return None
 
 
-# The kind of the controller that creates a workload's pods, where it is the workload.
-_CONTROLLER_KINDS = {Kind.JOB: "Job", Kind.PYTORCHJOB: "PyTorchJob"}
+# The kind of the controller that creates a workload's pods: a Job's and a
+# PyTorchJob's pods are the workload's own, a JobSet's are its child Jobs'.
+_CONTROLLER_KINDS = {Kind.JOB: "Job", Kind.PYTORCHJOB: "PyTorchJob", Kind.JOBSET: "Job"}
 
 
 def pod_owner(kind: Kind, pod: Mapping[str, Any]) -> str:
     """The uid of the workload object of `kind` that owns `pod` ("" when unknown).
 
-    A Job's and a PyTorchJob's pods name it as their controller (a Job's also in a
-    label); a JobSet's pods are its child Jobs', and JobSet labels them with its
-    uid. A pod group has no object. A terminating pod of a deleted object keeps
-    its owner's uid, so the object re-created under its name is not credited with it.
+    A Job's and a PyTorchJob's pods name it as their controller; a JobSet's pods are
+    its child Jobs', and JobSet labels them with its uid. A pod group has no object.
+    A terminating pod of a deleted object keeps its owner's uid, so the object
+    re-created under its name is not credited with it.
     """
-    found = labels(pod)
-    if kind is Kind.JOBSET:
-        return str(found.get(JOBSET_UID_LABEL) or "")
+    ref = _controller(meta(pod))
     wanted = _CONTROLLER_KINDS.get(kind)
-    if wanted is None:
+    if ref is None or wanted is None or ref.get("kind") != wanted:
         return ""
-    for ref in meta(pod).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return str(ref.get("uid") or "") if ref.get("kind") == wanted else ""
-    if kind is Kind.JOB:
-        return next((str(found[label]) for label in JOB_UID_LABELS if found.get(label)), "")
-    return ""
+    if kind is Kind.JOBSET:
+        return str(labels(pod).get(JOBSET_UID_LABEL) or "")
+    return str(ref.get("uid") or "")
 
 
 def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
-    """(kind, workload key) of the workload a pod belongs to, from its labels."""
+    """(kind, workload key) of the workload a pod belongs to; None when it is nobody's.
+
+    Labels name the workload, but whoever may create a pod may write them. So a pod
+    of a Job, JobSet or PyTorchJob counts only when its controller is of the kind
+    that creates that workload's pods: the Job or PyTorchJob itself, or for a
+    JobSet a child Job named after it (`<jobset>-...`). A bare pod labelled
+    `job-name: X` is then a pod Muster does not manage (its GPUs are foreign ones),
+    and the control plane compares the controller's uid with the workload's
+    (`pod_owner`). A reference to an object that does not exist is garbage
+    collected with its pod; one forged to name the workload itself is beyond what
+    the agent can tell (the workload's controller takes such a pod for its own
+    too). A pod whose controller was deleted with `--cascade=orphan` loses the
+    reference and stops counting. A pod group's pods are its members by their
+    labels alone.
+    """
     namespace = meta(pod).get("namespace")
-    found = labels(pod)
     if not namespace:
         return None
+    found = labels(pod)
     if found.get(POD_GROUP_LABEL) and found.get(QUEUE_LABEL):
         return Kind.POD_GROUP, workload_key(Kind.POD_GROUP, namespace, found[POD_GROUP_LABEL])
+    named = _named_workload(found)
+    if named is None:
+        return None
+    kind, name = named
+    ref = _controller(meta(pod))
+    if ref is None or ref.get("kind") != _CONTROLLER_KINDS[kind] or not ref.get("uid"):
+        return None
+    if kind is Kind.JOBSET and not str(ref.get("name") or "").startswith(f"{name}-"):
+        return None
+    return kind, workload_key(kind, namespace, name)
+
+
+def _named_workload(found: Mapping[str, str]) -> tuple[Kind, str] | None:
+    """The (kind, name) of the workload a pod's labels name."""
     if found.get(JOBSET_NAME_LABEL):
-        return Kind.JOBSET, workload_key(Kind.JOBSET, namespace, found[JOBSET_NAME_LABEL])
+        return Kind.JOBSET, found[JOBSET_NAME_LABEL]
     if found.get(KUBEFLOW_JOB_NAME_LABEL):
-        return Kind.PYTORCHJOB, workload_key(
-            Kind.PYTORCHJOB, namespace, found[KUBEFLOW_JOB_NAME_LABEL]
-        )
+        return Kind.PYTORCHJOB, found[KUBEFLOW_JOB_NAME_LABEL]
     for label in JOB_NAME_LABELS:
         if found.get(label):
-            return Kind.JOB, workload_key(Kind.JOB, namespace, found[label])
+            return Kind.JOB, found[label]
     return None
 
 

@@ -3,8 +3,11 @@
 The gang size comes from the spec (a Job's parallelism, capped by its completions;
 a JobSet's replicas x parallelism; a PyTorchJob's replicas summed over its replica
 types) unless `muster.io/min-available` asks for fewer; a pod group's from
-`muster.io/min-available` on its pods. GPUs are `nvidia.com/gpu` per pod times pods.
-A bad annotation is reported in `problems` and ignored, never guessed at.
+`muster.io/min-available` on its pods. GPUs are a pod's (`resources`) times pods.
+A bad annotation is reported in `problems` and ignored, never guessed at; a
+workload whose pods the API server would refuse (a GPU count that is not whole) or
+that is larger than Muster manages (`MAX_WORKLOAD_PODS`) is `refused`, with why:
+the agent does not report it, so no admission pass ever expands it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from muster.agent.mapping.objects import (
     meta,
     notes_of,
     parse_k8s_time,
-    pod_gpus,
     workload_object_key,
 )
+from muster.agent.mapping.resources import QuantityError, pod_gpus
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
@@ -34,6 +37,7 @@ from muster.kube.conventions import (
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
 )
+from muster.schema import MAX_POD_GROUPS, MAX_WORKLOAD_PODS
 
 # Which condition on each kind says the workload has ended, and how.
 FINISHED_CONDITIONS: dict[Kind, dict[str, str]] = {
@@ -68,6 +72,8 @@ class WorkloadView:
     # its pod templates the check does not evaluate ("" when none).
     shape: tuple[tuple[int, int], ...] = ()
     placement: str = ""
+    # Why the workload cannot be reported as it is ("" when it can).
+    refused: str = ""
 
 
 def workload_view(
@@ -88,7 +94,13 @@ def workload_view(
     parts = _WORKLOAD_PODS.get(kind)
     if parts is None:
         raise ValueError(f"kind: {kind} has no workload object")
-    pods, gpus, templates, groups = parts(spec)
+    try:
+        pods, gpus, templates, groups = parts(spec)
+    except QuantityError as exc:
+        pods, gpus, templates, groups = 0, 0, [], []
+        refused = f"its pod template asks for {exc}"
+    else:
+        refused = _too_large(pods, groups)
     gang = _min_available(notes_of(obj), pods, problems)
     return WorkloadView(
         key=workload_object_key(kind, obj),
@@ -105,7 +117,20 @@ def workload_view(
         class_names=tuple(_class_name(t) for t in templates),
         shape=pod_shape_of(groups),
         placement=placement_rules(templates, tolerated),
+        refused=refused,
     )
+
+
+def _too_large(pods: int, groups: Sequence[tuple[int, int]]) -> str:
+    """Why a workload is beyond what Muster manages, or "" (bounds every per-pod list)."""
+    if pods > MAX_WORKLOAD_PODS:
+        return (
+            f"{pods} pods (parallelism or replicas) are more than {MAX_WORKLOAD_PODS}, "
+            "the most Muster manages in one workload"
+        )
+    if len(pod_shape_of(groups)) > MAX_POD_GROUPS:
+        return f"its pods ask for more than {MAX_POD_GROUPS} different GPU counts"
+    return ""
 
 
 # (pods running at once, the GPUs they request, their pod templates, (pods, GPUs per pod) groups)
@@ -196,12 +221,16 @@ def pod_group_view(
     # The API server has resolved the pods' class (the default one included) and value.
     name, value = _class_name(first), (first.get("spec") or {}).get("priority")
     resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
+    try:
+        each, refused = pod_gpus(first), _too_large(size, [])
+    except QuantityError as exc:
+        each, refused = 0, f"its pods ask for {exc}"
     return WorkloadView(
         key=key,
         kind=Kind.POD_GROUP,
         queue=labels(first).get(QUEUE_LABEL, ""),
         gang_size=size,
-        gpus=size * pod_gpus(first),
+        gpus=size * each,
         priority=_priority(notes_of(first), problems),
         created_at=min(created) if created else None,
         timeout=_timeout(notes_of(first), problems),
@@ -210,8 +239,9 @@ def pod_group_view(
         class_names=(name,),
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
-        shape=pod_shape_of([(size, pod_gpus(first))]),
+        shape=pod_shape_of([(size, each)]),
         placement=placement_rules([first], tolerated),
+        refused=refused,
     )
 
 
