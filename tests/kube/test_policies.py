@@ -1222,15 +1222,16 @@ def test_the_params_name_every_queue_the_settings_name() -> None:
 
     # GIVEN no restriction, but a queue with settings (and a quota) of its own
     data = render(parse_settings({"queues": {"spot": {"gpuQuota": 8}}}))["data"]
-    # THEN only that queue is known: another name cannot escape its quota
-    assert (data["restrictQueues"], data["queues"]) == ("false", "spot")
+    # THEN only that queue (and default, as the control plane takes it) is known: another
+    # name cannot escape its quota
+    assert (data["restrictQueues"], data["queues"]) == ("false", "default,spot")
     # AND restricted, the queues of both blocks are known, each with only its grant
     doc = {
         "queues": {"spot": {"gpuQuota": 8}, "not a label": {}},
         "queueAccess": {"restrict": True, "queues": {"gpu": {"namespaces": ["ml"]}}},
     }
     data = render(parse_settings(doc))["data"]
-    assert data["queues"] == "gpu,spot"
+    assert data["queues"] == "default,gpu,spot"
     assert data["queue.gpu.namespaces"] == "ml" and "queue.spot.namespaces" not in data
     # AND restricted with no queue at all, nothing is known
     data = render(parse_settings({"queueAccess": {"restrict": True}}))["data"]

@@ -57,7 +57,7 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 def known_queues(settings: Settings) -> list[str]:
     """Every queue the control plane takes (`Settings.named_queues`), as the policy lists them."""
-    return sorted(n for n in settings.named_queues() if _LABEL_VALUE.match(n))
+    return sorted(n for n in settings.named_queues if _LABEL_VALUE.match(n))
 
 
 def render(
