@@ -61,6 +61,7 @@ from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
 from muster.runtime.admission import AdmissionPass
 from muster.runtime.deadlines import settle_deadlines
+from muster.runtime.holding import OUTLIVING_ENDED, outliving_ended, record_view, withdrawal_done
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
 from muster.runtime.pod_batch import pod_events
@@ -89,7 +90,7 @@ from muster.runtime.results import (
     TooManyConflicts,
     WorkloadNotYetKnown,
 )
-from muster.runtime.view import view, with_view
+from muster.runtime.view import with_view
 from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
@@ -281,6 +282,8 @@ class ControlPlane:
         self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
+            if outliving_ended(w, [(light.pod, change.pod)]):
+                self.carry_out(w, None, (RunAdmission(OUTLIVING_ENDED),))
         self._count_outcome(Outcome.APPLIED)
         if change.recount:
             self._check_readiness(key, settings, self.clock(), faults=change.faults)
@@ -424,6 +427,8 @@ class ControlPlane:
                     raise
                 admit = effect if isinstance(effect, Admit) and _releases(w, effect) else None
                 self._effect_failed(w.key, version, type(effect).__name__, exc, admit=admit)
+            if isinstance(effect, Evict) and version is not None:
+                withdrawal_done(self.store, w, effect)
         if version is not None and effects:
             # On a conflict a later decision was committed; its writer carries on.
             with contextlib.suppress(Conflict):
@@ -483,7 +488,7 @@ class ControlPlane:
                 self._publish(effect, version, index)
                 self._announce(w, effect, version, index)
             case RecordView():
-                self.cluster.record(w.key, w.kind, view(w))
+                record_view(self.cluster, self.metrics, w)
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True
