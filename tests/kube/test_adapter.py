@@ -532,3 +532,108 @@ def test_a_kinds_marker_addresses_its_object_never_the_job_of_its_name(
 def test_an_unknown_kind_marker_is_refused(cluster: KubernetesCluster) -> None:
     with pytest.raises(ValueError, match="workload: expected 'namespace/name'"):
         cluster.admit(admit(Kind.JOBSET, key="ml/train@cronjob"))
+
+
+# --------------------------------------------------------------------------- padded annotations
+
+
+def refuse_added_annotations(request: Any) -> None:
+    """The API server on an object whose owner filled its annotations to the limit."""
+    if (request.data.get("metadata") or {}).get("annotations"):
+        raise kmock.KubernetesError(
+            status=422,
+            reason="Invalid",
+            message="metadata.annotations: Too long: must have at most 262144 bytes",
+        )
+
+
+def padded() -> dict[str, str]:
+    return {"example.com/padding": "x" * 262_000}
+
+
+@pytest.mark.parametrize("suspend", [True, False], ids=["evict", "admit"])
+def test_a_job_with_padded_annotations_is_still_suspended_and_released(
+    k8s: Any, cluster: KubernetesCluster, suspend: bool
+) -> None:
+    # GIVEN a Job whose owner padded its annotations to just under 256 KiB
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=not suspend, annotations=padded())
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    # WHEN it is evicted (or admitted)
+    if suspend:
+        cluster.evict(evict(Kind.JOB, attempt=2))
+    else:
+        cluster.admit(admit(Kind.JOB, attempt=2))
+    # THEN the suspend flag went out on its own and took effect; the mark was tried
+    # after it, refused, and that held nothing back
+    patches = [d for m, _, d in requests(k8s) if m == "PATCH"]
+    assert patches[0] == {"spec": {"suspend": suspend}}
+    assert "annotations" in patches[1]["metadata"]
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is suspend
+
+
+def test_a_pod_group_with_padded_annotations_is_released(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    k8s["patch /api/v1/namespaces/ml/pods/grp-0"] << refuse_added_annotations
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    assert k8s.objects[PODS, "ml", "grp-0"]["spec"]["schedulingGates"] == []
+
+
+def test_the_marks_of_a_large_pod_group_go_on_its_first_pods_only(
+    k8s: Any, cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("muster.kube.adapter.MAX_RECORDED_PODS", 1)
+    for name in ("grp-0", "grp-1", "grp-2"):
+        k8s.objects[PODS, "ml", name] = pod(name)
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    patched = [(p.rsplit("/", 1)[1], "metadata" in d) for m, p, d in requests(k8s) if m == "PATCH"]
+    assert patched == [("grp-0", False), ("grp-0", True), ("grp-1", False), ("grp-2", False)]
+
+
+def test_musters_view_refused_on_padded_annotations_is_an_error_the_caller_sees(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # the control plane treats it as best effort (muster.runtime.holding.record_view)
+    k8s.objects[JOBS, "ml", "train"] = job(annotations=padded())
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    with pytest.raises(ClusterActionError, match="422"):
+        cluster.record("ml/train", Kind.JOB, {"state": "Requeued"})
+
+
+def test_the_control_plane_withdraws_a_padded_job_and_frees_its_quota(
+    k8s: Any, apiserver: Any
+) -> None:
+    # GIVEN the control plane on the API server, a 16-GPU quota, and a Job holding it
+    # whose owner padded its annotations after admission (every added one is refused)
+    from muster.core import DeadlineReached, WorkloadObserved
+
+    from tests.aws.conftest import Rig
+
+    rig = Rig(doc={"timeout": "60s", "gpuQuota": 16})
+
+    def record_of(key: str) -> Workload | None:
+        snap = rig.store.load(key)
+        return snap.workload if snap else None
+
+    rig.cluster = KubernetesCluster(  # type: ignore[assignment]
+        KubeApi.for_host(apiserver.url, token="t0ken"), records=record_of, sleep=lambda _: None
+    )
+    for name in ("train", "next"):
+        k8s.objects[JOBS, "ml", name] = job(name)
+    rig.plane().handle(WorkloadObserved("ml/train", "default", 1, gpus=16, seq=1))
+    assert rig.admit() == ["ml/train"]
+    rig.plane().handle(WorkloadObserved("ml/next", "default", 1, gpus=16, seq=2))
+    k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"] = padded()
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    # WHEN its startup deadline passes
+    timer = record_of("ml/train").timer  # type: ignore[union-attr]
+    assert timer is not None
+    rig.clock.now += 61
+    rig.plane().handle(DeadlineReached("ml/train", 1, timer.kind, timer.episode, timer.incarnation))
+    # THEN it is suspended, nothing is left failing or quarantined, and the next one runs
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+    snap = rig.store.load("ml/train")
+    assert snap is not None and not snap.outbox and snap.quarantine is None
+    assert rig.admit() == ["ml/next"]
+    assert k8s.objects[JOBS, "ml", "next"]["spec"]["suspend"] is False
