@@ -13,11 +13,11 @@ import logging
 from collections.abc import Iterable
 
 from muster import contract
-from muster.core import Evict, Pod, Workload
+from muster.core import Effect, Evict, Pod, RunAdmission, Workload
 from muster.core.admission import holds_quota
 from muster.core.workloads import ends_outliving
 from muster.retry import Refused
-from muster.runtime.ports import ClusterActions, Metrics, WorkloadStore
+from muster.runtime.ports import ClusterActions, Metrics, Stored, WorkloadStore, stops_holding
 from muster.runtime.view import view
 from muster.schema import clip_utf8
 
@@ -42,6 +42,19 @@ def withdrawal_done(store: WorkloadStore, w: Workload, effect: Evict) -> None:
             "could not free the quota of a withdrawn workload; a pass will",
             extra={"workload": w.key, "error": str(exc)},
         )
+
+
+def announce_release(
+    snap: Stored | None, after: Workload, effects: tuple[Effect, ...]
+) -> tuple[Effect, ...]:
+    """`effects`, with an admission pass when the write they go with ends a holding that
+    no decision announces: a snapshot no longer holding the pods that outlived their
+    workload's deletion frees its quota, and someone queued may fit now."""
+    if not stops_holding(snap, after, effects):
+        return effects
+    if any(isinstance(e, RunAdmission) for e in effects):
+        return effects
+    return (*effects, RunAdmission(OUTLIVING_ENDED))
 
 
 def outliving_ended(w: Workload, changes: Iterable[tuple[Pod | None, Pod | None]]) -> bool:

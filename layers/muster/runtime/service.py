@@ -59,9 +59,9 @@ from muster.core import (
 from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
 from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
+from muster.runtime import holding
 from muster.runtime.admission import AdmissionPass
 from muster.runtime.deadlines import settle_deadlines
-from muster.runtime.holding import OUTLIVING_ENDED, outliving_ended, record_view, withdrawal_done
 from muster.runtime.listing import listed_entry
 from muster.runtime.messages import ReconcileSlice
 from muster.runtime.pod_batch import pod_events
@@ -235,7 +235,7 @@ class ControlPlane:
             _reborn_writes(snap, after) if reborn else _pod_writes(snap, after, decision.withdrawn)
         )
         delta = 0 if decision.new_epoch or before is None else after.ready_pods - before.ready_pods
-        effects = _with_view(before, decision)
+        effects = holding.announce_release(snap, after, _with_view(before, decision))
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
             self.carry_out(after, None, effects)
@@ -282,8 +282,8 @@ class ControlPlane:
         self.store.write_pod(key, write, light.epoch, change.ready_delta, now)
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
-            if outliving_ended(w, [(light.pod, change.pod)]):
-                self.carry_out(w, None, (RunAdmission(OUTLIVING_ENDED),))
+            if holding.outliving_ended(w, [(light.pod, change.pod)]):
+                self.carry_out(w, None, (RunAdmission(holding.OUTLIVING_ENDED),))
         self._count_outcome(Outcome.APPLIED)
         if change.recount:
             self._check_readiness(key, settings, self.clock(), faults=change.faults)
@@ -428,7 +428,7 @@ class ControlPlane:
                 admit = effect if isinstance(effect, Admit) and _releases(w, effect) else None
                 self._effect_failed(w.key, version, type(effect).__name__, exc, admit=admit)
             if isinstance(effect, Evict) and version is not None:
-                withdrawal_done(self.store, w, effect)
+                holding.withdrawal_done(self.store, w, effect)
         if version is not None and effects:
             # On a conflict a later decision was committed; its writer carries on.
             with contextlib.suppress(Conflict):
@@ -488,7 +488,7 @@ class ControlPlane:
                 self._publish(effect, version, index)
                 self._announce(w, effect, version, index)
             case RecordView():
-                record_view(self.cluster, self.metrics, w)
+                holding.record_view(self.cluster, self.metrics, w)
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True
