@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import pytest
 from muster import contract
 from muster.core import (
+    POD_SCOPE,
     DeadlineReached,
     Evict,
     Kind,
     Phase,
     PodObserved,
     Reason,
+    SnapshotPart,
     WorkloadFinished,
     WorkloadObserved,
 )
@@ -168,6 +170,21 @@ def test_pods_outliving_their_jobs_deletion_keep_its_quota_until_they_are_gone(r
     # THEN the pass frees its quota and admits the next one
     assert rig.admit() == [SECOND]
     assert FIRST not in rig.store.ledger().recent
+
+
+def test_a_pod_snapshot_without_the_outliving_pods_ends_the_holding(rig: Rig) -> None:
+    # GIVEN a Job deleted while its pod ran, the pod's own deletion event lost
+    first_admitted_second_waiting(rig)
+    rig.pod(FIRST, "first-0", 10, ready=True, node="n1")
+    rig.plane().handle(WorkloadFinished(FIRST, Reason.DELETED, seq=20))
+    assert rig.admit() == []
+    # WHEN the agent's next pod listing no longer holds the pod
+    listing = SnapshotPart("Pod.30", 1, 1, POD_SCOPE, 30, pods={SECOND: {}})
+    rig.plane().handle(listing)
+    # THEN the workload holds nothing any more, and a pass is asked for
+    assert FIRST not in rig.store.ledger().recent
+    assert rig.messages.admission_requests[-1] == ("pods of a deleted workload gone", FIRST)
+    assert rig.admit() == [SECOND]
 
 
 def test_a_job_deleted_with_its_pods_gone_frees_its_quota_at_once(rig: Rig) -> None:
