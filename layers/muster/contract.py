@@ -65,6 +65,7 @@ METRIC_QUARANTINES = "Quarantines"  # dimension: effect
 METRIC_EFFECT_FAILURES = "EffectFailures"  # dimension: effect
 METRIC_SWEEPER_RESENT = "SweeperResent"
 METRIC_ANNOUNCE_FAILURES = "AnnounceFailures"
+METRIC_PLANNING_FAILURES = "PlanningFailures"  # queued workloads the planner could not judge
 
 # ---------------------------------------------------------------- stack outputs
 OUT_EVENT_BUS_NAME = "EventBusName"

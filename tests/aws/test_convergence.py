@@ -263,20 +263,20 @@ def test_a_listing_older_than_the_workload_does_not_finish_it(rig: Rig):
 
 
 def test_a_spec_change_while_admitted_takes_effect_at_the_next_admission(rig: Rig):
-    # GIVEN an admitted gang of 2 pods and 16 GPUs
-    rig.plane().handle(observed(10, "job-1", gang=2, gpus=16))
+    # GIVEN an admitted gang of 8 pods and 64 GPUs
+    rig.plane().handle(observed(10, "job-1", gang=8, gpus=64))
     rig.admit()
-    # WHEN it is scaled to 8 pods and 64 GPUs while admitted
-    rig.plane().handle(observed(11, "job-1", gang=8, gpus=64))
+    # WHEN it is scaled down to 2 pods and 16 GPUs while admitted
+    rig.plane().handle(observed(11, "job-1", gang=2, gpus=16))
     w = rig.store.load(KEY).workload  # type: ignore[union-attr]
-    assert (w.gang_size, w.gpus) == (2, 16)  # its quota does not change under it
+    assert (w.gang_size, w.gpus) == (8, 64)  # its quota does not change under it
     # THEN after its eviction it is requeued, and readmitted, with the new size
     rig.clock.now += 60
     timer = w.timer
     assert timer is not None
     rig.plane().handle(DeadlineReached(KEY, 1, TimerKind.STARTUP, 1, timer.incarnation))
     w = rig.store.load(KEY).workload  # type: ignore[union-attr]
-    assert (w.phase.value, w.gang_size, w.gpus, w.next_spec) == ("Requeued", 8, 64, None)
+    assert (w.phase.value, w.gang_size, w.gpus, w.next_spec) == ("Requeued", 2, 16, None)
 
 
 # --------------------------------------------------------------------------- 7. pod groups

@@ -110,16 +110,14 @@ def test_admit_job_reads_then_unsuspends_with_a_fencing_mark(
     k8s.objects[JOBS, "ml", "train"] = job()
     # WHEN it is admitted for attempt 1
     cluster.admit(admit(Kind.JOB))
-    # THEN one GET and one merge patch with the suspend flag and the attempt went out
+    # THEN one GET, a merge patch of the suspend flag alone, then one of the attempt's mark
     assert requests(k8s) == [
         ("GET", "/apis/batch/v1/namespaces/ml/jobs/train", None),
+        ("PATCH", "/apis/batch/v1/namespaces/ml/jobs/train", {"spec": {"suspend": False}}),
         (
             "PATCH",
             "/apis/batch/v1/namespaces/ml/jobs/train",
-            {
-                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
-                "spec": {"suspend": False},
-            },
+            {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}},
         ),
     ]
     assert k8s[0].headers["Authorization"] == "Bearer t0ken"
@@ -149,21 +147,13 @@ def test_jobset_and_pytorchjob_use_their_own_paths_and_suspend_fields(
     cluster.admit(admit(Kind.JOBSET, key="ml/js"))
     cluster.evict(evict(Kind.PYTORCHJOB, attempt=2, key="ml/pt"))
     patches = [(p, d) for m, p, d in requests(k8s) if m == "PATCH"]
+    jobset = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js"
+    pytorchjob = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/pt"
     assert patches == [
-        (
-            "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/js",
-            {
-                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
-                "spec": {"suspend": False},
-            },
-        ),
-        (
-            "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/pt",
-            {
-                "metadata": {"annotations": {"muster.io/evicted-attempt": "2"}},
-                "spec": {"runPolicy": {"suspend": True}},
-            },
-        ),
+        (jobset, {"spec": {"suspend": False}}),
+        (jobset, {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}}),
+        (pytorchjob, {"spec": {"runPolicy": {"suspend": True}}}),
+        (pytorchjob, {"metadata": {"annotations": {"muster.io/evicted-attempt": "2"}}}),
     ]
 
 
@@ -270,7 +260,8 @@ def test_a_conflict_is_retried_on_a_fresh_read(k8s: Any, cluster: KubernetesClus
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << concurrent_writer
     # WHEN it is admitted
     cluster.admit(admit(Kind.JOB))
-    # THEN the second patch carries the fresh resourceVersion, and the other writer's change survives
+    # THEN the second patch carries the fresh resourceVersion, and the other writer's
+    # change survives (the mark after it needs none: it is a view)
     assert [
         (m, (d or {}).get("metadata", {}).get("resourceVersion")) for m, _, d in requests(k8s)
     ] == [
@@ -278,6 +269,7 @@ def test_a_conflict_is_retried_on_a_fresh_read(k8s: Any, cluster: KubernetesClus
         ("PATCH", "1"),
         ("GET", None),
         ("PATCH", "2"),
+        ("PATCH", None),
     ]
     stored = k8s.objects[JOBS, "ml", "train"]
     assert stored["spec"]["suspend"] is False
@@ -298,7 +290,7 @@ def test_server_errors_are_retried_with_backoff_then_succeed(
 
     k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << flaky
     cluster.admit(admit(Kind.JOB))
-    assert [m for m, _, _ in requests(k8s)] == ["GET", "PATCH", "PATCH", "PATCH"]
+    assert [m for m, _, _ in requests(k8s)] == ["GET", "PATCH", "PATCH", "PATCH", "PATCH"]
     assert sleeps == [0.2, 0.4]
 
 
@@ -354,23 +346,16 @@ def test_admit_pod_group_removes_only_musters_gate(k8s: Any, cluster: Kubernetes
     reqs = requests(k8s)
     assert reqs[0][:2] == ("GET", "/api/v1/namespaces/ml/pods")
     assert dict(k8s[0].params) == {"labelSelector": "muster.io/pod-group=grp"}
+    mark = {"metadata": {"annotations": {"muster.io/admitted-attempt": "1"}}}
     assert reqs[1:] == [
-        (
-            "PATCH",
-            "/api/v1/namespaces/ml/pods/grp-0",
-            {
-                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
-                "spec": {"schedulingGates": []},
-            },
-        ),
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-0", {"spec": {"schedulingGates": []}}),
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-0", mark),
         (
             "PATCH",
             "/api/v1/namespaces/ml/pods/grp-1",
-            {
-                "metadata": {"annotations": {"muster.io/admitted-attempt": "1"}},
-                "spec": {"schedulingGates": [{"name": "example.com/quota"}]},
-            },
+            {"spec": {"schedulingGates": [{"name": "example.com/quota"}]}},
         ),
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-1", mark),
     ]
     assert k8s.objects[PODS, "ml", "other"]["spec"]["schedulingGates"] == [
         {"name": "muster.io/admission"}
@@ -382,7 +367,8 @@ def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: Kubernet
     k8s.objects[PODS, "ml", "grp-1"] = pod("grp-1")
     cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
     assert [(m, p) for m, p, _ in requests(k8s)][1:] == [
-        ("PATCH", "/api/v1/namespaces/ml/pods/grp-1")
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-1"),
+        ("PATCH", "/api/v1/namespaces/ml/pods/grp-1"),
     ]
 
 
@@ -531,9 +517,11 @@ def test_a_kinds_marker_addresses_its_object_never_the_job_of_its_name(
     # THEN each call went to the object of that kind named `train` (no marker in a path)
     paths = [p for m, p, _ in requests(k8s) if m == "PATCH"]
     assert paths == [
-        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",  # released
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",  # its mark
         "/api/v1/namespaces/ml/pods/train-0",
-        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",
+        "/api/v1/namespaces/ml/pods/train-0",
+        "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/train",  # the view
     ]
     assert k8s.objects[PYTORCHJOBS, "ml", "train"]["spec"]["runPolicy"]["suspend"] is False
     assert k8s.objects[PODS, "ml", "train-0"]["spec"]["schedulingGates"] == []
@@ -544,3 +532,108 @@ def test_a_kinds_marker_addresses_its_object_never_the_job_of_its_name(
 def test_an_unknown_kind_marker_is_refused(cluster: KubernetesCluster) -> None:
     with pytest.raises(ValueError, match="workload: expected 'namespace/name'"):
         cluster.admit(admit(Kind.JOBSET, key="ml/train@cronjob"))
+
+
+# --------------------------------------------------------------------------- padded annotations
+
+
+def refuse_added_annotations(request: Any) -> None:
+    """The API server on an object whose owner filled its annotations to the limit."""
+    if (request.data.get("metadata") or {}).get("annotations"):
+        raise kmock.KubernetesError(
+            status=422,
+            reason="Invalid",
+            message="metadata.annotations: Too long: must have at most 262144 bytes",
+        )
+
+
+def padded() -> dict[str, str]:
+    return {"example.com/padding": "x" * 262_000}
+
+
+@pytest.mark.parametrize("suspend", [True, False], ids=["evict", "admit"])
+def test_a_job_with_padded_annotations_is_still_suspended_and_released(
+    k8s: Any, cluster: KubernetesCluster, suspend: bool
+) -> None:
+    # GIVEN a Job whose owner padded its annotations to just under 256 KiB
+    k8s.objects[JOBS, "ml", "train"] = job(suspend=not suspend, annotations=padded())
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    # WHEN it is evicted (or admitted)
+    if suspend:
+        cluster.evict(evict(Kind.JOB, attempt=2))
+    else:
+        cluster.admit(admit(Kind.JOB, attempt=2))
+    # THEN the suspend flag went out on its own and took effect; the mark was tried
+    # after it, refused, and that held nothing back
+    patches = [d for m, _, d in requests(k8s) if m == "PATCH"]
+    assert patches[0] == {"spec": {"suspend": suspend}}
+    assert "annotations" in patches[1]["metadata"]
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is suspend
+
+
+def test_a_pod_group_with_padded_annotations_is_released(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    k8s.objects[PODS, "ml", "grp-0"] = pod("grp-0")
+    k8s["patch /api/v1/namespaces/ml/pods/grp-0"] << refuse_added_annotations
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    assert k8s.objects[PODS, "ml", "grp-0"]["spec"]["schedulingGates"] == []
+
+
+def test_the_marks_of_a_large_pod_group_go_on_its_first_pods_only(
+    k8s: Any, cluster: KubernetesCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("muster.kube.adapter.MAX_RECORDED_PODS", 1)
+    for name in ("grp-0", "grp-1", "grp-2"):
+        k8s.objects[PODS, "ml", name] = pod(name)
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    patched = [(p.rsplit("/", 1)[1], "metadata" in d) for m, p, d in requests(k8s) if m == "PATCH"]
+    assert patched == [("grp-0", False), ("grp-0", True), ("grp-1", False), ("grp-2", False)]
+
+
+def test_musters_view_refused_on_padded_annotations_is_an_error_the_caller_sees(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # the control plane treats it as best effort (muster.runtime.holding.record_view)
+    k8s.objects[JOBS, "ml", "train"] = job(annotations=padded())
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    with pytest.raises(ClusterActionError, match="422"):
+        cluster.record("ml/train", Kind.JOB, {"state": "Requeued"})
+
+
+def test_the_control_plane_withdraws_a_padded_job_and_frees_its_quota(
+    k8s: Any, apiserver: Any
+) -> None:
+    # GIVEN the control plane on the API server, a 16-GPU quota, and a Job holding it
+    # whose owner padded its annotations after admission (every added one is refused)
+    from muster.core import DeadlineReached, WorkloadObserved
+
+    from tests.aws.conftest import Rig
+
+    rig = Rig(doc={"timeout": "60s", "gpuQuota": 16})
+
+    def record_of(key: str) -> Workload | None:
+        snap = rig.store.load(key)
+        return snap.workload if snap else None
+
+    rig.cluster = KubernetesCluster(  # type: ignore[assignment]
+        KubeApi.for_host(apiserver.url, token="t0ken"), records=record_of, sleep=lambda _: None
+    )
+    for name in ("train", "next"):
+        k8s.objects[JOBS, "ml", name] = job(name)
+    rig.plane().handle(WorkloadObserved("ml/train", "default", 1, gpus=16, seq=1))
+    assert rig.admit() == ["ml/train"]
+    rig.plane().handle(WorkloadObserved("ml/next", "default", 1, gpus=16, seq=2))
+    k8s.objects[JOBS, "ml", "train"]["metadata"]["annotations"] = padded()
+    k8s["patch /apis/batch/v1/namespaces/ml/jobs/train"] << refuse_added_annotations
+    # WHEN its startup deadline passes
+    timer = record_of("ml/train").timer  # type: ignore[union-attr]
+    assert timer is not None
+    rig.clock.now += 61
+    rig.plane().handle(DeadlineReached("ml/train", 1, timer.kind, timer.episode, timer.incarnation))
+    # THEN it is suspended, nothing is left failing or quarantined, and the next one runs
+    assert k8s.objects[JOBS, "ml", "train"]["spec"]["suspend"] is True
+    snap = rig.store.load("ml/train")
+    assert snap is not None and not snap.outbox and snap.quarantine is None
+    assert rig.admit() == ["ml/next"]
+    assert k8s.objects[JOBS, "ml", "next"]["spec"]["suspend"] is False

@@ -192,3 +192,63 @@ def test_a_deleted_node_is_reported_as_deleted_by_its_watch_and_by_a_relist(
     agent.flush(everything=True)
     [relisted] = node_events(aws)
     assert (relisted.node, relisted.unschedulable, relisted.seq) == ("node-b", NODE_DELETED, 20)
+
+
+def train_pod(name: str, rv: str, phase: str = "Running", gpus: int = 8) -> dict[str, Any]:
+    """A pod of the Job `ml/train` (Muster's), bound to node-a."""
+    pod = other_pod(name, rv, gpus=gpus, phase=phase)
+    pod["metadata"]["namespace"] = "ml"
+    pod["metadata"]["labels"] = {"batch.kubernetes.io/job-name": "train"}
+    return pod
+
+
+def test_pods_outliving_their_jobs_deletion_count_as_others_until_they_end(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    from muster.core.model import PodObserved
+
+    # GIVEN a node running a pod of Muster's Job (not counted as others')
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(NODE_RESOURCE, "ADDED", gpu_node(rv="1")))
+    agent.handle(Change(JOB_RESOURCE, "ADDED", job(rv="2")))
+    agent.handle(Change(POD_RESOURCE, "ADDED", train_pod("train-0", "3")))
+    agent.flush(everything=True)
+    assert agent.foreign_on == {}
+    landed(aws)
+    # WHEN the Job is deleted with `--cascade=orphan`: its pod keeps running
+    agent.handle(Change(JOB_RESOURCE, "DELETED", job(rv="5")))
+    agent.flush(everything=True)
+    # THEN the node's report counts the pod's GPUs as held by others
+    assert agent.foreign_on == {"node-a": 8}
+    assert [(n.foreign_gpus, n.seq) for n in node_events(aws)] == [(8, 5)]
+    # WHEN the pod ends: the control plane hears it (its quota is held until then)
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", train_pod("train-0", "6", phase="Succeeded")))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    pods = [e for e in events if isinstance(e, PodObserved)]
+    assert [(p.pod, p.phase, p.deleted) for p in pods] == [("train-0", "Succeeded", False)]
+    # AND the node's GPUs are free again
+    assert agent.foreign_on == {}
+    nodes = [e for e in events if isinstance(e, NodeObserved)]
+    assert nodes[-1].foreign_gpus == 0
+
+
+def test_pods_still_running_when_their_job_finished_count_as_others(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(NODE_RESOURCE, "ADDED", gpu_node(rv="1")))
+    agent.handle(Change(JOB_RESOURCE, "ADDED", job(rv="2")))
+    agent.handle(Change(POD_RESOURCE, "ADDED", train_pod("train-0", "3")))
+    assert agent.foreign_on == {}
+    # WHEN the Job is marked Failed while its pod is still terminating
+    failed = job(rv="4", status={"conditions": [{"type": "Failed", "status": "True"}]})
+    agent.handle(Change(JOB_RESOURCE, "MODIFIED", failed))
+    # THEN its GPUs are others' until the pod is gone
+    assert agent.foreign_on == {"node-a": 8}
+    agent.handle(Change(POD_RESOURCE, "DELETED", train_pod("train-0", "5")))
+    assert agent.foreign_on == {}

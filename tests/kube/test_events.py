@@ -252,3 +252,20 @@ def test_a_refused_admission_says_what_the_api_server_answered() -> None:
     assert shown is not None and shown.reason == "EvictedDueToAdmissionRefused"
     assert "refused to release it (Admit: 403 Forbidden)" in shown.message
     assert shown.message.endswith("queued again")
+
+
+def test_a_workload_that_outgrew_its_admission_is_told_both_sizes() -> None:
+    shown = describe(
+        LogEvent.EVICTED,
+        {
+            "attempt": 1,
+            "reason": "OutgrewAdmission",
+            "admitted": {"gangSize": 8, "gpus": 64},
+            "requested": {"gangSize": 64, "gpus": 512},
+        },
+    )
+    assert shown is not None and shown.reason == "EvictedDueToOutgrewAdmission"
+    assert shown.message == (
+        "Evicted attempt 1: it asks for 64 pods and 512 GPUs, more than the 8 pods and "
+        "64 GPUs it was admitted with; queued again with the new size"
+    )

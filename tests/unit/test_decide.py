@@ -83,8 +83,10 @@ def test_duplicate_and_stale_workload_observations_change_nothing() -> None:
 
 def test_what_an_admitted_workload_asks_for_does_not_change_under_it() -> None:
     w = admitted()
-    d = decide(w, submit(KEY, seq=2, pods=5, gpus=40), DEFAULT, 1)
+    d = decide(w, submit(KEY, seq=2, pods=1, gpus=4, queue="other"), DEFAULT, 1)
     assert d.workload is not None and (d.workload.gang_size, d.workload.gpus) == (2, 8)
+    assert d.workload.queue == "q" and d.workload.phase is w.phase
+    assert d.workload.next_spec is not None and d.workload.next_spec["gangSize"] == 1
 
 
 def test_events_for_unknown_workloads_are_reported_not_raised() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 from muster.admin.deployment import Deployment
 from muster.core import ACTIVE_PHASES, Phase, Settings, Workload
 from muster.core.admission import Usage
-from muster.runtime.planning import HoldingsReader, admission_inputs
+from muster.runtime.planning import HoldingsReader, admission_inputs, still_holding
 
 
 def status_view(deployment: Deployment) -> dict[str, Any]:
@@ -40,7 +40,10 @@ def admission_outlook(
     else:
         queued = [w for w in workloads if w.phase is Phase.PENDING]
         active = [w for w in workloads if w.phase in ACTIVE_PHASES]
-        inputs = HoldingsReader(store).inputs(settings, queued, active)
+        # Out of the admitted phases, holding quota all the same (the ledger still names them).
+        left = [w for w in workloads if w.phase not in ACTIVE_PHASES]
+        held = still_holding(store, store.ledger().recent, left)
+        inputs = HoldingsReader(store).inputs(settings, queued, [*active, *held])
     plan = inputs.plan(settings, time.time())
     return {
         "admissible": list(plan.admit),

@@ -198,6 +198,7 @@ class Agent(Memory):
         for name, (_, workload, view) in list(self.pods.items()):
             if name not in present:
                 self.pods.pop(name)
+                self.managed.pop(name, None)
                 self._put(
                     f"pod:{name}",
                     POD_OBSERVED,

@@ -5,7 +5,10 @@
 groups, nodes, and, for at most `waiting_ttl` seconds, pods that arrived before
 their workload (a list of pods processed before the list of Jobs). Of other
 pods it keeps only the node and GPUs of those bound with GPUs, summed per node
-for the capacity check (`foreignGpus` on node events).
+for the capacity check (`foreignGpus` on node events). A pod is Muster's while
+its workload runs under it: once the workload finished or was deleted (say with
+`--cascade=orphan`), its pods that still run hold GPUs the control plane no
+longer places, so they count as others' from then on.
 
 **Sequence numbers.** An event's `seq` is the object's `resourceVersion`. On every
 etcd-backed API server (EKS included) it is the decimal etcd revision at which the
@@ -69,6 +72,9 @@ from muster.schema import (
 
 log = logging.getLogger("muster.agent")
 
+ACTIVE = "Active"  # a workload's status while it runs (not Succeeded, Failed or Deleted)
+ENDED = ("Succeeded", "Failed")  # pod phases that hold nothing any more
+
 
 class SeqSource:
     """`seq` from resourceVersion; a time-based fallback for non-numeric versions."""
@@ -131,6 +137,9 @@ class Memory:
         # Pods Muster does not manage that hold GPUs: "ns/pod" -> (node, GPUs); sums per node.
         self.foreign: dict[str, tuple[str, int]] = {}
         self.foreign_on: dict[str, int] = {}
+        # Muster's pods holding GPUs, "ns/pod" -> (node, GPUs): others' once their
+        # workload has finished or is gone.
+        self.managed: dict[str, tuple[str, int]] = {}
         self.problems: dict[str, tuple[str, ...]] = {}  # bad annotations already logged
         self.invalid: set[str] = set()  # workloads that cannot be reported as they are
         # The cluster's PriorityClasses (None until listed: workloads go without one).
@@ -184,8 +193,11 @@ class Memory:
                 log.error("%s %s: %s; not reported until fixed", view.kind, view.key, why)
             return
         self.invalid.discard(view.key)
+        was = self.workloads.get(view.key)
         self.workloads[view.key] = view
         self.workload_seq[view.key] = seq
+        if was is not None and was.status == ACTIVE and view.status != ACTIVE:
+            self._no_longer_managed(view.key, seq)
         detail = workload_detail(
             cluster=self.cluster,
             workload=view.key,
@@ -215,7 +227,9 @@ class Memory:
         if view is None:
             return
         # Its pods stay known until their own deletions (garbage collection) are sent,
-        # so that the control plane's items of them expire as tombstones.
+        # so that the control plane's items of them expire as tombstones; those still
+        # running hold GPUs that are others' now.
+        self._no_longer_managed(key, seq)
         detail = workload_detail(
             cluster=self.cluster,
             workload=key,
@@ -253,11 +267,12 @@ class Memory:
             if workload not in self.workloads and not deleted:
                 return  # the group is not valid (see the log); its pods mean nothing yet
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
-            self._foreign_pod(name, pod, deleted=deleted, mine=name in self.pods)
+            self._foreign_pod(name, pod, deleted=deleted, mine=False)
             if name in self.pods:
-                # A pod of a workload that is gone: only its deletion still matters.
-                if deleted:
-                    self._send_pod(kind, workload, name, pod, seq, deleted=True)
+                # A pod of a workload that is gone: only its end still matters (the
+                # control plane holds the workload's quota until its pods stop).
+                if deleted or (pod.get("status") or {}).get("phase") in ENDED:
+                    self._send_pod(kind, workload, name, pod, seq, deleted=deleted)
                 return
             # Not (yet) a known labelled workload: remember it for a while, in case its
             # workload shows up (most pods waiting here are of other teams' Jobs).
@@ -272,7 +287,8 @@ class Memory:
                 waiting[name] = compact_pod(pod)
             return
         else:
-            self._foreign_pod(name, pod, deleted=deleted, mine=True)
+            mine = self.workloads[workload].status == ACTIVE
+            self._foreign_pod(name, pod, deleted=deleted, mine=mine)
         self._send_pod(kind, workload, name, pod, seq, deleted=deleted, force=force)
 
     def _foreign_pod(
@@ -281,10 +297,11 @@ class Memory:
         """Keep the GPUs that pods Muster does not manage hold, summed per node.
 
         A pod counts while it is bound, not finished, asks for GPUs and belongs to
-        no workload Muster knows (a pod that arrives before its workload counts
-        until the workload shows up). A change of a node's sum is a node event,
-        coalesced per node by the outbox: a busy cluster sends at most one per node
-        per window, not one per pod.
+        no workload Muster runs (a pod that arrives before its workload counts
+        until the workload shows up; one of a finished or deleted workload counts
+        from then on). A change of a node's sum is a node event, coalesced per node
+        by the outbox: a busy cluster sends at most one per node per window, not
+        one per pod.
         """
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
@@ -293,15 +310,32 @@ class Memory:
             gpus = pod_gpus(pod)
         except QuantityError:
             gpus = 0  # the API server admits only whole GPU counts on a pod
-        held = (
-            (str(node), gpus)
-            if node and gpus and not deleted and not mine and phase not in ("Succeeded", "Failed")
-            else None
+        held = (str(node), gpus) if node and gpus and not deleted and phase not in ENDED else None
+        if mine and held is not None:
+            self.managed[name] = held
+        else:
+            self.managed.pop(name, None)
+        self._count_foreign(
+            name,
+            None if mine else held,
+            lambda: seq or self.seq(meta(pod).get("resourceVersion")),
         )
+
+    def _no_longer_managed(self, workload: str, seq: int) -> None:
+        """`workload` finished or is gone: its pods still holding GPUs are others' now."""
+        for name, (_, owner, _) in list(self.pods.items()):
+            held = self.managed.pop(name, None) if owner == workload else None
+            if held is not None:
+                self._count_foreign(name, held, lambda: seq)
+
+    def _count_foreign(
+        self, name: str, held: tuple[str, int] | None, seq_of: Callable[[], int]
+    ) -> None:
+        """`name` holds `held` (node, GPUs) of others' GPUs now (None: nothing)."""
         old = self.foreign.get(name)
         if old == held:
             return
-        seq = seq or self.seq(meta(pod).get("resourceVersion"))
+        seq = seq_of()
         if old is not None:
             del self.foreign[name]
             self.foreign_on[old[0]] -= old[1]
@@ -441,6 +475,7 @@ class Memory:
         self.node_seq.clear()
         self.foreign.clear()
         self.foreign_on.clear()
+        self.managed.clear()
         self.problems.clear()
         self.invalid.clear()
         self.classes = None

@@ -8,6 +8,12 @@ PodsReady, and the check runs before every candidate, so one pass admits at most
 one workload. With `capacityCheck`, a candidate that fits its quotas must also
 fit the nodes' free GPUs (`core.capacity`); one that does not is skipped like
 one over quota, and what is admitted is reserved for the rest of the pass.
+
+Who holds quota is handed in: the admitted workloads (`active`) and those that
+hold it after leaving the admitted phases (`held`, see `holds_quota`). A
+candidate the planner cannot judge (an error in what it was told of it) is set
+aside with the error (`AdmissionPlan.failed`); the others are planned as if it
+were not queued.
 """
 
 from __future__ import annotations
@@ -19,9 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
-from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Workload
+from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Effect, Evict, Workload
 from muster.core.settings import Settings, Timestamp
-from muster.core.workloads import admissible, inadmissible
+from muster.core.workloads import admissible, inadmissible, outlived_by_pods
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +54,31 @@ class AdmissionPlan:
     # (workload, why): admitted or considered on quota alone, the capacity check
     # could not judge it (placement rules it does not evaluate, sizes unknown).
     unchecked: tuple[tuple[str, str], ...] = ()
+    # (workload, error): planning it failed; passed over, the others planned without it.
+    failed: tuple[tuple[str, str], ...] = ()
 
     @property
     def skipped(self) -> dict[str, str]:
         """Workload -> why it was passed over (formatted only when asked for)."""
-        return {s.workload: str(s) for s in self.skips} | dict(self.refused)
+        failed = {key: f"could not be planned: {error}" for key, error in self.failed}
+        return {s.workload: str(s) for s in self.skips} | dict(self.refused) | failed
+
+
+def holds_quota(w: Workload, outbox: Iterable[Effect] = ()) -> bool:
+    """Whether `w` still holds its quota (`outbox`: its effects not carried out yet).
+
+    An admitted workload does, until what ends its admission took effect on the
+    cluster, since its pods may run until then: an eviction whose withdrawal (its
+    `Evict`) is not carried out yet holds it, and so does a workload deleted while
+    its pods outlive it (`outlived_by_pods`). The quota an eviction frees is freed
+    when the withdrawal succeeded, not when it was decided.
+    """
+    if w.phase in ACTIVE_PHASES:
+        return True
+    for e in outbox:
+        if type(e) is Evict and e.workload == w.key and e.attempt == w.attempt:
+            return True
+    return outlived_by_pods(w)
 
 
 @dataclass(slots=True)
@@ -68,15 +94,22 @@ class Usage:
     blocker: str | None = None
 
     @classmethod
-    def of(cls, active: Iterable[Workload]) -> Usage:
+    def of(cls, active: Iterable[Workload], held: Iterable[Workload] = ()) -> Usage:
+        """What `active` (the admitted) and `held` (holding quota after, `holds_quota`)
+        hold; only an admitted workload can hold the `blockAdmission` lock."""
         usage = cls()
         for w in active:
             if w.phase in ACTIVE_PHASES:
-                usage.cluster += w.gpus
-                usage.queues[w.queue] = usage.queues.get(w.queue, 0) + w.gpus
+                usage.charge(w)
             if w.phase in NOT_READY_PHASES and usage.blocker is None:
                 usage.blocker = w.key
+        for w in held:
+            usage.charge(w)
         return usage
+
+    def charge(self, w: Workload) -> None:
+        self.cluster += w.gpus
+        self.queues[w.queue] = self.queues.get(w.queue, 0) + w.gpus
 
 
 OrderKey = tuple[int, float, str]
@@ -111,19 +144,27 @@ def plan_admission(
     *,
     usage: Usage | None = None,
     nodes: Iterable[NodeCapacity] | None = None,
+    held: Iterable[Workload] = (),
 ) -> AdmissionPlan:
     """Pure: the same workloads, settings and time always give the same plan.
 
     The planner of a shell that reads the queue afresh for each pass (the
     Lambdas, the sweeper, `muster status`): `queued` are the Pending workloads
     (others are ignored), `active` those that hold quota (Admitted, Running,
-    Recovering). It indexes them in an `AdmissionQueue` and plans with it,
-    explaining every workload passed over. A shell that keeps `usage` itself
-    passes it (and no `active`). With `capacityCheck`, `nodes` is the capacity
-    view and `active` must carry their pods (where they are bound).
+    Recovering), `held` those that hold it after that (`holds_quota`). It indexes
+    them in an `AdmissionQueue` and plans with it, explaining every workload passed
+    over. A shell that keeps `usage` itself passes it (and no `active`). With
+    `capacityCheck`, `nodes` is the capacity view and `active` and `held` must carry
+    their pods (where they are bound).
     """
     return plan_queue(
-        AdmissionQueue.of(settings, queued), active, settings, now, usage=usage, nodes=nodes
+        AdmissionQueue.of(settings, queued),
+        active,
+        settings,
+        now,
+        usage=usage,
+        nodes=nodes,
+        held=held,
     )
 
 
@@ -136,14 +177,16 @@ def plan_queue(
     usage: Usage | None = None,
     nodes: Iterable[NodeCapacity] | None = None,
     explain: bool = True,
+    held: Iterable[Workload] = (),
 ) -> AdmissionPlan:
     """`plan_admission` on a queue the shell keeps (and updates) across passes."""
     active = list(active)
-    held = usage if usage is not None else Usage.of(active)
+    held = list(held)
+    used = usage if usage is not None else Usage.of(active, held)
     fitter: Fitter | None = None
     if settings.capacity_check:
-        fitter = Fitter.of(list(nodes or ()), active)
-    return queue.plan(now, held, fitter, explain=explain)
+        fitter = Fitter.of(list(nodes or ()), active, held)
+    return queue.plan(now, used, fitter, explain=explain)
 
 
 class AdmissionQueue:
@@ -262,11 +305,12 @@ class AdmissionQueue:
                 walk.refused.append((order[2], self._refused_workloads[order[2]][1]))
                 continue
             bucket = self._buckets[where]
-            if walk.fits(bucket[i][1], where):
+            verdict = walk.fits(bucket[i][1])
+            if verdict:
                 if self._settings.block_admission:
                     walk.push_next(where, i)
                     return walk.result(blocked=walk.later_than(order))
-            elif not explain:
+            elif verdict is False and not explain:
                 continue  # the bucket is done for this pass: nothing after it fits either
             walk.push_next(where, i)
         return walk.result()
@@ -316,6 +360,7 @@ class _Pass:
         self.skips: list[Skip | FitSkip] = []
         self.refused: list[tuple[str, str]] = []
         self.unchecked: list[tuple[str, str]] = []
+        self.failed: list[tuple[str, str]] = []
         self.heads: list[tuple[OrderKey, int, Bucket | None]] = [
             (bucket[0][0], 0, where)
             for where, bucket in queue._buckets.items()
@@ -328,8 +373,20 @@ class _Pass:
     def quota_skip(self, w: Workload) -> Skip | None:
         return quota_skip(w, self.settings, self.used_cluster, self.used_queue)
 
-    def fits(self, w: Workload, where: Bucket) -> bool:
-        """Choose `w` if it fits what is still free; else note why not (False)."""
+    def fits(self, w: Workload) -> bool | None:
+        """Choose `w` if it fits what is still free; else note why not (False).
+
+        None: judging it failed (kept in `failed`). One queued workload whose data
+        breaks the planner must not stop the pass for every other, so the error is
+        its own and the rest of its bucket is still tried.
+        """
+        try:
+            return self._fits(w)
+        except Exception as exc:  # isolated to this candidate, and reported
+            self.failed.append((w.key, f"{type(exc).__name__}: {exc}"))
+            return None
+
+    def _fits(self, w: Workload) -> bool:
         skip = self.quota_skip(w)
         if skip is not None:
             if self.explain:
@@ -369,4 +426,5 @@ class _Pass:
             tuple(self.skips),
             tuple(self.refused),
             tuple(self.unchecked),
+            tuple(self.failed),
         )

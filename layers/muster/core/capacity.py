@@ -16,6 +16,8 @@ the readiness deadline still applies).
 Placement is first fit over nodes in natural name order (`node-2` before
 `node-10`), largest pods first: for pods of one size the number that fit does
 not depend on the order, and first fit is what a bin-packing scheduler does.
+Pods are handled as (count, GPUs each) groups, never one entry per pod: a Job
+may ask for two billion pods, and the fit costs the same for it as for two.
 
 Everything here is pure: the shells build the view from node events (ordered by
 `seq`, stale ones ignored) and the pods they track.
@@ -28,9 +30,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from muster.core.model import ACTIVE_PHASES, NodeObserved, Workload
+from muster.core.model import ACTIVE_PHASES, NodeObserved, Phase, Workload
 
 Shape = tuple[tuple[int, int], ...]  # (pods, GPUs each) groups
+Pods = tuple[tuple[int, int], ...]  # (pods, GPUs each), largest first, one group per size
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,20 +134,50 @@ def pod_shape(w: Workload) -> Shape | None:
     return None
 
 
-def gang_pods(w: Workload, shape: Shape) -> list[int]:
-    """GPUs of each pod that must be placed for the gang to start, largest first.
+def gang_pods(w: Workload, shape: Shape) -> Pods:
+    """The pods that must be placed for the gang to start, as (count, GPUs each)
+    groups, largest first; pods without GPUs are left out (they need no room).
 
     A gang smaller than its pods (`muster.io/min-available`) needs only `gang_size`
     of them; the check asks for the largest ones, so it never under-counts.
     """
-    return list(_gang_pods(shape, w.gang_size))
+    return _gang_pods(shape, w.gang_size)
 
 
 @lru_cache(maxsize=4096)
-def _gang_pods(shape: Shape, gang_size: int) -> tuple[int, ...]:
+def _gang_pods(shape: Shape, gang_size: int) -> Pods:
     """`gang_pods` by shape (a busy queue holds many gangs of the same few shapes)."""
-    sizes = sorted((gpus for count, gpus in shape for _ in range(count)), reverse=True)
-    return tuple(g for g in sizes[:gang_size] if g > 0)
+    merged: dict[int, int] = {}
+    for count, gpus in shape:
+        if count > 0:
+            merged[gpus] = merged.get(gpus, 0) + count
+    groups: list[tuple[int, int]] = []
+    left = gang_size
+    for gpus in sorted(merged, reverse=True):
+        if left <= 0:
+            break
+        take = min(merged[gpus], left)
+        left -= take
+        if gpus > 0:
+            groups.append((take, gpus))
+    return tuple(groups)
+
+
+def pod_count(pods: Pods) -> int:
+    """How many pods the groups hold."""
+    return sum(count for count, _ in pods)
+
+
+def after_first(pods: Pods, placed: int) -> Pods:
+    """The groups without their first `placed` pods (the largest, already placed)."""
+    rest: list[tuple[int, int]] = []
+    for count, gpus in pods:
+        if placed >= count:
+            placed -= count
+            continue
+        rest.append((count - placed, gpus))
+        placed = 0
+    return tuple(rest)
 
 
 def _natural(name: str) -> tuple[tuple[int, str | int], ...]:
@@ -201,7 +234,7 @@ class Holdings:
 
     def __init__(self) -> None:
         self.bound: dict[str, int] = {}  # node -> GPUs of Muster's live pods bound there
-        self.unplaced: dict[str, tuple[float, str, list[int]]] = {}  # key -> (admitted, key, pods)
+        self.unplaced: dict[str, tuple[float, str, Pods]] = {}  # key -> (admitted, key, pods)
         self._held: dict[str, dict[str, int]] = {}  # key -> its part of `bound`
 
     def update(self, w: Workload) -> Iterable[str]:
@@ -220,8 +253,8 @@ class Holdings:
         if w.phase not in ACTIVE_PHASES:
             return before or ()
         shape = pod_shape(w)
-        sizes = gang_pods(w, shape) if shape is not None else []
-        biggest = sizes[0] if sizes else 0
+        sizes = gang_pods(w, shape) if shape is not None else ()
+        biggest = sizes[0][1] if sizes else 0
         placed = 0
         held: dict[str, int] = {}
         for pod in w.pods.values():
@@ -234,13 +267,35 @@ class Holdings:
             self._held[w.key] = held
             for node, gpus in held.items():
                 bound[node] = bound.get(node, 0) + gpus
-        if placed < len(sizes):
-            self.unplaced[w.key] = (w.admitted_at or 0.0, w.key, sizes[placed:])
+        if placed < pod_count(sizes):
+            self.unplaced[w.key] = (w.admitted_at or 0.0, w.key, after_first(sizes, placed))
         if not before:
             return held
         if held == before:
             return ()
         return before.keys() | held.keys()
+
+    def still_bound(self, w: Workload) -> None:
+        """Take `w`'s bound pods, evicted on the record but not yet withdrawn from the
+        cluster: retired, yet where they were until the withdrawal takes effect.
+
+        A deleted workload's pods that outlive it are left out: with no workload to
+        belong to they are others' pods, which the agent counts on their nodes.
+        """
+        if w.phase is Phase.FINISHED or w.key in self._held:
+            return
+        shape = pod_shape(w)
+        sizes = gang_pods(w, shape) if shape is not None else ()
+        biggest = sizes[0][1] if sizes else 0
+        held: dict[str, int] = {}
+        for pod in w.pods.values():
+            if pod.node is None or pod.deleted or pod.phase in ("Succeeded", "Failed"):
+                continue
+            held[pod.node] = held.get(pod.node, 0) + biggest
+        if biggest and held:
+            self._held[w.key] = held
+            for node, gpus in held.items():
+                self.bound[node] = self.bound.get(node, 0) + gpus
 
 
 @dataclass(slots=True)
@@ -257,17 +312,26 @@ class Fitter:
     known: bool = True
 
     @classmethod
-    def of(cls, nodes: Iterable[NodeCapacity], active: Iterable[Workload] = ()) -> Fitter:
+    def of(
+        cls,
+        nodes: Iterable[NodeCapacity],
+        active: Iterable[Workload] = (),
+        held: Iterable[Workload] = (),
+    ) -> Fitter:
         """The free GPUs after others' pods, Muster's bound pods and earlier reservations.
 
         `active` are the workloads that hold quota, with their pods: a live pod bound
         to a node uses its GPUs there; the gang's other pods are reserved in the
-        order the gangs were admitted, wherever they fit.
+        order the gangs were admitted, wherever they fit. `held` hold quota after
+        their admission ended (`admission.holds_quota`): their pods still bound use
+        their GPUs too.
         """
         nodes = list(nodes)
         holdings = Holdings()
         for w in active:
             holdings.update(w)
+        for w in held:
+            holdings.still_bound(w)
         fitter = cls.within(schedulable_order(nodes), holdings)
         fitter.known = bool(nodes)
         return fitter
@@ -284,7 +348,7 @@ class Fitter:
         cls,
         names: list[str],
         free: list[int],
-        unplaced: Iterable[tuple[float, str, list[int]]],
+        unplaced: Iterable[tuple[float, str, Pods]],
         *,
         known: bool = True,
     ) -> Fitter:
@@ -295,47 +359,46 @@ class Fitter:
             fitter.reserve(rest)
         return fitter
 
-    def reserve(self, sizes: list[int]) -> None:
+    def reserve(self, sizes: Pods) -> None:
         """Take what fits of `sizes` (a gang admitted earlier: some of it may be placed)."""
         self._first_fit(self.free, sizes, partial=True)
 
-    def place(self, sizes: list[int]) -> FitSkip | None:
+    def place(self, sizes: Pods) -> FitSkip | None:
         """Reserve the gang's pods (largest first) if all fit; else say why not (nothing taken)."""
-        if sizes and sizes[0] >= self.no_room_from:
-            same = sum(1 for g in sizes if g == sizes[0])
-            return FitSkip("", same, sizes[0], 0, max(self.free, default=0))
+        if sizes and sizes[0][1] >= self.no_room_from:
+            count, gpus = sizes[0]
+            return FitSkip("", count, gpus, 0, max(self.free, default=0))
         free = list(self.free)
         failed = self._first_fit(free, sizes, partial=False)
         if failed is None:
             self.free = free
             return None
-        gpus = sizes[failed]
-        if failed == 0:
+        index, fitting = failed
+        count, gpus = sizes[index]
+        if index == 0 and fitting == 0:
             self.no_room_from = min(self.no_room_from, gpus)
-        same = sum(1 for g in sizes if g == gpus)
-        fitting = sum(1 for g in sizes[:failed] if g == gpus)
-        return FitSkip("", same, gpus, fitting, max(self.free, default=0))
+        return FitSkip("", count, gpus, fitting, max(self.free, default=0))
 
     @staticmethod
-    def _first_fit(free: list[int], sizes: list[int], *, partial: bool) -> int | None:
-        """Place `sizes` (largest first) into `free`; the index of the first that did not fit.
+    def _first_fit(free: list[int], sizes: Pods, *, partial: bool) -> tuple[int, int] | None:
+        """Place `sizes` (largest first) into `free`: (the group that did not fit, how
+        many of its pods did), or None when all did.
 
-        Pods of one size resume the scan where the previous one landed: the nodes
-        before it had no room for that size, and room only shrinks.
+        First fit, pod after pod, fills a node with pods of one size until it has no
+        room for another and then goes on to the next node: so each node takes as
+        many of a group as fit, in one step, whatever the group's count.
         """
-        start, last = 0, -1
-        for k, gpus in enumerate(sizes):
-            if gpus != last:
-                start, last = 0, gpus
-            for i in range(start, len(free)):
-                if free[i] >= gpus:
-                    free[i] -= gpus
-                    start = i
-                    break
-            else:
-                if not partial:
-                    return k
-                start = len(free)
+        for index, (count, gpus) in enumerate(sizes):
+            left = count
+            for i, room in enumerate(free):
+                if room >= gpus:
+                    take = min(left, room // gpus)
+                    free[i] = room - take * gpus
+                    left -= take
+                    if not left:
+                        break
+            if left and not partial:
+                return index, count - left
         return None
 
 
@@ -351,7 +414,7 @@ def overcommitted(nodes: Iterable[NodeCapacity], active: Iterable[Workload]) -> 
     fitter = Fitter.of(nodes, ())
     index = {name: i for i, name in enumerate(fitter.names)}
     found: list[str] = []
-    unplaced: list[tuple[float, str, list[int]]] = []
+    unplaced: list[tuple[float, str, Pods]] = []
     for w in active:
         if w.phase not in ACTIVE_PHASES:
             continue
@@ -366,9 +429,9 @@ def overcommitted(nodes: Iterable[NodeCapacity], active: Iterable[Workload]) -> 
             placed += 1
             at = index.get(pod.node)
             if at is not None:
-                fitter.free[at] -= sizes[0]
-        if placed < len(sizes):
-            unplaced.append((w.admitted_at or 0.0, w.key, sizes[placed:]))
+                fitter.free[at] -= sizes[0][1]
+        if placed < pod_count(sizes):
+            unplaced.append((w.admitted_at or 0.0, w.key, after_first(sizes, placed)))
     fitter.free = [max(0, room) for room in fitter.free]
     for _, key, rest in sorted(unplaced):
         if fitter.place(rest) is not None:
@@ -419,13 +482,16 @@ __all__ = [
     "Fitter",
     "Holdings",
     "NodeCapacity",
+    "Pods",
     "Shape",
+    "after_first",
     "fallback_reason",
     "fit",
     "gang_pods",
     "more_room",
     "observe_node",
     "overcommitted",
+    "pod_count",
     "pod_shape",
     "room",
     "room_on",

@@ -81,7 +81,7 @@ def decide(
             note=f"event for {event.workload!r} sent to {workload.key!r}",
         )
     if isinstance(event, WorkloadObserved):
-        return observe_workload(workload, event, settings)
+        return observe_workload(workload, event, settings, now)
     if workload is None:
         return Decision(
             None, outcome=Outcome.UNKNOWN_WORKLOAD, note=f"no workload {event.workload!r}"

@@ -7,6 +7,7 @@ deactivated once it reaches its requeuing limit, as Kueue's `waitForPodsReady`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from muster.core.copying import replace
@@ -178,6 +179,38 @@ def admission_refused(
     effects.append(Publish(LogEvent.REQUEUED, w.key, requeued_detail))
     effects.append(RunAdmission("admission refused"))
     return Decision(requeued, tuple(effects), withdrawn=had_live_pods(w))
+
+
+def outgrew_admission(
+    w: Workload, spec: Mapping[str, Any], qs: QueueSettings, now: float
+) -> Decision:
+    """An admitted workload now asks for more pods or GPUs than it was admitted with
+    (say `parallelism` raised on a running Job): withdraw it and queue it again with
+    the new spec, as Kueue stops a job that no longer matches its admission.
+
+    Kept admitted, it would run the larger gang on the smaller charge. It goes back
+    to Pending at once: it did nothing wrong by the readiness rules, so no backoff
+    and nothing counted towards the requeuing limits, and not held back by `dryRun`
+    (which reports readiness evictions; this one keeps the quota true).
+    """
+    reason = Reason.OUTGREW_ADMISSION
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "reason": str(reason),
+        "admitted": {"gangSize": w.gang_size, "gpus": w.gpus},
+        "requested": {"gangSize": spec["gangSize"], "gpus": spec["gpus"]},
+    }
+    effects: list[Effect] = [StopTimer(w.key, t) for t in (w.timer, w.fault_timer) if t]
+    effects.append(Evict(w.key, w.attempt, w.kind, reason, None, w.not_ready_pods(), w.uid))
+    effects.append(Publish(LogEvent.EVICTED, w.key, detail))
+    effects.append(RunAdmission("outgrew its admission"))
+    evicted = withdrawn(replace(w, next_spec=spec), now, qs, reason=reason, cause=None)
+    message = (
+        f"asks for {spec['gangSize']} pods and {spec['gpus']} GPUs, "
+        f"admitted with {w.gang_size} pods and {w.gpus} GPUs"
+    )
+    pending = replace(evicted, phase=Phase.PENDING, requeue_at=None, message=message)
+    return Decision(pending, tuple(effects), withdrawn=had_live_pods(w))
 
 
 def fault_deadline(

@@ -38,6 +38,7 @@ from muster.core.model import (
     Workload,
 )
 from muster.core.settings import Settings
+from muster.core.workloads import outlived_by_pods
 
 
 @dataclass(slots=True)
@@ -78,6 +79,8 @@ class Fleet:
         self.workloads: dict[str, Workload] = {}
         self._draw = draw
         self._active: set[str] = set()
+        # Deleted while holding quota, with pods still running: still charged.
+        self._outlived: set[str] = set()
         # Kept up to date in `_store`, so a pass neither re-adds every active
         # workload's GPUs nor sorts the queue again.
         self._usage = Usage()
@@ -191,9 +194,9 @@ class Fleet:
         """Decide one event into `result`; True if the core asked for an admission pass."""
         decision = decide(w, event, self._settings, now, draw=self._draw())
         result.outcomes.append((event.workload, decision.outcome, decision.note))
-        if decision.outcome is Outcome.APPLIED and decision.workload is not None:
-            self._store(decision.workload)
         wants = False
+        if decision.outcome is Outcome.APPLIED and decision.workload is not None:
+            wants = self._store(decision.workload)
         effects = result.effects
         for effect in decision.effects:
             if type(effect) is RunAdmission:
@@ -202,7 +205,9 @@ class Fleet:
                 effects.append(effect)
         return wants
 
-    def _store(self, w: Workload) -> None:
+    def _store(self, w: Workload) -> bool:
+        """Keep `w` and the indexes; True when a deleted workload's pods that outlived
+        it are gone, which frees its quota (no decision asks for that pass)."""
         old = self.workloads.get(w.key)
         self.workloads[w.key] = w
         if self._settings.capacity_check and (
@@ -215,18 +220,11 @@ class Fleet:
             and old.gpus == w.gpus
             and old.queue == w.queue
             and w.phase is not Phase.PENDING
+            and w.key not in self._outlived
         ):
-            return  # e.g. a pod event of a running gang: no index depends on what changed
-        usage = self._usage
-        if old is not None and old.phase in ACTIVE_PHASES:
-            usage.cluster -= old.gpus
-            usage.queues[old.queue] -= old.gpus
-        if w.phase in ACTIVE_PHASES:
-            usage.cluster += w.gpus
-            usage.queues[w.queue] = usage.queues.get(w.queue, 0) + w.gpus
-            self._active.add(w.key)
-        else:
-            self._active.discard(w.key)
+            return False  # e.g. a pod event of a running gang: no index depends on what changed
+        outlived = w.key in self._outlived
+        self._charge(old, w)
         if w.phase in NOT_READY_PHASES:
             if w.key not in self._not_ready:
                 self._not_ready.add(w.key)
@@ -235,6 +233,23 @@ class Fleet:
             self._not_ready.discard(w.key)
         if w.phase is Phase.PENDING or w.key in self._queue:
             self._queue.add(w)
+        return outlived and w.key not in self._outlived
+
+    def _charge(self, old: Workload | None, w: Workload) -> None:
+        """Move what `w` holds of the quotas from its old state to its new one."""
+        usage = self._usage
+        if old is not None and (old.phase in ACTIVE_PHASES or old.key in self._outlived):
+            usage.cluster -= old.gpus
+            usage.queues[old.queue] -= old.gpus
+        self._outlived.discard(w.key)
+        if w.phase in ACTIVE_PHASES:
+            usage.charge(w)
+            self._active.add(w.key)
+        else:
+            self._active.discard(w.key)
+            if outlived_by_pods(w):
+                usage.charge(w)
+                self._outlived.add(w.key)
 
     def _held_changed(self, nodes: Iterable[str]) -> None:
         """Bound GPUs changed on `nodes`: their room for the next pass, without a full sort."""

@@ -68,6 +68,8 @@ class Reason(StrEnum):
     DELETED = "Deleted"
     # The cluster refused to release the workload (403, 422): the attempt is withdrawn.
     ADMISSION_REFUSED = "AdmissionRefused"
+    # An admitted workload asks for more pods or GPUs than it was admitted with.
+    OUTGREW_ADMISSION = "OutgrewAdmission"
 
 
 class TimerKind(StrEnum):
@@ -169,7 +171,7 @@ class Workload:
     listed_seq: int = 0
     listed: Mapping[str, str] = field(default_factory=dict)
     # A spec change seen while admitted ("queue", "gangSize", "gpus", "timeoutOverride"),
-    # applied when the workload next holds nothing.
+    # applied when the workload next holds nothing (one that asks for more evicts it).
     next_spec: Mapping[str, Any] | None = None
 
     phase: Phase = Phase.PENDING

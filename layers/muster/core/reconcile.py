@@ -74,11 +74,15 @@ def gone(w: Workload, snapshot: SnapshotPart) -> list[Event]:
     """What a complete `snapshot` tells workload `w`.
 
     For pods: the snapshot itself (`PodsListed`), which deletes the pods it lacks
-    and makes any older event of a pod it lacks stale. For a workload kind: the
-    deletion of `w` if the snapshot lacks it (or holds another object under its name).
+    and makes any older event of a pod it lacks stale; also for a workload deleted
+    while it held quota, whose pods may outlive it (it holds until they are gone).
+    For a workload kind: the deletion of `w` if the snapshot lacks it (or holds
+    another object under its name).
     """
     if w.phase is Phase.FINISHED:
-        return []
+        deleted = w.reason == Reason.DELETED and w.attempt > 0
+        if snapshot.scope != POD_SCOPE or not deleted:
+            return []
     if snapshot.scope == POD_SCOPE:
         return [PodsListed(w.key, snapshot.revision, dict(snapshot.pods.get(w.key, {})))]
     if w.kind.value != snapshot.scope or not _absent(snapshot.workloads, w.key, w.uid):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from muster.core.copying import replace
+from muster.core.eviction import outgrew_admission
 from muster.core.gang import became_ready, incarnation
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -14,6 +18,7 @@ from muster.core.model import (
     LogEvent,
     Outcome,
     Phase,
+    Pod,
     Publish,
     Reason,
     RunAdmission,
@@ -62,7 +67,9 @@ def admissible(w: Workload, now: float) -> bool:
     return not (w.kind is Kind.POD_GROUP and w.live_pods < w.gang_size)
 
 
-def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings) -> Decision:
+def observe_workload(
+    w: Workload | None, e: WorkloadObserved, settings: Settings, now: float = 0.0
+) -> Decision:
     """The workload object as the cluster reports it: new, changed, or a new object
     under a known name."""
     if e.gang_size < 1:
@@ -78,11 +85,28 @@ def observe_workload(w: Workload | None, e: WorkloadObserved, settings: Settings
     if e.seq <= w.spec_seq:
         outcome = Outcome.DUPLICATE if e.seq == w.spec_seq else Outcome.STALE
         return Decision(w, outcome=outcome)
+    spec = spec_of(e)
+    if w.phase in ACTIVE_PHASES and outgrows(w, spec):
+        base = replace(w, spec_seq=e.seq, uid=w.uid or e.uid, **priority_of(e))
+        grown = outgrew_admission(base, spec, settings.for_queue(w.queue), now)
+        assert grown.workload is not None
+        return replace(grown, workload=_refresh_admissibility(grown.workload, settings))
     updated = _refresh_admissibility(_changed(w, e), settings)
     effects: tuple[Effect, ...] = ()
     if _admission_may_differ(w, updated):
         effects = (RunAdmission("workload changed"),)
     return Decision(updated, effects)
+
+
+def outgrows(w: Workload, spec: Mapping[str, Any]) -> bool:
+    """Whether `spec` asks for more than `w` holds: a larger gang or more GPUs.
+
+    Not for a pod group: its members come and go with their controller, and what
+    an admitted group may release is the pod rules' to say.
+    """
+    if w.kind is Kind.POD_GROUP:
+        return False
+    return bool(spec["gangSize"] > w.gang_size or spec["gpus"] > w.gpus)
 
 
 def _changed(w: Workload, e: WorkloadObserved) -> Workload:
@@ -91,7 +115,8 @@ def _changed(w: Workload, e: WorkloadObserved) -> Workload:
     spec = spec_of(e)
     if w.phase in ACTIVE_PHASES:
         # What it asks for, and whose quota pays for it, only change while it holds
-        # nothing on the cluster: the change waits for the next eviction.
+        # nothing on the cluster: the change waits for the next eviction (one that
+        # asks for more evicts it at once: `outgrows`).
         return replace(updated, next_spec=None if spec == spec_of(w) else spec)
     return with_spec(updated, spec)
 
@@ -221,6 +246,40 @@ def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
     if held:
         effects.append(RunAdmission("finished"))
     return Decision(done, tuple(effects))
+
+
+def outlived_by_pods(w: Workload) -> bool:
+    """Whether `w` was deleted while it held quota and pods of it still run.
+
+    `kubectl delete --cascade=orphan` removes the object and leaves its pods running
+    (a plain delete leaves them terminating for a while): their GPUs are in use
+    until they are gone, so the workload holds its quota until then. Pods of an
+    evicted attempt are retired, and a workload never admitted was never charged.
+    """
+    return (
+        w.phase is Phase.FINISHED
+        and w.reason == Reason.DELETED
+        and w.attempt > 0
+        and any(_running(p) for p in w.pods.values())
+    )
+
+
+def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
+    """Whether a pod's new record may end the holding of a deleted workload whose pods
+    outlived it (`outlived_by_pods`): the pod stopped running. A shell that stores pods
+    apart then asks for an admission pass, which reads the gang and judges."""
+    return (
+        w.phase is Phase.FINISHED
+        and w.reason == Reason.DELETED
+        and w.attempt > 0
+        and before is not None
+        and _running(before)
+        and (after is None or not _running(after))
+    )
+
+
+def _running(p: Pod) -> bool:
+    return p.live and p.node is not None
 
 
 def reactivate(w: Workload, now: float) -> Decision:

@@ -20,9 +20,9 @@ from muster.core import (
     Phase,
     Settings,
     Workload,
-    plan_admission,
 )
 from muster.runtime.memory import MemoryStore
+from muster.runtime.planning import HoldingsReader, quota_holders
 
 if TYPE_CHECKING:
     from muster.harness.cluster_truth import Truth
@@ -46,7 +46,9 @@ def check_final(
 ) -> list[str]:
     problems: list[str] = []
     queued = [snap.workload for w in store.pending() if (snap := store.load(w.key))]
-    plan = plan_admission(queued, store.active(), settings, now)
+    # What a pass would be given: the quota holders (those still holding after their
+    # admission ended included) and, with the capacity check, the nodes.
+    plan = HoldingsReader(store).inputs(settings, queued, quota_holders(store)).plan(settings, now)
     if plan.admit:
         problems.append(f"admissible but left waiting: {', '.join(plan.admit)}")
     keys = set(truth.objects) | set(store.items)

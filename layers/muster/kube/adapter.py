@@ -21,6 +21,13 @@ record before its effects run, so whichever of two racing writers patches second
 has already seen the other's record. `muster.io/admitted-attempt` and
 `muster.io/evicted-attempt` are still written, as a view for `kubectl` users; the
 workload's owner can edit annotations, so they never decide.
+
+The suspend flag (or the scheduling gate) is patched on its own, and the view
+afterwards in a patch of its own, best effort: an owner who filled the object's
+annotations to the API server's 256 KiB limit makes any patch that adds one
+fail with 422, which must never keep a workload from being withdrawn. Muster's
+view on the workload (`record`) is refused the same way, and the control plane
+treats it as best effort too.
 """
 
 from __future__ import annotations
@@ -240,15 +247,24 @@ class KubernetesCluster:
             current = _dig(obj.get("spec") or {}, resource.suspend_path)
             if bool(current) is suspend:
                 return  # already done (a redelivered effect)
-            metadata: dict[str, Any] = {"annotations": {mark: str(attempt)}}
+            body: dict[str, Any] = {"spec": _nest(resource.suspend_path, suspend)}
             version = obj.get("metadata", {}).get("resourceVersion")
-            if version:
-                metadata["resourceVersion"] = version  # optimistic concurrency: 409 if changed
-            body = {"metadata": metadata, "spec": _nest(resource.suspend_path, suspend)}
+            if version:  # optimistic concurrency: 409 if changed
+                body["metadata"] = {"resourceVersion": version}
             self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
             log.info("%s %s attempt %d", "suspended" if suspend else "released", workload, attempt)
+            self._mark(workload, path, mark, attempt)
 
         self._on_fresh_reads(workload, change)
+
+    def _mark(self, workload: str, path: str, mark: str, attempt: int) -> None:
+        """The attempt admitted or evicted, as a view on the object: best effort, after
+        the change itself, so that a refused annotation never holds the change back."""
+        body = {"metadata": {"annotations": {mark: str(attempt)}}}
+        try:
+            self._call(workload, partial(self.api.merge_patch, path, body))
+        except (ClusterActionError, ClusterUnavailable, WorkloadGone) as exc:
+            log.warning("could not mark %s with %s=%d: %s", path, mark, attempt, exc)
 
     def _on_fresh_reads(self, what: str, change: Callable[[], None]) -> None:
         """`change` (a read, then a patch conditional on it) again after each 409."""
@@ -295,12 +311,15 @@ class KubernetesCluster:
         # Terminating pods are being replaced by their controller: the group is not
         # gone, and its replacements are released when they are observed.
         pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
-        for pod in pods:
+        for index, pod in enumerate(pods):
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
-                self._ungate_pod(effect, path, pod)
+                # The view goes on the first pods only, as `record`'s does.
+                self._ungate_pod(effect, path, pod, mark=index < MAX_RECORDED_PODS)
 
-    def _ungate_pod(self, effect: Admit, path: str, pod: dict[str, Any]) -> None:
+    def _ungate_pod(
+        self, effect: Admit, path: str, pod: dict[str, Any], *, mark: bool = True
+    ) -> None:
         workload, attempt = effect.workload, effect.attempt
         first = [pod]  # the listed pod (the record was asked after the listing)
 
@@ -317,14 +336,15 @@ class KubernetesCluster:
             gates = (current.get("spec") or {}).get("schedulingGates") or []
             if not any(g.get("name") == SCHEDULING_GATE for g in gates):
                 return  # released already
-            metadata: dict[str, Any] = {"annotations": {ADMITTED_ATTEMPT_ANNOTATION: str(attempt)}}
-            version = current["metadata"].get("resourceVersion")
-            if version:
-                metadata["resourceVersion"] = version
             # Scheduling gates can only be removed; keep any other controller's gates.
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
-            body = {"metadata": metadata, "spec": {"schedulingGates": remaining}}
+            body: dict[str, Any] = {"spec": {"schedulingGates": remaining}}
+            version = current["metadata"].get("resourceVersion")
+            if version:
+                body["metadata"] = {"resourceVersion": version}
             self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
+            if mark:
+                self._mark(workload, path, ADMITTED_ATTEMPT_ANNOTATION, attempt)
 
         self._on_fresh_reads(path, change)
 

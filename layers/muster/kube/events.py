@@ -91,6 +91,14 @@ def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
             + ("the requeuing limit is reached" if detail.get("refused") else "queued again")
         )
         return KubeEvent("Warning", f"EvictedDueTo{reason}", head)
+    if reason == "OutgrewAdmission":
+        admitted, asked = detail.get("admitted") or {}, detail.get("requested") or {}
+        head = (
+            f"Evicted attempt {detail.get('attempt')}: it asks for {asked.get('gangSize')} pods "
+            f"and {asked.get('gpus')} GPUs, more than the {admitted.get('gangSize')} pods and "
+            f"{admitted.get('gpus')} GPUs it was admitted with; queued again with the new size"
+        )
+        return KubeEvent("Warning", f"EvictedDueTo{reason}", head)
     # The eviction that deactivates (reason Deactivated) names the timeout as `timedOut`.
     cause = detail.get("timedOut") or detail.get("cause")
     dry = bool(detail.get("dryRun"))

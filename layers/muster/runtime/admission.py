@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from muster import contract
 from muster.core import (
     ACTIVE_PHASES,
     NOT_READY_PHASES,
@@ -35,11 +36,12 @@ from muster.core import (
     decide,
 )
 from muster.runtime.messages import SETTINGS_CHANGED, AdmissionRequest
-from muster.runtime.planning import HoldingsReader, indexed_holders, stored
+from muster.runtime.planning import HoldingsReader, indexed_holders, still_holding, stored
 from muster.runtime.ports import (
     Conflict,
     Ledger,
     Messages,
+    Metrics,
     Stored,
     WorkloadStore,
     workload_state,
@@ -65,6 +67,8 @@ class Plane(Protocol):
     def store(self) -> WorkloadStore: ...
     @property
     def messages(self) -> Messages: ...
+    @property
+    def metrics(self) -> Metrics: ...
     @property
     def settings(self) -> Callable[[], Settings]: ...
     @property
@@ -179,6 +183,8 @@ class AdmissionPass:
         self.queued_keys = {w.key for w in self.store.pending()} | set(hints)
         self.holdings = HoldingsReader(self.store)
         self.fresh: dict[str, Workload] = {}  # read consistently (or written) by this pass
+        # Out of the admitted phases but holding quota still (`core.admission.holds_quota`).
+        self.held: dict[str, Workload] = {}
         self.recent: dict[str, int] = {}  # ledger entries already reflected in `fresh`
         self.unread = self._first_read()
         self.gone: set[str] = set()  # read consistently and not found
@@ -196,8 +202,11 @@ class AdmissionPass:
             if not self._catch_up(ledger):
                 continue  # finished what an earlier pass or event left halfway: read again
             queue = self._queue(settings)
-            inputs = self.holdings.inputs(settings, (), self._active())
+            inputs = self.holdings.inputs(settings, (), [*self._active(), *self.held.values()])
             plan = inputs.plan_queue(queue, settings, now)
+            if plan.failed:
+                self._unplannable(plan)
+                continue
             if not plan.admit:
                 self._done(inputs.plan_queue(queue, settings, now, explain=True), ledger)
                 return self.admitted
@@ -231,6 +240,7 @@ class AdmissionPass:
             self._learn(key, read.get(key))
             if key in ledger.recent:
                 self.recent[key] = ledger.recent[key]
+        self._still_held(ledger, [read[k] for k in sorted(keys) if k in read])
         for key in quarantined | (unsettled & self.repaired):
             self._exclude(key)  # held back: quarantined, or still unfinished once repaired
         broken = unsettled - self.repaired - quarantined - self.excluded
@@ -244,6 +254,27 @@ class AdmissionPass:
         self.repaired |= broken
         self.unread = broken
         return False
+
+    def _still_held(self, ledger: Ledger, read: list[Workload]) -> None:
+        """Of workloads just read, those the ledger names that left the admitted phases
+        and hold quota all the same (an eviction not carried out, pods outliving a
+        deletion): read whole once, and charged for the rest of the pass."""
+        for w in read:
+            self.held.pop(w.key, None)
+        left = [w for w in read if w.phase not in ACTIVE_PHASES]
+        for w in still_holding(self.store, ledger.recent, left):
+            self.held[w.key] = w
+
+    def _unplannable(self, plan: AdmissionPlan) -> None:
+        """Candidates the planner could not judge: set aside for this pass, each with its
+        error, so that every other is planned as if it were not queued."""
+        for key, error in plan.failed:
+            self.plane.metrics.count(contract.METRIC_PLANNING_FAILURES)
+            log.error(
+                "the admission planner could not judge a workload; passed over",
+                extra={"workload": key, "error": error},
+            )
+            self._exclude(key)
 
     def _ledger(self) -> Ledger:
         """The ledger: its entries read again only when someone else moved its version
@@ -357,7 +388,7 @@ class AdmissionPass:
                 "admission pass admitted nothing more",
                 extra={"blockedBy": plan.blocked_by, "skipped": plan.skipped},
             )
-        stale = _stale_entries(ledger, self.fresh, self.gone)
+        stale = _stale_entries(ledger, self.fresh, self.gone, self.held)
         if stale:
             self.store.forget_recent(stale)
 
@@ -381,10 +412,14 @@ class AdmissionPass:
         )
 
 
-def _stale_entries(ledger: Ledger, fresh: Mapping[str, Workload], gone: set[str]) -> dict[str, int]:
+def _stale_entries(
+    ledger: Ledger, fresh: Mapping[str, Workload], gone: set[str], held: Mapping[str, Workload]
+) -> dict[str, int]:
     """Entries whose workloads, read consistently, no longer hold that attempt."""
     stale: dict[str, int] = {}
     for key, attempt in ledger.recent.items():
+        if key in held:
+            continue  # out of the admitted phases, holding all the same
         w = fresh.get(key)
         if key in gone or (
             w is not None and (w.phase not in ACTIVE_PHASES or w.attempt != attempt)

@@ -332,7 +332,7 @@ class MemoryStore:
             current.quarantine if current else None,
             left,
         )
-        if ports.stops_holding(before, after):  # the ledger names every quota holder
+        if ports.stops_holding(before, after, outbox):  # the ledger names every quota holder
             recent = {k: a for k, a in self.ledger_state.recent.items() if k != after.key}
             self.ledger_state = Ledger(self.ledger_state.version, recent)
         if after.phase is Phase.FINISHED:

@@ -5,11 +5,16 @@ and `muster status` (who may be admitted next, and why the others wait) all ask
 the core's planner the same question, so they hand it the same inputs: the
 queued workloads, the quota holders and, with `capacityCheck`, the nodes'
 capacity and where the holders' pods are bound.
+
+A quota holder is an admitted workload, or one the ledger still names after its
+admission ended because that end has not taken effect on the cluster
+(`core.admission.holds_quota`: an eviction not yet carried out, a deleted
+workload whose pods still run). The second kind is read whole, pods and outbox.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from muster.core import (
@@ -21,27 +26,37 @@ from muster.core import (
     plan_admission,
     plan_queue,
 )
+from muster.core.admission import holds_quota
 from muster.core.capacity import NodeCapacity
 from muster.runtime.ports import WorkloadStore
 
 
 @dataclass(frozen=True, slots=True)
 class AdmissionInputs:
-    """The queue, the quota holders and (with `capacityCheck`) the capacity view."""
+    """The queue, the quota holders and (with `capacityCheck`) the capacity view.
+
+    `active` are the admitted holders, `held` those holding quota after their
+    admission ended (`core.admission.holds_quota`).
+    """
 
     queued: Sequence[Workload]
     active: Sequence[Workload]
     nodes: Sequence[NodeCapacity] | None = None
+    held: Sequence[Workload] = ()
 
     def plan(self, settings: Settings, now: float) -> AdmissionPlan:
         """The core's plan on these inputs (explaining every workload passed over)."""
-        return plan_admission(self.queued, self.active, settings, now, nodes=self.nodes)
+        return plan_admission(
+            self.queued, self.active, settings, now, nodes=self.nodes, held=self.held
+        )
 
     def plan_queue(
         self, queue: AdmissionQueue, settings: Settings, now: float, *, explain: bool = False
     ) -> AdmissionPlan:
         """The core's plan for a queue the caller keeps across rounds (`queued` unused)."""
-        return plan_queue(queue, self.active, settings, now, nodes=self.nodes, explain=explain)
+        return plan_queue(
+            queue, self.active, settings, now, nodes=self.nodes, explain=explain, held=self.held
+        )
 
 
 @dataclass(slots=True)
@@ -58,13 +73,17 @@ class HoldingsReader:
     _placed: dict[str, Workload] = field(default_factory=dict)
 
     def inputs(
-        self, settings: Settings, queued: Sequence[Workload], active: Sequence[Workload]
+        self, settings: Settings, queued: Sequence[Workload], holders: Sequence[Workload]
     ) -> AdmissionInputs:
+        """The inputs for `queued` and the quota `holders` (admitted, or held after:
+        `quota_holders`; the second kind comes with its pods)."""
+        active = [w for w in holders if w.phase in ACTIVE_PHASES]
+        held = [w for w in holders if w.phase not in ACTIVE_PHASES]
         if not settings.capacity_check:
-            return AdmissionInputs(queued, active)
+            return AdmissionInputs(queued, active, held=held)
         if self._nodes is None:
             self._nodes = self.store.nodes()
-        return AdmissionInputs(queued, [self._with_pods(w) for w in active], self._nodes)
+        return AdmissionInputs(queued, [self._with_pods(w) for w in active], self._nodes, held)
 
     def _with_pods(self, w: Workload) -> Workload:
         """`w` as the index shows it, with its pods as its item holds them."""
@@ -92,10 +111,33 @@ def quota_holders(store: WorkloadStore) -> list[Workload]:
     The admission ledger names every admission still holding (a consistent read,
     whatever phase changes land meanwhile); the phase index adds holders admitted
     before the ledger named them all (a deployment from before that), as it shows them.
+    A workload it names that left the admitted phases holds on while the end of its
+    admission has not taken effect (`still_holding`).
     """
     named = store.ledger().recent
-    held = [w for w in store.get_workloads(sorted(named)) if w.phase in ACTIVE_PHASES]
+    read = store.get_workloads(sorted(named))
+    held = [w for w in read if w.phase in ACTIVE_PHASES]
+    held += still_holding(store, named, [w for w in read if w.phase not in ACTIVE_PHASES])
     return held + [w for w in indexed_holders(store) if w.key not in named]
+
+
+def still_holding(
+    store: WorkloadStore, named: Mapping[str, int], left: Sequence[Workload]
+) -> list[Workload]:
+    """Of `left`, workloads out of the admitted phases whose ledger entry (`named`) is
+    still there for their attempt, those that hold quota all the same
+    (`core.admission.holds_quota`), read whole: pods, and the effects not yet carried out.
+
+    Entries outlive a holding only while it ends on the cluster, so these are few.
+    """
+    found: list[Workload] = []
+    for w in left:
+        if named.get(w.key) != w.attempt:
+            continue
+        snap = store.load(w.key)
+        if snap is not None and holds_quota(snap.workload, snap.outbox):
+            found.append(snap.workload)
+    return found
 
 
 def admission_inputs(

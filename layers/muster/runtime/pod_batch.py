@@ -24,9 +24,22 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from muster.core import Admit, Effect, Event, Kind, Outcome, Phase, Pod, PodObserved, Settings
+from muster.core import (
+    Admit,
+    Effect,
+    Event,
+    Kind,
+    Outcome,
+    Phase,
+    Pod,
+    PodObserved,
+    RunAdmission,
+    Settings,
+    Workload,
+)
 from muster.core.pod_runs import observe_stored_pods
 from muster.retry import Backoff, retry
+from muster.runtime.holding import OUTLIVING_ENDED, outliving_ended
 from muster.runtime.listing import listed_entry
 from muster.runtime.ports import MAX_POD_WRITES, Conflict, PodWrite, StoredPods, WorkloadStore
 from muster.runtime.results import Quarantined, Stats, TooManyConflicts, WorkloadNotYetKnown
@@ -57,6 +70,8 @@ class Plane(Protocol):
     def _check_readiness(
         self, key: str, settings: Settings, now: float, *, faults: bool = False, grew: bool = False
     ) -> None: ...
+
+    def carry_out(self, w: Workload, version: int | None, effects: Sequence[Effect]) -> None: ...
 
     def _count_outcome(
         self, outcome: Outcome, workload: str = "", event: str = "", note: str = ""
@@ -141,6 +156,8 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
         )
         if w.phase is Phase.FINISHED:
             plane.store.expire_pods(key, list(run.pods), now)  # late pods of a finished workload
+            if outliving_ended(w, [(light.pods.get(n), p) for n, p in run.pods.items()]):
+                plane.carry_out(w, None, (RunAdmission(OUTLIVING_ENDED),))
     plane.stats.events += run.taken
     for change in run.changes:
         plane._count_outcome(change.outcome, key, "PodObserved", change.note)

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
+from muster.core.admission import holds_quota
 from muster.core.capacity import NodeCapacity
-from muster.core.model import ACTIVE_PHASES, Admit, Evict, Kind
+from muster.core.model import Admit, Evict, Kind
 
 # Rules every store applies to the pods it reads back, the in-memory one and DynamoDB's.
 
@@ -147,12 +148,18 @@ class Ledger:
     recent: Mapping[str, int] = field(default_factory=dict)
 
 
-def stops_holding(before: Stored | None, after: Workload) -> bool:
-    """Whether this write takes the workload out of the phases that hold quota."""
+def stops_holding(before: Stored | None, after: Workload, outbox: Sequence[Effect] = ()) -> bool:
+    """Whether this write (of `after` with `outbox`) ends the workload's holding of quota.
+
+    Not an eviction whose withdrawal is still in the outbox, nor the deletion of a
+    workload whose pods outlive it (`core.admission.holds_quota`): their ledger
+    entry stays, and goes once the withdrawal is carried out (`forget_recent`) or
+    the pods are gone (a pass that reads the workload then drops it).
+    """
     return (
         before is not None
-        and before.workload.phase in ACTIVE_PHASES
-        and (after.phase not in ACTIVE_PHASES or after.uid != before.workload.uid)
+        and holds_quota(before.workload, before.outbox)
+        and (not holds_quota(after, outbox) or after.uid != before.workload.uid)
     )
 
 

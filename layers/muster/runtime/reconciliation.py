@@ -1,7 +1,7 @@
 """Reconciliation in bounded slices: a complete snapshot fans out to its workloads.
 
-Acting on a snapshot touches every workload it concerns (every non-finished one,
-for a snapshot of pods), more than one invocation can do. Once complete, the
+Acting on a snapshot touches every workload it concerns (every non-finished one
+and every quota holder, for a snapshot of pods), more than one invocation can do. Once complete, the
 snapshot's work is cut into slices of at most `SLICE_KEYS` workloads, opened
 once in the store (so a retried fan-out resends only the slices not done), and
 each goes to the ingest queue as its own message. A slice applies the core's
@@ -101,6 +101,10 @@ def _concerned(store: WorkloadStore, snapshot: SnapshotPart) -> Iterator[str]:
         for w in store.by_phase(phase.value):
             if snapshot.scope == POD_SCOPE or gone(w, snapshot):
                 keys.add(w.key)
+    if snapshot.scope == POD_SCOPE:
+        # and the quota holders, among them workloads deleted while their pods ran:
+        # what a snapshot no longer holds of those pods ends their holding
+        keys.update(store.ledger().recent)
     yield from sorted(keys)
 
 

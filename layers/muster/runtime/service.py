@@ -59,6 +59,7 @@ from muster.core import (
 from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
 from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
+from muster.runtime import holding
 from muster.runtime.admission import AdmissionPass
 from muster.runtime.commit_writes import count_deltas, pod_writes, reborn_writes
 from muster.runtime.deadlines import settle_deadlines
@@ -90,7 +91,7 @@ from muster.runtime.results import (
     TooManyConflicts,
     WorkloadNotYetKnown,
 )
-from muster.runtime.view import view, with_view
+from muster.runtime.view import with_view
 from muster.schema import clip_utf8
 
 log = logging.getLogger("muster.runtime")
@@ -235,7 +236,7 @@ class ControlPlane:
             reborn_writes(snap, after) if reborn else pod_writes(snap, after, decision.withdrawn)
         )
         ready_delta, live_delta = count_deltas(snap, after, writes, decision.new_epoch)
-        effects = _with_view(before, decision)
+        effects = holding.announce_release(snap, after, _with_view(before, decision))
         changed = workload_state(before) != workload_state(after)
         if not (snap is None or writes or changed or _needs_outbox(effects)):
             self.carry_out(after, None, effects)
@@ -294,6 +295,8 @@ class ControlPlane:
         )
         if w.phase is Phase.FINISHED:
             self.store.expire_pods(key, [event.pod], now)  # a late pod of a finished workload
+            if holding.outliving_ended(w, [(light.pod, change.pod)]):
+                self.carry_out(w, None, (RunAdmission(holding.OUTLIVING_ENDED),))
         self._count_outcome(Outcome.APPLIED)
         if change.recount:
             self._check_readiness(
@@ -440,6 +443,8 @@ class ControlPlane:
                     raise
                 admit = effect if isinstance(effect, Admit) and _releases(w, effect) else None
                 self._effect_failed(w.key, version, type(effect).__name__, exc, admit=admit)
+            if isinstance(effect, Evict) and version is not None:
+                holding.withdrawal_done(self.store, w, effect)
         if version is not None and effects:
             # On a conflict a later decision was committed; its writer carries on.
             with contextlib.suppress(Conflict):
@@ -499,7 +504,7 @@ class ControlPlane:
                 self._publish(effect, version, index)
                 self._announce(w, effect, version, index)
             case RecordView():
-                self.cluster.record(w.key, w.kind, view(w))
+                holding.record_view(self.cluster, self.metrics, w)
             case RunAdmission():
                 if self.inline_admission:
                     self._admission_requested = True

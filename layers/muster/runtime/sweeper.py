@@ -24,7 +24,10 @@ the whole table) and sends again whatever should already have arrived:
 
 Everything it sends is idempotent (the core answers a duplicate with STALE), so
 a sweep that races the real message changes nothing. Quarantined workloads are
-left alone and counted (`QuarantinedWorkloads`, which an alarm watches).
+left alone and counted (`QuarantinedWorkloads`, which an alarm watches). A queued
+workload the planner cannot judge is logged and counted (`PlanningFailures`) and
+the others are judged without it; should judging fail altogether, the rest of the
+sweep still runs.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from muster import contract
-from muster.core import Phase, Settings, Workload
+from muster.core import AdmissionPlan, Phase, Settings, Workload
 from muster.runtime.deadlines import owed_signals
 from muster.runtime.planning import HoldingsReader, admission_inputs, quota_holders
 from muster.runtime.ports import Messages, Metrics, WorkloadStore
@@ -126,8 +129,8 @@ def sweep(
             if key not in quarantined:
                 messages.request_admission("sweeper: unfinished effects", key)
                 report.repairs.append(key)
-    if not report.repairs and _admissible(
-        store, settings, now, quarantined, holders, fit_check, report
+    if not report.repairs and _judged_admissible(
+        store, settings, now, quarantined, holders, fit_check, report, metrics
     ):
         messages.request_admission("sweeper: admissible, no pass seen", None)
         report.admission_requested = True
@@ -150,6 +153,25 @@ def sweep(
     return report
 
 
+def _judged_admissible(
+    store: WorkloadStore,
+    settings: Settings,
+    now: float,
+    quarantined: set[str],
+    holders: Sequence[Workload],
+    fit_check: bool,
+    report: SweepReport,
+    metrics: Metrics,
+) -> bool:
+    """`_admissible`, whose failure costs only this judgement, not the sweep."""
+    try:
+        return _admissible(store, settings, now, quarantined, holders, fit_check, report, metrics)
+    except Exception:
+        metrics.count(contract.METRIC_PLANNING_FAILURES)
+        log.exception("sweeper could not judge whether a queued workload is admissible")
+        return False
+
+
 def _admissible(
     store: WorkloadStore,
     settings: Settings,
@@ -158,6 +180,7 @@ def _admissible(
     holders: Sequence[Workload],
     fit_check: bool,
     report: SweepReport,
+    metrics: Metrics,
 ) -> bool:
     """Would a pass admit someone now? Quota first; then, with `capacityCheck`, the fit.
 
@@ -166,15 +189,26 @@ def _admissible(
     """
     by_quota = replace(settings, capacity_check=False)
     inputs = admission_inputs(store, by_quota, leave_out=quarantined, holders=holders)
-    if not inputs.plan(by_quota, now).admit:
+    if not _reported(inputs.plan(by_quota, now), metrics).admit:
         return False
     if not settings.capacity_check:
         return True
     if not fit_check:
         return False
     report.fit_judged = True
-    fitting = HoldingsReader(store).inputs(settings, inputs.queued, inputs.active)
-    return bool(fitting.plan(settings, now).admit)
+    fitting = HoldingsReader(store).inputs(settings, inputs.queued, holders)
+    return bool(_reported(fitting.plan(settings, now), metrics).admit)
+
+
+def _reported(plan: AdmissionPlan, metrics: Metrics) -> AdmissionPlan:
+    """The plan, after logging and counting each workload the planner could not judge."""
+    for key, error in plan.failed:
+        metrics.count(contract.METRIC_PLANNING_FAILURES)
+        log.error(
+            "the admission planner could not judge a workload; passed over",
+            extra={"workload": key, "error": error},
+        )
+    return plan
 
 
 def _send_owed(

@@ -238,7 +238,7 @@ class WorkloadItems(PodItems):
                 },
             }
             last.append({"Put": index})  # type: ignore[typeddict-item]
-        if stops_holding(before, after):
+        if stops_holding(before, after, outbox):
             # The ledger names every quota holder: this write ends the holding.
             entry = {"pk": LEDGER_KEY["pk"], "sk": string(RECENT_PREFIX + after.key)}
             last.append({"Delete": {"TableName": self.table, "Key": entry}})
