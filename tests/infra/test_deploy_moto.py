@@ -195,8 +195,11 @@ def test_serve_prints_its_outputs_and_one_line_not_motos_log(synthesized: Synthe
     env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
     env.pop("AWS_ENDPOINT_URL", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "infra.deploy_local"]
-        + ["--assembly", str(synthesized.assembly_dir), "--serve", str(port)],
+        [
+            sys.executable,
+            *("-m", "infra.deploy_local", "--assembly", str(synthesized.assembly_dir)),
+            *("--serve", str(port)),
+        ],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
