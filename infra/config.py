@@ -1,6 +1,6 @@
 """Deployment configuration read from CDK context (cdk.json or `cdk -c key=value`).
 
-Every key is documented in the README's Deploy section. Values given on the
+Every key is documented in docs/install.md ("Context keys"). Values given on the
 command line arrive as strings, so numbers, booleans and JSON documents are
 accepted in either form. Bad input raises one `ConfigError` that names every
 wrong key (read with `muster.core.fields`, as settings, events and scenarios are).

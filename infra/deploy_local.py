@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import sys
 import time
 import urllib.request
+import warnings
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -161,10 +163,20 @@ def use_executing_step_functions() -> None:
     sfn_models.stepfunctions_backends = stepfunctions_parser_backends  # type: ignore[assignment]
 
 
-def start_local_aws(port: int, host: str = "127.0.0.1") -> Any:
+def quiet_moto() -> None:
+    """No line per request, and not once per resource that moto skips policies and
+    alarms (the module's docstring and `--serve` say so once)."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
+
+
+def start_local_aws(port: int, host: str = "127.0.0.1", *, verbose: bool = False) -> Any:
     """A moto server in this process whose timers really run; returns it (call `.stop()`)."""
     from moto.server import ThreadedMotoServer
 
+    if not verbose:
+        quiet_moto()
     use_executing_step_functions()
     # Step Functions tasks call the server back on this port.
     os.environ["MOTO_PORT"] = str(port)
@@ -194,11 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     target.add_argument("--endpoint-url", help="a running moto server")
     target.add_argument("--serve", type=int, metavar="PORT", help="start a moto server here")
     parser.add_argument("--region", default=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    parser.add_argument(
+        "--verbose", action="store_true", help="with --serve, also moto's log (a line per request)"
+    )
     args = parser.parse_args(argv)
 
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(key, "testing")
-    server = start_local_aws(args.serve) if args.serve else None
+    server = start_local_aws(args.serve, verbose=args.verbose) if args.serve else None
     endpoint = args.endpoint_url or f"http://127.0.0.1:{args.serve}"
     try:
         deployed = deploy_assembly(
@@ -210,7 +225,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump({"endpoint": endpoint, "outputs": dict(deployed.outputs)}, sys.stdout, indent=2)
         print()
         if server is not None:
-            print(f"serving on {endpoint}; Ctrl-C stops", file=sys.stderr)
+            print(
+                f"serving on {endpoint}; Ctrl-C stops (moto skips the queue and bus policies "
+                "and the alarms; --verbose shows its log)",
+                file=sys.stderr,
+            )
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:

@@ -5,8 +5,9 @@ Handlers are thin (`functions/<name>/handler.py`); every decision lives in the
 `muster` package of the layer. The three queue consumers carry out the core's
 effects (write state, publish lifecycle events, start and stop timers, request
 requeues and admission passes, act on the cluster), so each role gets the same
-narrow set of named resources, plus consuming its own queue. The sweeper only
-reads the table and sends messages to the requeue and timer queues.
+narrow set of named resources, plus consuming its own queue. The sweeper reads
+the table, finishes the pod expiries an invocation left halfway, and sends
+messages to the admission and timer queues.
 """
 
 from __future__ import annotations
@@ -108,6 +109,15 @@ class ControlPlaneFunctions(Construct):
                 sid="SweepReads",
                 actions=["dynamodb:GetItem", "dynamodb:Query"],  # the phase index, the record
                 resources=[table.table_arn, f"{table.table_arn}/index/*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                # The pod expiry an ended incarnation's invocation left halfway: pod items
+                # and the workload's record updated, the expiry's index item deleted.
+                sid="FinishPodExpiries",
+                actions=["dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+                resources=[table.table_arn],
             )
         )
         role.add_to_policy(

@@ -90,7 +90,8 @@ class Monitoring(Construct):
             "TimerExecutionsFailed",
             state_machine.metric_failed(period=FIVE_MINUTES, statistic="Sum"),
             self.thresholds.timer_executions_failed,
-            "Readiness timers failed to signal the timer queue; deadlines may be missed.",
+            "Readiness timers failed to signal the timer queue; the sweeper signals those "
+            "deadlines a minute or two late.",
         )
         self._alarm(
             "TimerExecutionsTimedOut",
@@ -117,7 +118,8 @@ class Monitoring(Construct):
             "DeactivationsHigh",
             _muster_metric(c.METRIC_DEACTIVATIONS, ONE_HOUR),
             self.thresholds.deactivations_per_hour,
-            "Workloads exceeded their requeuing limit and were deactivated; their owners must act.",
+            "Workloads exceeded their requeuing limit, or failed on their own more than "
+            "workloadFaults.limitCount times in a row, and were deactivated; their owners must act.",
         )
         self.dashboard = self._dashboard(queues, functions, state_machine)
 

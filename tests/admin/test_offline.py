@@ -13,6 +13,8 @@ from muster.admin.settings import settings_changes
 from muster.cli import EXIT_BAD_INPUT, main
 from muster.cli.command import exit_code
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_validate_accepts_a_good_document_and_prints_it_resolved(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -184,10 +186,120 @@ def test_validate_lists_every_wrong_field_one_per_line(
     doc.write_text("timeot: 5m\nrequeuingStrategy: {backoffJitter: 2}\nqueues: {a: {dryRun: 1}}\n")
     assert main(["settings", "validate", str(doc)]) == 2
     err = capsys.readouterr().err
-    assert "nothing written: 3 errors:" in err
+    assert "invalid settings: 3 errors:" in err
+    assert "nothing written" not in err  # validate never writes
     lines = [line.strip() for line in err.splitlines()[1:]]
     assert [line.split(": ")[1] for line in lines] == [
         "timeot",
         "requeuingStrategy.backoffJitter",
         "queues.a.dryRun",
     ]
+
+
+def test_a_yaml_mistake_says_where_in_the_file_not_unicode_string(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a settings file and a scenario whose YAML does not parse
+    doc = tmp_path / "broken.yaml"
+    doc.write_text("timeout: 5m\nqueues:\n  a: {timeout: [\n")
+    # WHEN they are validated and simulated
+    assert main(["settings", "validate", str(doc)]) == 2
+    assert main(["simulate", str(doc)]) == 2
+    # THEN each message names the file, the line and the column, once
+    for line in capsys.readouterr().err.splitlines():
+        assert f"{doc}: not valid YAML" in line and "line 4, column 1: " in line, line
+        assert "<unicode string>" not in line
+
+
+def test_a_max_timeout_below_the_timeout_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a cap on a workload's own timeout below the timeout it would lengthen
+    doc = tmp_path / "cap.yaml"
+    doc.write_text("timeout: 10m\nmaxTimeout: 5m\n")
+    # WHEN it is validated THEN it is refused, naming the field and why
+    assert main(["settings", "validate", str(doc)]) == 2
+    assert f"{doc}: maxTimeout: 5m is below timeout 10m" in capsys.readouterr().err
+
+
+def test_an_unknown_argument_shows_the_commands_own_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for argv, usage in (
+        (["status", "--frob"], "muster status"),
+        (["settings", "get", "-x"], "muster settings get"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert (
+            err.startswith(f"usage: {usage} ") and f"{usage}: error: unrecognized arguments" in err
+        )
+
+
+@pytest.mark.parametrize("endpoint", ["localhost:4566", "127.0.0.1:4566", "ftp://x", "http://"])
+def test_an_endpoint_without_its_scheme_is_bad_input(
+    endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--endpoint", endpoint]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith(f"muster status: --endpoint {endpoint!r} is not an http(s) URL")
+    assert "e.g. --endpoint http://" in err and "unexpected error" not in err
+
+
+def test_output_that_cannot_be_written_is_bad_input_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a file where a folder or a file's folder would have to be
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("jobid,submitted_time,num_gpus,duration\n")
+    for argv in (
+        ["simulate", "--builtin", "deadlock", "--out", str(blocker / "out")],
+        [
+            "settings",
+            "import",
+            str(REPO / "examples" / "kueue-config.yaml"),
+            "-o",
+            str(blocker / "x.yaml"),
+        ],
+        ["trace", "cut", str(trace), "--from", "2017-10-02", "-o", str(blocker / "cut.csv")],
+        ["local", "--out", str(blocker / "out")],
+    ):
+        # WHEN a command is told to write there THEN one message, exit 2
+        assert main(argv) == EXIT_BAD_INPUT, argv
+        err = capsys.readouterr().err
+        assert "cannot write" in err and str(blocker) in err, (argv, err)
+        assert "unexpected error" not in err and "Traceback" not in err
+
+
+def test_settings_get_against_the_local_mode_says_where_its_settings_came_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from muster.cli import settings as settings_command
+    from muster.contract import DEFAULT_STACK_NAME, LOCAL_STACK_NAME
+    from muster.core import parse_settings
+
+    class Local:
+        function_name = "MusterLocal-Ingest"
+
+        def __init__(self, stack: str) -> None:
+            self.stack = stack
+            self.config = type("Config", (), {"cluster_name": "local"})()
+
+        def settings(self) -> deployment.SettingsSources:
+            return deployment.SettingsSources(parse_settings({}), {}, {}, None, None)
+
+    for stack, said in (
+        (LOCAL_STACK_NAME, "as `muster local` deployed them"),
+        (DEFAULT_STACK_NAME, "cdk.json"),
+    ):
+        monkeypatch.setattr(settings_command, "connect_to", lambda args, s=stack: Local(s))
+        assert main(["settings", "get"]) == 0
+        header = capsys.readouterr().out.splitlines()[1]
+        assert header.startswith("# deployment: MUSTER_SETTINGS of function MusterLocal-Ingest")
+        assert said in header
+        if stack == LOCAL_STACK_NAME:
+            assert "cdk.json" not in header

@@ -18,6 +18,17 @@ os.environ.setdefault("JSII_DEPRECATED", "quiet")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK = "Muster"
+# cdk.json names no cluster (a deployment must say which): the tests pass one, as
+# `-c muster:clusterName=...` does.
+CLUSTER = "training"
+CLUSTER_ARGS = ("-c", f"muster:clusterName={CLUSTER}")
+
+
+def deployment_context() -> dict[str, Any]:
+    """cdk.json's context with the tests' cluster name, as `-c` adds it."""
+    from infra.app import cdk_json_context
+
+    return cdk_json_context() | {"muster:clusterName": CLUSTER}
 
 
 @dataclass(frozen=True)
@@ -44,12 +55,12 @@ def offline_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesized]:
-    """`python app.py` as a user runs it: context from cdk.json, no CDK CLI, no network.
+    """`python app.py -c muster:clusterName=...` as a user runs it: the rest of the
+    context from cdk.json, no CDK CLI, no network.
 
     The first run on a machine fills the layer's wheel cache (with network);
     every later run, this one included, must work offline.
     """
-    from infra.app import cdk_json_context
     from infra.layer import default_builder
 
     if not default_builder().site_dir.is_dir():
@@ -57,7 +68,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
     outdir = tmp_path_factory.mktemp("cdk.out")
     env = offline_env() | {"CDK_OUTDIR": str(outdir)}
     done = subprocess.run(
-        [sys.executable, "app.py"],
+        [sys.executable, "app.py", *CLUSTER_ARGS],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -67,7 +78,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synthesize
     )
     assert done.returncode == 0, done.stdout + done.stderr
     template = json.loads((outdir / f"{STACK}.template.json").read_text())
-    yield Synthesized(assembly_dir=outdir, template=template, context=cdk_json_context())
+    yield Synthesized(assembly_dir=outdir, template=template, context=deployment_context())
 
 
 _FILL_CACHE = "from infra.layer import default_builder; default_builder().dependencies()"

@@ -177,3 +177,48 @@ def test_a_local_moto_server_runs_the_same_stack(
         assert received and json.loads(received[0]["Body"]) == timer
     finally:
         server.stop()
+
+
+def test_serve_prints_its_outputs_and_one_line_not_motos_log(synthesized: Synthesized) -> None:
+    # GIVEN `python -m infra.deploy_local --serve PORT` on the synthesized assembly
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.infra.conftest import REPO_ROOT
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    env.pop("AWS_ENDPOINT_URL", None)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "infra.deploy_local", "--assembly", str(synthesized.assembly_dir)),
+            *("--serve", str(port)),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # WHEN it has deployed the stack and printed its outputs
+        assert server.stdout is not None and server.stderr is not None
+        printed = ""
+        for line in server.stdout:
+            printed += line
+            if line == "}\n":
+                break
+        said = server.stderr.readline()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, rest = server.communicate(timeout=60)
+    # THEN stdout is the outputs, and stderr one line saying where it serves
+    assert json.loads(printed)["outputs"][c.OUT_TIMER_STATE_MACHINE_ARN]
+    assert said.startswith(f"serving on http://127.0.0.1:{port}; Ctrl-C stops")
+    assert rest.strip() == "", rest[:2000]

@@ -90,8 +90,16 @@ def _function_roles(doc: dict[str, Any]) -> set[str]:
     return {_ref(f["Properties"]["Role"]) for f in resources(doc, "AWS::Lambda::Function").values()}
 
 
-# The sweeper reads the phase index and the settings record and sends messages; nothing else.
-SWEEPER_CALLS = {"dynamodb:GetItem", "dynamodb:Query", "sqs:SendMessage"}
+# The sweeper reads the phase index and the settings record, finishes leftover pod
+# expiries (`DynamoStore.expire_leftover_pods`: updates, and the delete of the expiry's
+# index item) and sends messages; nothing else.
+SWEEPER_CALLS = {
+    "dynamodb:GetItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "sqs:SendMessage",
+}
 
 
 def _sweeper_role(doc: dict[str, Any]) -> str:
@@ -479,3 +487,38 @@ def test_the_timer_role_is_assumable_only_for_its_own_state_machine(
     assert not may(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:SomeoneElses")
     assert not may(f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}-copy")
     assert not may(own.replace(ACCOUNT, "444455556666"), "444455556666")
+
+
+def test_what_a_sweep_calls_on_the_table_its_role_grants(synthesized: Synthesized) -> None:
+    # GIVEN a finished gang whose pod expiry an invocation left halfway (it timed out)
+    from muster.core import Reason, WorkloadFinished
+    from muster.harness import Crash
+    from muster.runtime.sweeper import sweep
+
+    from tests.aws.conftest import Rig
+    from tests.aws.stores import dynamo_store
+    from tests.aws.test_expiry import _CrashOnSecondChunk, _running_gang
+
+    with dynamo_store("sweep-rights") as store:
+        rig = Rig(store=store)  # type: ignore[arg-type]
+        _running_gang(store)
+        real = store.client
+        store.client = _CrashOnSecondChunk(real)  # type: ignore[assignment]
+        with pytest.raises(Crash):
+            rig.plane().handle(WorkloadFinished("ns/train", Reason.DELETED, uid="job-1"))
+        store.client = real
+        # WHEN the sweeper runs, each DynamoDB action it takes recorded as IAM names it
+        made: set[str] = set()
+
+        def record(model: Any, params: dict[str, Any], **_: Any) -> None:
+            if model.name == "TransactWriteItems":
+                made.update(f"dynamodb:{kind}Item" for op in params["TransactItems"] for kind in op)
+            else:
+                made.add(f"dynamodb:{model.name}")
+
+        real.meta.events.register("before-parameter-build.dynamodb", record)
+        report = sweep(store, rig.messages, rig.settings(), rig.clock(), rig.metrics)
+    assert report.expiries == ["ns/train"]
+    # THEN its role grants every one of them (and this test's list of them is the role's)
+    assert made - {"dynamodb:TransactWriteItems"} <= SWEEPER_CALLS, sorted(made)
+    assert {"dynamodb:UpdateItem", "dynamodb:DeleteItem"} <= made

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import REPO_ROOT, STACK, Synthesized, offline_env
+from tests.infra.conftest import CLUSTER_ARGS, REPO_ROOT, STACK, Synthesized, offline_env
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +55,7 @@ def test_npx_cdk_synth_works_with_the_pinned_cli(synthesized: Synthesized, tmp_p
             "--no-install",
             "cdk",
             "synth",
+            *CLUSTER_ARGS,
             "--quiet",
             "--no-notices",
             "-o",

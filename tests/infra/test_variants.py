@@ -10,14 +10,15 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Template
 
 from infra import constants as c
-from infra.app import build_app, cdk_json_context
+from infra.app import build_app
 from infra.stack import MusterStack
+from tests.infra.conftest import deployment_context
 
 pytestmark = pytest.mark.slow
 
 
 def synth(tmp_path: Any, **overrides: Any) -> Template:
-    app = build_app(cdk.App(context=cdk_json_context() | overrides, outdir=str(tmp_path)))
+    app = build_app(cdk.App(context=deployment_context() | overrides, outdir=str(tmp_path)))
     stack = app.node.find_child(overrides.get(c.CTX_STACK_NAME, "Muster"))
     assert isinstance(stack, MusterStack)
     return Template.from_stack(stack)
@@ -78,7 +79,7 @@ def test_settings_thresholds_and_alarm_email_reach_the_stack(tmp_path: Any) -> N
 
 def test_an_unacknowledged_finding_fails_the_synth(tmp_path: Any) -> None:
     # GIVEN the app with a queue that has neither a DLQ nor TLS enforcement
-    app = build_app(cdk.App(context=cdk_json_context(), outdir=str(tmp_path)))
+    app = build_app(cdk.App(context=deployment_context(), outdir=str(tmp_path)))
     sqs.Queue(app.node.find_child("Muster"), "Careless")
     # WHEN it is synthesised THEN cdk-nag's AwsSolutions checks fail it
     with pytest.raises(RuntimeError, match="ValidationFailed") as failure:

@@ -26,6 +26,16 @@ def test_an_unknown_builtin_and_a_bad_scale_exit_2(capsys: pytest.CaptureFixture
     assert "--scale must be above 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("scale", ["inf", "1e9", "nan", "-inf"])
+def test_a_scale_that_is_not_a_finite_factor_of_at_most_1000_exits_2(
+    scale: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["local", f"--scale={scale}", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("muster local: --scale must be above 0 and at most 1000")
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
 def test_a_port_in_use_exits_2_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
     with moto_server() as endpoint:
         port = endpoint.url.rsplit(":", 1)[1]

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from muster import contract
-from muster.admin.errors import AdminError, listed
+from muster.admin.errors import AdminError, BadInput, listed
 from muster.botocore_config import BOTOCORE_RETRIES
 from muster.core import Kind, Settings, SettingsError
 from muster.core.keys import canonical_key, kind_keys, parse_workload_key
@@ -94,6 +95,17 @@ class Deployment:
         return SettingsSources(base, deployment, record, version, problem)
 
 
+def check_endpoint(endpoint: str) -> None:
+    """`--endpoint` is a URL with its scheme (boto3 refuses `localhost:4566` deep inside)."""
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        bare = endpoint.split("://", 1)[-1]
+        raise BadInput(
+            f"--endpoint {endpoint!r} is not an http(s) URL; give the scheme too, "
+            f"e.g. --endpoint http://{bare or '127.0.0.1:4566'}"
+        )
+
+
 def use_endpoint(endpoint: str, region: str | None) -> None:
     """Point boto3 in this process at a local endpoint, with the emulator's dummy credentials."""
     os.environ["AWS_ENDPOINT_URL"] = endpoint
@@ -142,6 +154,7 @@ def read_stack(stack: str | None, region: str | None, endpoint: str | None) -> S
     import boto3
 
     if endpoint:
+        check_endpoint(endpoint)
         use_endpoint(endpoint, region)
     name = stack or (contract.LOCAL_STACK_NAME if endpoint else contract.DEFAULT_STACK_NAME)
     session = boto3.session.Session(region_name=region or (LOCAL_REGION if endpoint else None))

@@ -18,6 +18,7 @@ import yaml
 from muster.admin.deployment import Deployment
 from muster.admin.errors import AdminError, BadInput, listed
 from muster.core import Settings, SettingsError
+from muster.core.fields import yaml_problem
 from muster.kueue import Imported, import_kueue, looks_like_kueue
 from muster.retry import retry
 from muster.runtime.messages import SETTINGS_CHANGED
@@ -50,7 +51,7 @@ def apply_changes(deployment: Deployment, changes: dict[str, Any]) -> SettingsCh
         # it writes: a bad value raises here and nothing is written. On a conflict
         # another administrator wrote meanwhile: the changes are merged into theirs.
         after = retry(
-            lambda: validated(lambda: update_settings(store, sources.base, changes)),
+            lambda: validated(lambda: update_settings(store, sources.base, changes), writes=True),
             attempts=SETTINGS_CONFLICT_RETRIES,
             retry_on=Conflict,
         )
@@ -80,15 +81,14 @@ def read_kueue(
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise BadInput(f"{path}: not valid YAML or JSON: {exc}") from None
+        raise BadInput(f"{path}: not valid YAML or JSON: {yaml_problem(exc)}") from None
     if not required and not looks_like_kueue(doc):
         return None
     try:
         return import_kueue(doc, api_version)
     except SettingsError as exc:
         raise BadInput(
-            "invalid Kueue configuration, nothing written: "
-            + listed(exc.prefixed(str(path)).errors)
+            "invalid Kueue configuration: " + listed(exc.prefixed(str(path)).errors)
         ) from None
 
 
@@ -112,7 +112,7 @@ def settings_changes(file: str | None, assignments: Sequence[str]) -> dict[str, 
         except OSError as exc:
             raise BadInput(f"{path}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise BadInput(f"{path}: not valid YAML or JSON: {exc}") from None
+            raise BadInput(f"{path}: not valid YAML or JSON: {yaml_problem(exc)}") from None
         if not isinstance(doc, dict):
             raise BadInput(f"{path}: expected a mapping of settings, got {type(doc).__name__}")
         changes = doc
@@ -160,9 +160,11 @@ def _diff(
     return out
 
 
-def validated(check: Callable[[], Settings]) -> Settings:
-    """The settings `check` parses; a bad value is `BadInput` naming every wrong field."""
+def validated(check: Callable[[], Settings], *, writes: bool = False) -> Settings:
+    """The settings `check` parses; a bad value is `BadInput` naming every wrong field
+    (and, for a `check` that `writes`, saying that nothing was written)."""
     try:
         return check()
     except SettingsError as exc:
-        raise BadInput(f"invalid settings, nothing written: {listed(exc.errors)}") from None
+        said = "invalid settings, nothing written" if writes else "invalid settings"
+        raise BadInput(f"{said}: {listed(exc.errors)}") from None

@@ -72,12 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _name_each_command(parser)
     return parser
+
+
+def _name_each_command(parser: argparse.ArgumentParser) -> None:
+    """Let every (sub)command's arguments say which parser read them, so that an
+    argument it does not know is reported with its usage, not `muster`'s."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.set_defaults(command_parser=sub)
+                _name_each_command(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        reader: argparse.ArgumentParser = getattr(args, "command_parser", None) or parser
+        reader.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT

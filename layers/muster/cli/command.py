@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from muster import contract
@@ -94,3 +96,25 @@ def deployment_arguments() -> argparse.ArgumentParser:
 def connect_to(args: argparse.Namespace) -> found.Deployment:
     """The deployment that `--stack`, `--region` and `--endpoint` name."""
     return found.connect(args.stack, args.region, args.endpoint)
+
+
+def output_folder_problem(folder: Path, option: str = "--out") -> str | None:
+    """Why a command's results cannot be written into `folder` (made if missing), or None.
+
+    Asked before the work, so that a long run does not end in an error about its output.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot write to {option} {folder}: {exc.strerror or exc}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write to {option} {folder}: permission denied"
+    return None
+
+
+def write_output_file(path: Path, text: str, option: str = "--output") -> None:
+    """Write a command's output file; a path that cannot be written is bad input."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot write {option} {path}: {exc.strerror or exc}") from None

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from muster.cli.command import output_folder_problem
 from muster.core.durations import format_duration
 from muster.local.moto_server import Endpoint, PortInUse
 from muster.local.report import as_run_result
@@ -57,6 +62,16 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="after the scenario, keep the control plane serving (for muster status, describe, ...) until Ctrl-C",
     )
+    p.add_argument(
+        "--wait-ready",
+        action="store_true",
+        help=(
+            "--hold in the background: show the scenario, return once the control plane "
+            f"serves, and leave it serving (stop it with `kill $(cat OUT/{PID_FILE})`)"
+        ),
+    )
+    # The process that --wait-ready starts: it says how it is stopped.
+    p.add_argument("--serving-in-background", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(handler=run_command)
 
 
@@ -71,15 +86,33 @@ def port_number(text: str) -> int:
     return port
 
 
+# Faster than this, a one-second timer of the scenario (Step Functions counts whole
+# seconds) would fire in a millisecond: nothing the control plane does takes so little.
+MAX_SCALE = 1000.0
+
+
+def scale_problem(scale: float) -> str | None:
+    """Why `--scale` cannot be used, or None: a finite factor above 0, at most MAX_SCALE."""
+    if math.isfinite(scale) and 0 < scale <= MAX_SCALE:
+        return None
+    return (
+        f"--scale must be above 0 and at most {MAX_SCALE:g} (how many times faster than "
+        f"the scenario's clock to run), got {scale:g}"
+    )
+
+
 def run_command(args: argparse.Namespace) -> int:
     try:
         scenario = _scenario(args)
     except (ScenarioError, OSError) as exc:
         print(f"muster local: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.scale <= 0:
-        print("muster local: --scale must be above 0", file=sys.stderr)
+    problem = scale_problem(args.scale) or output_folder_problem(args.out)
+    if problem is not None:
+        print(f"muster local: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.wait_ready:
+        return run_in_background(args)
     print(
         f"muster local: {scenario.name}, {len(scenario.workloads)} workloads, "
         f"{args.scale:g}x faster than scenario time; setting up the local AWS endpoint and stack...",
@@ -101,7 +134,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     def hold(endpoint: Endpoint, result: LocalResult) -> None:
         report(result)
-        print(hold_message(endpoint.url, scenario, args.scale), flush=True)
+        stop = f"stopped (kill {os.getpid()})" if args.serving_in_background else "Ctrl-C"
+        print(hold_message(endpoint.url, scenario, args.scale, stop), flush=True)
 
     # `kill` stops it as cleanly as Ctrl-C: the moto server and the runner go with it.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -113,7 +147,7 @@ def run_command(args: argparse.Namespace) -> int:
             on_event=None if args.quiet else print_event(sys.stdout),
             on_board=None if args.quiet else print_board(sys.stdout),
             verbose=args.verbose,
-            hold=hold if args.hold else None,
+            hold=hold if args.hold or args.serving_in_background else None,
         )
     except PortInUse as exc:
         print(f"muster local: {exc}", file=sys.stderr)
@@ -124,8 +158,10 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("muster local: interrupted; everything it started is stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if args.hold:
+    if args.hold or args.serving_in_background:
         print("muster local: stopped, with everything it started", file=sys.stderr)
+        if args.serving_in_background:
+            (args.out / PID_FILE).unlink(missing_ok=True)
     else:
         report(result)
     return EXIT_OK
@@ -142,11 +178,17 @@ def scaled_time_note(scenario: Scenario, scale: float) -> str:
     )
 
 
-def hold_message(url: str, scenario: Scenario, scale: float) -> str:
+# The line `--hold` prints once the control plane serves after the scenario.
+SERVING = "the scenario is over; the control plane keeps serving on"
+PID_FILE = "local.pid"
+LOG_FILE = "local.log"
+
+
+def hold_message(url: str, scenario: Scenario, scale: float, until: str = "Ctrl-C") -> str:
     """What an administrator can do against a held local control plane."""
     where = f"--endpoint {url} --stack {STACK}"
     return (
-        f"\nthe scenario is over; the control plane keeps serving on {url} until Ctrl-C:\n"
+        f"\n{SERVING} {url} until {until}:\n"
         f"  muster status {where}\n"
         f"  muster describe default/WORKLOAD {where}\n"
         f"  muster settings get {where}\n"
@@ -157,6 +199,75 @@ def hold_message(url: str, scenario: Scenario, scale: float) -> str:
         f"{format_duration(scenario.settings.defaults.timeout / scale)}); set durations "
         "divided by the same factor"
     )
+
+
+def run_in_background(args: argparse.Namespace) -> int:
+    """`--wait-ready`: the same run with --hold in a process of its own, whose output
+    (in OUT/local.log) is shown here until its control plane serves; then this one
+    returns and leaves it serving, its process id in OUT/local.pid."""
+    log_path, pid_path = args.out / LOG_FILE, args.out / PID_FILE
+    command = [sys.executable, "-m", "muster.cli", "local", *forwarded(args)]
+    with log_path.open("wb") as log:
+        child = subprocess.Popen(
+            [*command, "--serving-in-background"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # not stopped with this shell's job, nor by its Ctrl-C
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+    pid_path.write_text(f"{child.pid}\n")
+    try:
+        with log_path.open(encoding="utf-8", errors="replace") as follow:
+            ready = _follow(follow, child)
+    except KeyboardInterrupt:
+        child.terminate()  # it stops as on Ctrl-C: everything it started goes with it
+        child.wait()
+        pid_path.unlink(missing_ok=True)
+        print("muster local: interrupted; everything it started is stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not ready:
+        pid_path.unlink(missing_ok=True)
+        return child.wait()
+    print(
+        f"muster local: serving in the background as process {child.pid} (its output goes "
+        f"on in {log_path}); stop it with: kill $(cat {pid_path})",
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def _follow(log: TextIO, child: subprocess.Popen[bytes]) -> bool:
+    """Echo `log` as `child` writes it, until it serves (True) or has ended (False)."""
+    ready = False
+    while True:
+        line = log.readline()
+        if line:
+            sys.stdout.write(line)
+            ready = ready or line.startswith(SERVING)
+            continue
+        if ready:  # the rest of its message comes with it: take what is left of it
+            time.sleep(0.2)
+            sys.stdout.write(log.read())
+            sys.stdout.flush()
+            return True
+        sys.stdout.flush()
+        if child.poll() is not None:
+            sys.stdout.write(log.read())
+            return False
+        time.sleep(0.2)
+
+
+def forwarded(args: argparse.Namespace) -> list[str]:
+    """The arguments that choose the run, as the command line gave them."""
+    argv = [args.scenario] if args.scenario else []
+    if args.builtin:
+        argv += ["--builtin", args.builtin]
+    argv += ["--scale", repr(args.scale), "--out", str(args.out)]
+    if args.port is not None:
+        argv += ["--port", str(args.port)]
+    argv += [flag for flag, on in (("--quiet", args.quiet), ("--verbose", args.verbose)) if on]
+    return argv
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from muster.admin.errors import BadInput
 from muster.cli import EXIT_OK
-from muster.cli.command import reporting_handler
+from muster.cli.command import reporting_handler, write_output_file
 from muster.contract import DEFAULT_STACK_NAME
 from muster.manifests import (
     agent_image_tag,
@@ -39,8 +40,9 @@ def manifests_command(args: argparse.Namespace, out: TextIO) -> int:
     stack = stack_outputs(args.stack, args.region, args.endpoint)
     rendered = render(documents, stack.outputs, image=args.image, params=params)
     if args.output:
-        with open(args.output, "w") as f:
-            dump(rendered, stack.name, f)
+        text = io.StringIO()
+        dump(rendered, stack.name, text)
+        write_output_file(Path(args.output), text.getvalue())
         print(f"wrote {args.output} ({len(rendered)} objects)", file=sys.stderr)
     else:
         dump(rendered, stack.name, out)

@@ -26,7 +26,13 @@ from muster.admin.settings import (
     validated,
 )
 from muster.cli import EXIT_OK
-from muster.cli.command import connect_to, deployment_arguments, reporting_handler
+from muster.cli.command import (
+    connect_to,
+    deployment_arguments,
+    reporting_handler,
+    write_output_file,
+)
+from muster.contract import LOCAL_STACK_NAME
 from muster.core import load_settings_text
 from muster.kueue import Imported
 
@@ -53,7 +59,8 @@ def get_command(args: argparse.Namespace, out: TextIO) -> int:
     version = sources.record_version
     out.write(
         f"# Settings of cluster {deployment.config.cluster_name} (stack {deployment.stack})\n"
-        f"# deployment: MUSTER_SETTINGS of function {deployment.function_name} (cdk.json muster:settings)\n"
+        f"# deployment: MUSTER_SETTINGS of function {deployment.function_name} "
+        f"({deployed_from(deployment.stack)})\n"
         + (
             f"# runtime record: version {version}, set with `muster settings set`\n"
             if version is not None
@@ -63,6 +70,13 @@ def get_command(args: argparse.Namespace, out: TextIO) -> int:
     )
     out.write(annotated_yaml(effective.to_dict(), sources.deployment, sources.record))
     return EXIT_OK
+
+
+def deployed_from(stack: str) -> str:
+    """Where a stack's deployment settings were written down."""
+    if stack == LOCAL_STACK_NAME:
+        return "the scenario's settings in scaled time, as `muster local` deployed them"
+    return "muster:settings of cdk.json or -c at deploy time"
 
 
 def set_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -118,7 +132,7 @@ def import_command(args: argparse.Namespace, out: TextIO) -> int:
         raise BadInput(f"{path}: not a Kueue configuration")
     document = imported_document(path, kueue)
     if args.output:
-        Path(args.output).write_text(document)
+        write_output_file(Path(args.output), document)
         print(f"muster settings import: wrote {args.output}", file=sys.stderr)
     else:
         out.write(document)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from muster.cli import EXIT_BAD_INPUT, EXIT_OK
+from muster.cli.command import output_folder_problem
 from muster.sim.engine import POLICIES, RunResult, simulate
 from muster.sim.report import summary_table, write_outputs
 from muster.sim.scenario import Scenario, builtin_names, load_builtin, load_scenario
@@ -56,6 +57,10 @@ def run_command(
         scenarios = _scenarios(args)
     except ScenarioError as exc:
         print(f"muster simulate: {exc}", file=err)
+        return EXIT_BAD_INPUT
+    problem = None if args.out is None else output_folder_problem(args.out)
+    if problem is not None:
+        print(f"muster simulate: {problem}", file=err)
         return EXIT_BAD_INPUT
     show_progress = args.progress or err.isatty()
     for scenario in scenarios:

@@ -41,7 +41,13 @@ def cut_command(args: argparse.Namespace) -> int:
             raise CutError(f"{args.trace}: no such file")
         with args.trace.open(newline="", encoding="utf-8") as source:
             if args.output:
-                with open(args.output, "w", newline="", encoding="utf-8") as out:
+                try:
+                    out = open(args.output, "w", newline="", encoding="utf-8")  # noqa: SIM115
+                except OSError as exc:
+                    raise CutError(
+                        f"cannot write --output {args.output}: {exc.strerror or exc}"
+                    ) from None
+                with out:
                     kept = cut(source, out, start, end, name=str(args.trace))
             else:
                 kept = cut(source, sys.stdout, start, end, name=str(args.trace))

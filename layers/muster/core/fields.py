@@ -37,6 +37,19 @@ class FieldErrors(ValueError):
         return type(self)(*(f"{source}{sep}{e}" for e in self.errors))
 
 
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parser's error as one line that says where: `line 3, column 5: ...`.
+
+    PyYAML names the text it read `"<unicode string>"`; the caller names the file.
+    """
+    mark = getattr(exc, "problem_mark", None)
+    said = [str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None))]
+    what = ": ".join(part for part in said if part and part != "None") or str(exc)
+    if mark is None:
+        return what
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
+
+
 # While a whole document is read, a mistake is recorded here and reading goes on
 # with the field's fallback value; outside a read, a mistake raises at once.
 _FOUND: ContextVar[list[str] | None] = ContextVar("muster_field_errors", default=None)

@@ -41,6 +41,7 @@ from muster.core.fields import (
     part,
     problem,
     whole_number,
+    yaml_problem,
 )
 
 
@@ -355,7 +356,7 @@ def load_settings_text(text: str, source: str = "settings") -> Settings:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise SettingsError(f"{source}: not valid YAML or JSON: {exc}") from exc
+        raise SettingsError(f"{source}: not valid YAML or JSON: {yaml_problem(exc)}") from exc
     try:
         return parse_settings(doc or {})
     except SettingsError as exc:
@@ -424,6 +425,15 @@ def _parse_timeouts(
     max_timeout = base.max_timeout
     if "maxTimeout" in doc:
         max_timeout = None if doc["maxTimeout"] is None else _duration(doc, "maxTimeout", 0, path)
+        if max_timeout is not None and max_timeout < timeout:
+            # A cap below the default would give a workload that asks for more time
+            # less than one that asks for none.
+            problem(
+                f"{path}maxTimeout: {format_duration(max_timeout)} is below {path}timeout "
+                f"{format_duration(timeout)}; it caps a workload's own muster.io/timeout, "
+                "so it must be at least timeout (null: capped at timeout)"
+            )
+            max_timeout = base.max_timeout
     return timeout, recovery, max_timeout
 
 

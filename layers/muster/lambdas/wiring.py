@@ -112,7 +112,8 @@ def build_control_plane(
 
 
 def build_sweeper(config: RuntimeConfig, *, session: Any = None) -> Sweeper:
-    """The sweeper needs no cluster access: it only reads the table and sends messages."""
+    """The sweeper needs no cluster access: it reads the table, finishes leftover pod
+    expiries and sends messages."""
     store = dynamo_store(config, session)
     return Sweeper(
         store=store,

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from muster.local.moto_server import Endpoint, moto_server
 from muster.local.runner import LambdaRunner, discover, resolver_for
 from muster.local.scaling import scale_scenario
 from muster.sim.kube import node_line
+from muster.sim.runlog import eviction_class
 from muster.sim.scenario import Scenario
 
 STACK = contract.LOCAL_STACK_NAME
@@ -221,6 +222,7 @@ def run_local(
                 # The diagnosis is shown live; the files keep the simulator's fields.
                 diagnosis = entry.pop("diagnosis", None)
                 result.events.append(entry)
+                board.saw(entry)
                 if entry["event"] in DONE_EVENTS:
                     open_workloads.discard(entry["workload"])
                 if on_event is not None:
@@ -238,6 +240,7 @@ def run_local(
             cluster.start()
             while open_workloads and cluster.now() <= scaled.until:
                 advance()
+            board.poll(cluster.now(), final=True)  # where the last events left everyone
             result.wall_seconds = time.perf_counter() - started
             result.end = min(cluster.now(), scaled.until)
             if hold is not None:
@@ -259,8 +262,29 @@ def run_local(
     return result
 
 
+# The phase a lifecycle event leaves its workload in. An eviction names none: the
+# Requeued or Deactivated event that follows it does (a dry-run one changes nothing).
+PHASE_AFTER = {
+    "Submitted": "Pending",
+    "Admitted": "Admitted",
+    "PodsReady": "Running",
+    "WaitForRecovery": "Recovering",
+    "Requeued": "Requeued",
+    "BackoffFinished": "Pending",
+    "Deactivated": "Deactivated",
+    "Reactivated": "Pending",
+    "Finished": "Finished",
+}
+
+
 class Board:
-    """The live view of the workloads' states, read from the control plane's table."""
+    """The live view of the workloads' states, read from the control plane's table.
+
+    The table changes before the bus delivers the event that says so, so a view is
+    shown only once every workload in it is where the events printed so far left
+    it: each event line comes before the phases it moved workloads to. A view that
+    no event explains is shown anyway after `patience` (seconds on the run's clock).
+    """
 
     def __init__(
         self,
@@ -269,6 +293,7 @@ class Board:
         show: Callable[[float, dict[str, list[str]]], None] | None,
         scale: float,
         every: float = 1.0,
+        patience: float = 3.0,
     ) -> None:
         from muster.aws.dynamo import DynamoStore
 
@@ -276,13 +301,27 @@ class Board:
         self._show = show
         self._scale = scale
         self._every = every
+        self._patience = patience
         self._last: dict[str, list[str]] = {}
         self._next = 0.0
+        self._unexplained_since: float | None = None
+        self._told: dict[str, str | None] = {}  # workload -> the phase its events say
+        self._told_at: dict[str, float] = {}  # workload -> the time of that event
 
-    def poll(self, now: float) -> None:
-        if self._show is None or now < self._next:
+    def saw(self, entry: Mapping[str, Any]) -> None:
+        """An event line was printed: the phase it leaves its workload in is explained."""
+        workload = entry.get("workload")
+        if workload is None or entry.get("dryRun"):
             return
-        self._next = now + self._every
+        if entry["t"] < self._told_at.get(workload, entry["t"]):
+            return  # delivered after a later one of its workload (SQS does not keep order)
+        self._told[workload] = PHASE_AFTER.get(entry["event"])
+        self._told_at[workload] = entry["t"]
+
+    def poll(self, now: float, *, final: bool = False) -> None:
+        """Show the table's view if it changed, once explained (`final`: now, at the end)."""
+        if self._show is None or (now < self._next and not final):
+            return
         from muster.runtime.views import status
 
         phases = status(self._store)["phases"]
@@ -291,9 +330,22 @@ class Board:
             for phase, items in phases.items()
             if items
         }
-        if current != self._last:
-            self._last = current
-            self._show(now * self._scale, current)
+        if current == self._last:
+            self._next, self._unexplained_since = now + self._every, None
+            return
+        if not final and not self.explained(current):
+            if self._unexplained_since is None:
+                self._unexplained_since = now
+            if now - self._unexplained_since < self._patience:
+                self._next = now + min(self._every, 0.2)  # the event is on its way
+                return
+        self._next, self._unexplained_since = now + self._every, None
+        self._last = current
+        self._show(now * self._scale, current)
+
+    def explained(self, view: Mapping[str, Sequence[str]]) -> bool:
+        """Whether every workload of `view` is in the phase its last printed event says."""
+        return all(self._told.get(name) == phase for phase, names in view.items() for name in names)
 
 
 def print_board(stream: TextIO) -> Callable[[float, dict[str, list[str]]], None]:
@@ -353,9 +405,10 @@ def lifecycle_entry(
             value = round((value - epoch0) * scale, 3)
         entry[key] = value
     found = detail.get("diagnosis")
-    if failures and detail["event"] == "Evicted" and isinstance(found, dict):
-        entry["class"] = found.get("class")
-        entry["diagnosis"] = found.get("summary")
+    if failures and detail["event"] == "Evicted":
+        entry["class"] = eviction_class(detail)
+        if isinstance(found, dict):
+            entry["diagnosis"] = found.get("summary")
     return entry
 
 

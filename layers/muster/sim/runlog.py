@@ -81,7 +81,7 @@ class RunLog:
         if name is _EVICTED:
             self.evictions += 1
             if self.failures:
-                label = entry["class"] = _eviction_class(detail)
+                label = entry["class"] = eviction_class(detail)
                 if not detail.get("dryRun"):
                     self.by_class[label] = self.by_class.get(label, 0) + 1
         elif name is _REQUEUED:
@@ -100,7 +100,7 @@ class RunLog:
             self.open_workloads -= 1
 
 
-def _eviction_class(detail: Mapping[str, Any]) -> str:
+def eviction_class(detail: Mapping[str, Any]) -> str:
     """The diagnosis of an eviction's not-ready pods, in one word (`NodeFault` for a
     node being replaced, which is decided before any pod is looked at)."""
     if detail.get("reason") == "NodeFailures":

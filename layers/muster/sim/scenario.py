@@ -33,6 +33,7 @@ from muster.core.fields import (
     mapping,
     problem,
     whole_number,
+    yaml_problem,
 )
 from muster.sim.locate import TraceNotFound, resolve_trace
 from muster.sim.specs import (
@@ -169,7 +170,7 @@ def parse_scenario_text(
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
+        raise ScenarioError(f"{source}: not valid YAML: {yaml_problem(exc)}") from None
     try:
         return parse_scenario(doc, base_dir=base_dir or Path.cwd(), seed=seed, name=name)
     except ScenarioError as exc:
