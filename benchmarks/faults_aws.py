@@ -3,11 +3,12 @@
 Runs the functions' real record handlers, the ControlPlane and the sweeper on
 in-memory queues and a model cluster in virtual time, with every port wrapped by
 `muster.harness` (crashes between effects, conflicts, throttling, lost messages and
-timers, early timers, redelivery while a first delivery runs), and prints the
-figures: invariant violations, how workloads ended, what was injected and what
-the sweeper had to send again.
+timers, early timers, redelivery while a first delivery runs, releases the API
+server refuses for good, PutEvents entries throttled), and prints the figures:
+invariant violations, how workloads ended, what was injected and what the sweeper
+had to send again.
 
-    .venv/bin/python benchmarks/faults.py [--seeds 5] [--workloads 40]
+    .venv/bin/python benchmarks/faults_aws.py [--seeds 5] [--workloads 40]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ FAULTS = {
     "lose": 0.05,
     "early_timer": 0.2,
     "redeliver": 0.05,
+    "refuse_admit": 0.05,  # of an attempt's release, every try of it
+    "throttle_entry": 0.05,  # of a lifecycle event's PutEvents entry
 }
 
 

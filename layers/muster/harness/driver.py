@@ -11,7 +11,8 @@ when broken, never become Ready). The model agent re-sends every object's state
 every 10 minutes, as the real agent's resync does, so a lost agent event heals.
 
 After every delivery it checks that quota holds (GPUs of the workloads the
-store holds Admitted, Running or Recovering never exceed `gpuQuota`) and, with
+store holds Admitted, Running or Recovering never exceed `gpuQuota`, nor do those
+the model cluster runs, but for evictions committed and not yet carried out) and, with
 `capacity`, that no two admitted gangs are on the same GPUs as far as the
 control plane's capacity view knows (the cluster then has nodes, others' pods
 on some of them, and binds a gang's pods first fit when they all fit); after every
@@ -28,6 +29,7 @@ from typing import Any
 
 from muster.core import (
     ACTIVE_PHASES,
+    Evict,
     Phase,
     Settings,
     Workload,
@@ -260,8 +262,25 @@ class Harness:
         quota = self.settings.gpu_quota
         if quota is not None and held > quota:
             self.report.violations.append(f"quota: {held} GPUs held under a quota of {quota}")
+        released = self.cluster.gpus_held() - self._evicting()
+        if quota is not None and released > quota:
+            self.report.violations.append(
+                f"quota on the cluster: {released} GPUs released under a quota of {quota}"
+            )
         if self.cluster.nodes:
             self._check_fit()
+
+    def _evicting(self) -> int:
+        """GPUs the cluster still runs for evictions committed and not yet carried out (a
+        crash between the commit and its effects: the next touch or the sweeper finishes it)."""
+        lagging = 0
+        for key, attempt in self.cluster.admitted.items():
+            item = self.store.items.get(key)
+            if item is not None and any(
+                isinstance(e, Evict) and e.attempt == attempt for e in item.outbox
+            ):
+                lagging += self.cluster.specs[key].gpus
+        return lagging
 
     def _check_fit(self) -> None:
         """No two admitted gangs on the same GPUs, as far as the capacity view knows."""
