@@ -56,7 +56,8 @@ SMALL = [
         [
             r"violations +0\b",
             r"unfinished +0\b",
-            r"faults injected: conflict \d+.* refuse_admit \d+.* throttle_entry \d+",
+            r"faults injected: conflict \d+",
+            r'fault rates per call: .*"refuse_admit": 0.05, "throttle_entry": 0.05\}; pod groups',
         ],
     ),
     (

@@ -30,6 +30,7 @@ from typing import Any
 from muster.core import (
     ACTIVE_PHASES,
     Evict,
+    Kind,
     Phase,
     Settings,
     Workload,
@@ -130,6 +131,7 @@ class Harness:
         horizon_hours: float = 12.0,
         sweeper: bool = True,
         capacity: bool = False,
+        pod_groups: float = 0.0,
     ) -> None:
         self.sweeper_on = sweeper
         self.plan = plan
@@ -174,15 +176,21 @@ class Harness:
         start = self.clock.now
         for i in range(workloads):
             gang = self.rng.choice((1, 1, 2, 2, 4, 4, 8))
+            group = pod_groups > 0 and self.rng.random() < pod_groups
             self.cluster.add(
                 GangSpec(
-                    key=f"team-{i % 4}/job-{i:03d}",
+                    # A pod group (`pod_groups` of them) runs twice under its name.
+                    key=f"team-{i % 4}/grp-{i:03d}@podgroup"
+                    if group
+                    else f"team-{i % 4}/job-{i:03d}",
                     gang=gang,
                     gpus=gang * 4,
                     submit_at=start + self.rng.uniform(0, 1800),
                     startup=self.rng.uniform(20, 240),
                     run=self.rng.uniform(300, 1800),
                     broken=self.rng.random() < broken_fraction,
+                    kind=Kind.POD_GROUP if group else Kind.JOB,
+                    runs=2 if group else 1,
                 )
             )
         self.cluster.start_resync()
@@ -327,8 +335,14 @@ class Harness:
         return "agent resync (finished)" if w.key in self.cluster.finished else ""
 
     def _pending_mover(self, w: Workload) -> str:
-        """A Pending workload moves on once admissible, or once others release quota."""
+        """A Pending workload moves on once admissible, or once others release quota (a
+        pod group without all its pods, once its controller has created them)."""
         now = self.clock.now
+        if w.kind is Kind.POD_GROUP:
+            snap = self.store.load(w.key)
+            w = snap.workload if snap is not None else w
+            if w.live_pods < w.gang_size:
+                return "cluster (a pod group's controller creates its pods)"
         active = [
             i.workload for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
         ]
@@ -381,8 +395,10 @@ class Harness:
         if self.queues.heap:
             return False
         submitted = len(self.store.items) == len(self.cluster.specs)
-        return submitted and all(
-            i.workload.phase in FINAL and not i.outbox for i in self.store.items.values()
+        return (
+            submitted
+            and not self.cluster.pending_runs()
+            and all(i.workload.phase in FINAL and not i.outbox for i in self.store.items.values())
         )
 
     def run(self) -> HarnessReport:
@@ -431,6 +447,9 @@ class Harness:
             phase = stored.workload.phase
             if spec.broken and phase is not Phase.DEACTIVATED:
                 r.violations.append(f"{key}: broken, but {phase.value}")
+            elif phase is Phase.FINISHED and self.cluster.runs_done[key] < spec.runs:
+                done = self.cluster.runs_done[key]
+                r.violations.append(f"{key}: Finished after {done} of its {spec.runs} runs")
             elif not spec.broken and phase is Phase.DEACTIVATED:
                 # Lost pod events and redelivery delays can keep a gang from being seen
                 # Ready within its timeout, attempt after attempt: a figure, not a fault.
