@@ -3,11 +3,13 @@
 Runs the functions' real record handlers, the ControlPlane and the sweeper on
 in-memory queues and a model cluster in virtual time, with every port wrapped by
 `muster.harness` (crashes between effects, conflicts, throttling, lost messages and
-timers, early timers, redelivery while a first delivery runs), and prints the
-figures: invariant violations, how workloads ended, what was injected and what
-the sweeper had to send again.
+timers, early timers, redelivery while a first delivery runs, releases the API
+server refuses for good, PutEvents entries throttled; a quarter of the workloads
+are pod groups, run twice under their name), and prints the figures:
+invariant violations, how workloads ended, what was injected and what the sweeper
+had to send again.
 
-    .venv/bin/python benchmarks/faults.py [--seeds 5] [--workloads 40]
+    .venv/bin/python benchmarks/faults_aws.py [--seeds 5] [--workloads 40]
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ FAULTS = {
     "lose": 0.05,
     "early_timer": 0.2,
     "redeliver": 0.05,
+    "refuse_admit": 0.05,  # of an attempt's release, every try of it
+    "throttle_entry": 0.05,  # of a lifecycle event's PutEvents entry
 }
+POD_GROUPS = 0.25  # of the workloads: plain pod groups, each run twice under its name
 
 
 def main() -> int:
@@ -40,12 +45,17 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--workloads", type=int, default=40)
     args = parser.parse_args()
-    print(f"fault rates per call: {json.dumps(FAULTS)}")
+    print(f"fault rates per call: {json.dumps(FAULTS)}; pod groups: {POD_GROUPS:.0%}")
     totals: Counter[str] = Counter()
     injected: Counter[str] = Counter()
     started = time.perf_counter()
     for seed in range(1, args.seeds + 1):
-        report = run_harness(FaultPlan(seed=seed, **FAULTS), workloads=args.workloads, seed=seed)
+        report = run_harness(
+            FaultPlan(seed=seed, **FAULTS),
+            workloads=args.workloads,
+            seed=seed,
+            pod_groups=POD_GROUPS,
+        )
         s = report.summary()
         print(json.dumps({"seed": seed, **s}, sort_keys=True))
         for key in (

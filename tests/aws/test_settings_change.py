@@ -9,14 +9,16 @@ lock: it is withdrawn, not quarantined while Admitted.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
-from muster.core import Admit, DeadlineReached, Evict, Phase, TimerKind
+from muster.core import Admit, DeadlineReached, Evict, Kind, Phase, TimerKind
 from muster.kube.adapter import ClusterActionError
 from muster.runtime.admission import AdmissionRequests, admit_after_batch
 from muster.runtime.memory import MemoryMetrics
 from muster.runtime.messages import SETTINGS_CHANGED, AdmissionRequest
 from muster.runtime.ports import RecordingCluster
+from muster.runtime.results import EffectFailed
 from muster.runtime.service import MAX_EFFECT_TRIES
 from muster.runtime.sweeper import Sweeper
 
@@ -129,3 +131,35 @@ def test_a_refused_admission_frees_the_lock_and_the_quota_instead_of_quarantine(
     assert "403" in evicted[0]["error"]
     assert rig.metrics.total("Quarantines") == 0
     assert last.failed == {}  # its own backoff: no retry pass for it
+
+
+def test_a_refused_release_of_a_pod_groups_replacement_frees_the_quota_instead_of_quarantine():
+    # GIVEN a running pod group whose pod was replaced, the replacement's release refused
+    group = "ns/grp@podgroup"
+    cluster = RefusingCluster()
+    rig = Rig(cluster=cluster, doc={"timeout": "60s", "gpuQuota": 8})
+    rig.submit(group, 2, gpus=8, kind=Kind.POD_GROUP, created_at=1.0)
+    rig.submit("ns/next", 1, gpus=8, created_at=2.0)
+    for i, seq in enumerate((2, 3)):
+        rig.pod(group, f"g{i}", seq, ready=False, node=None)
+    assert rig.admit() == [group]
+    for i, seq in enumerate((4, 5)):
+        rig.pod(group, f"g{i}", seq, ready=True)
+    assert rig.phase(group) == "Running"
+    rig.pod(group, "g1", 6, ready=False, deleted=True, phase="Failed")
+    cluster.refused.add(group)
+    # WHEN every try of its release is refused
+    tries = 0
+    with contextlib.suppress(EffectFailed):
+        rig.pod(group, "g2", 7, ready=False, node=None)
+    while (snap := rig.store.load(group)) is not None and snap.outbox and tries < 10:
+        tries += 1
+        with contextlib.suppress(EffectFailed):
+            rig.plane().settled(group)
+    # THEN the attempt was withdrawn after the allowed tries, not quarantined
+    snap = rig.store.load(group)
+    assert snap is not None and snap.quarantine is None and not snap.outbox
+    assert snap.workload.phase is Phase.REQUEUED and tries == MAX_EFFECT_TRIES - 1
+    assert ("evict", group, 1) in cluster.calls
+    # AND the quota it held is free
+    assert rig.admit() == ["ns/next"]

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 from muster.core import Admit, Kind, Timer, TimerKind, Workload
 from muster.harness import Crash, FaultPlan, Throttled, wrap_ports
-from muster.harness.driver import run_harness
+from muster.harness.driver import Harness, run_harness
 from muster.retry import is_transient
 from muster.runtime.memory import MemoryBus, MemoryMessages, MemoryStore, MemoryTimers
 from muster.runtime.ports import Conflict, RecordingCluster
@@ -219,3 +219,39 @@ def test_refused_admissions_and_throttled_entries_neither_stall_nor_quarantine(b
     assert report.max_gpus_admitted <= report.quota
     # AND neither a refusal nor a throttled entry quarantined anyone
     assert report.quarantined == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_pod_groups_run_again_under_every_fault(seed: int):
+    # GIVEN a quarter of the workloads plain pod groups, each to run twice under its
+    # name (gated pods, replaced by their controller after an eviction), under every
+    # fault, refused releases and throttled entries included
+    plan = FaultPlan(seed=seed, refuse_admit=0.05, throttle_entry=0.05, **ALL_FAULTS)
+    harness = Harness(plan, workloads=40, seed=seed, pod_groups=0.25)
+    groups = [k for k in harness.cluster.specs if k.endswith("@podgroup")]
+    # WHEN they all run
+    report = harness.run()
+    # THEN each pod group that finished ran both its runs, nothing waits forever,
+    # quota holds (in the store and on the cluster) and every workload ended
+    assert len(groups) >= 5
+    assert report.violations == [] and report.unfinished == []
+    assert sum(harness.cluster.runs_done[k] == 2 for k in groups) >= 3
+    assert report.quarantined == 0
+
+
+def test_a_pod_group_left_finished_after_its_first_run_is_seen(monkeypatch: pytest.MonkeyPatch):
+    # The run check is not hollow: a core that never starts a pod group's new run fails it.
+    monkeypatch.setattr("muster.core.workloads.runs_again", lambda w, e: False)
+    report = run_harness(FaultPlan(seed=1), workloads=40, seed=1, pod_groups=0.25)
+    assert any("Finished after 1 of its 2 runs" in v for v in report.violations)
+
+
+def test_a_cluster_that_keeps_what_was_evicted_breaks_the_quota_on_the_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # The cluster's quota check is not hollow: evictions that never withdraw break it.
+    from muster.harness.model_cluster import ModelCluster
+
+    monkeypatch.setattr(ModelCluster, "evict", lambda self, effect: None)
+    report = run_harness(FaultPlan(seed=1), workloads=40, seed=1)
+    assert any(v.startswith("quota on the cluster") for v in report.violations)

@@ -7,11 +7,14 @@ from dataclasses import replace
 
 from muster.core import (
     AdmissionGranted,
+    Admit,
     DeadlineReached,
+    Evict,
     Kind,
     Outcome,
     Phase,
     PodObserved,
+    Publish,
     Reason,
     StartTimer,
     StopTimer,
@@ -199,3 +202,69 @@ def test_a_legacy_pod_group_record_keeps_its_empty_identity() -> None:
     w = replace(step(None, group(10)).workload, uid="")  # type: ignore[type-var]
     d = step(w, group(11, gang=3))
     assert d.workload is not None and d.workload.uid == "" and not d.reborn
+
+
+# --------------------------------------------------------------------------- an end told late
+
+
+def succeeded_pods(w: Workload) -> Workload:
+    """A running pod group whose pods succeeded (revisions 20, 21), its end not yet heard of."""
+    assert w.phase is Phase.RUNNING
+    for i, seq in enumerate((20, 21)):
+        done = pod(GROUP, f"grp-{i}", seq, ready=False, phase="Succeeded")
+        w = step(w, done).workload  # type: ignore[assignment]
+    return w
+
+
+def running_group() -> Workload:
+    w = step(None, group(10)).workload
+    for i, seq in enumerate((11, 12)):
+        w = step(w, pod(GROUP, f"grp-{i}", seq, ready=False, node=None)).workload  # type: ignore[assignment]
+    w = admitted(w)  # type: ignore[arg-type]
+    for i, seq in enumerate((13, 14)):
+        w = step(w, pod(GROUP, f"grp-{i}", seq)).workload  # type: ignore[assignment]
+    return w
+
+
+def test_an_end_heard_of_after_the_next_runs_pods_ends_the_run_and_starts_the_next() -> None:
+    # GIVEN a pod group whose run succeeded (its end, at 30, comes late) and whose next
+    # run's gated pods (40, 41) came first: taken for replacements, they were released
+    w = succeeded_pods(running_group())
+    for i, seq in enumerate((40, 41)):
+        d = step(w, pod(GROUP, f"grp-b{i}", seq, ready=False, node=None))
+        assert [type(e).__name__ for e in d.effects if isinstance(e, Admit)] == ["Admit"]
+        w = d.workload  # type: ignore[assignment]
+    old = w
+    # WHEN the end arrives
+    d = step(w, WorkloadFinished(GROUP, Reason.SUCCEEDED, 30))
+    # THEN the run is finished, and the next starts as its own incarnation, with its pods,
+    # waiting for its own admission; what the ended run released of it is withdrawn
+    new = d.workload
+    assert d.reborn and new is not None
+    assert (new.phase, new.attempt) == (Phase.PENDING, 0) and new.uid != old.uid
+    assert sorted(new.pods) == ["grp-b0", "grp-b1"] and new.born_seq == 30
+    (evict,) = [e for e in d.effects if isinstance(e, Evict)]
+    assert (evict.attempt, evict.uid) == (1, "")
+    published = [
+        (e.event.value, e.detail.get("reason")) for e in d.effects if isinstance(e, Publish)
+    ]
+    assert published == [("Finished", "Succeeded"), ("Submitted", None)]
+    # and the end told again is of the run before: it changes nothing
+    assert step(new, WorkloadFinished(GROUP, Reason.SUCCEEDED, 30)).outcome is Outcome.STALE
+
+
+def test_an_end_heard_of_after_the_next_runs_report_ends_the_run() -> None:
+    # GIVEN a pod group whose run succeeded, the next run reported active (40) before
+    # the end (30) was heard of: until now an end older than the record's report was
+    # stale, and the run held its quota for good
+    w = step(succeeded_pods(running_group()), group(40)).workload
+    assert w is not None and w.phase is not Phase.FINISHED
+    # WHEN the end arrives
+    d = step(w, WorkloadFinished(GROUP, Reason.SUCCEEDED, 30))
+    # THEN the run is finished and the next waits for its pods (none released: no eviction)
+    new = d.workload
+    assert d.reborn and new is not None and new.phase is Phase.PENDING and new.pods == {}
+    assert not any(isinstance(e, Evict) for e in d.effects)
+    # and the next run's pods are its own
+    w = step(new, pod(GROUP, "grp-b0", 41, ready=False, node=None)).workload
+    assert w is not None and w.live_pods == 1

@@ -149,3 +149,28 @@ def test_a_refusal_of_a_gang_that_ran_is_stale() -> None:
         w = decide(w, ready(KEY, f"p{i}"), LIVE, 1).workload  # type: ignore[assignment]
     assert w.phase is Phase.RUNNING
     assert decide(w, AdmissionRefused(KEY, 1, "403"), LIVE, 2).outcome is Outcome.STALE
+
+
+def test_a_refused_release_of_a_running_pod_groups_replacements_withdraws_it() -> None:
+    # GIVEN a running pod group that lost a pod; its replacement's release was refused
+    from muster.core import Kind, PodObserved, WorkloadObserved
+
+    group = "team/grp@podgroup"
+    w = decide(None, WorkloadObserved(group, "q", 2, gpus=8, kind=Kind.POD_GROUP, seq=1), LIVE, 0)
+    g = w.workload
+    for i, seq in enumerate((2, 3)):
+        g = decide(g, PodObserved(group, f"g{i}", seq, f"g{i}-u"), LIVE, 0).workload
+    g = decide(g, AdmissionGranted(group, 1), LIVE, 0).workload
+    for i, seq in enumerate((4, 5)):
+        ran = PodObserved(group, f"g{i}", seq, f"g{i}-u", "Running", True, "n1")
+        g = decide(g, ran, LIVE, 1).workload
+    assert g is not None and g.phase is Phase.RUNNING
+    gone = PodObserved(group, "g1", 6, "g1-u", "Failed", False, "n1", deleted=True)
+    g = decide(g, gone, LIVE, 2).workload
+    g = decide(g, PodObserved(group, "g2", 7, "g2-u"), LIVE, 2).workload
+    assert g is not None and g.phase is Phase.RECOVERING
+    # WHEN the cluster refuses it for good
+    d = decide(g, AdmissionRefused(group, 1, "Admit: 403 Forbidden"), LIVE, 3)
+    # THEN the attempt is withdrawn (its gang cannot be whole again): it holds nothing
+    assert d.workload is not None and d.workload.phase is Phase.REQUEUED
+    assert any(isinstance(e, Evict) and e.reason is Reason.ADMISSION_REFUSED for e in d.effects)

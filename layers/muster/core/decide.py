@@ -107,7 +107,7 @@ def decide(
         case AdmissionRefused():
             return admission_refused(workload, event, qs, now, draw)
         case WorkloadFinished():
-            return finish(workload, event, now)
+            return finish(workload, event, now, settings)
         case Reactivate():
             return reactivate(workload, now)
     raise TypeError(f"not an event: {event!r}")  # pragma: no cover - exhaustive match

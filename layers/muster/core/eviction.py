@@ -19,12 +19,14 @@ from muster.core.diagnosis import (
 )
 from muster.core.gang import incarnation
 from muster.core.model import (
+    ACTIVE_PHASES,
     NOT_READY_PHASES,
     AdmissionRefused,
     DeadlineReached,
     Decision,
     Effect,
     Evict,
+    Kind,
     LogEvent,
     Outcome,
     Phase,
@@ -127,6 +129,16 @@ def owed_deadline(w: Workload, qs: QueueSettings, now: float, draw: float) -> De
     return Decision(armed, (StartTimer(w.key, timer),))
 
 
+def withdrawn_when_refused(w: Workload, attempt: int) -> bool:
+    """Whether the cluster refusing for good to release `attempt` withdraws it: the
+    release an Admitted workload waits for, or a pod group's replacement pods at any
+    time of its admission (its gang cannot be whole again until they are released).
+    A Job that ran was released; a refusal told late of it changes nothing."""
+    if attempt != w.attempt:
+        return False
+    return w.phase is Phase.ADMITTED or (w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES)
+
+
 def admission_refused(
     w: Workload, e: AdmissionRefused, qs: QueueSettings, now: float, draw: float
 ) -> Decision:
@@ -138,7 +150,7 @@ def admission_refused(
     refuses does not loop); an `Evict` makes sure nothing of it runs. Not a
     readiness eviction, so `dryRun` does not hold it back.
     """
-    if w.phase is not Phase.ADMITTED or e.attempt != w.attempt:
+    if not withdrawn_when_refused(w, e.attempt):
         return Decision(w, outcome=Outcome.STALE, note="not waiting for this admission")
     reason = Reason.ADMISSION_REFUSED
     detail: dict[str, Any] = {"attempt": w.attempt, "reason": str(reason), "error": e.error}

@@ -10,6 +10,11 @@ simulator, a redelivery) derives the same one.
 
 A group's pods vanishing is not the group ending: its controller replaces them
 (after an eviction, or a rollout), so only its success ends it.
+
+Events come in any order, so the end of a run may be heard of after the next run
+began: after its pods (which an admitted group takes for replacements and releases)
+or its active report. The end still ends that run at its own revision, and the
+pods newer than it start the next run at once (`next_run_begun`).
 """
 
 from __future__ import annotations
@@ -49,13 +54,33 @@ def runs_again(w: Workload, e: WorkloadObserved) -> bool:
 def pods_of_the_new_run(w: Workload) -> dict[str, Pod]:
     """The pods of a new run heard of before the report that started it (events come
     in any order): live, and newer than the end of the last run."""
-    return {n: p for n, p in w.pods.items() if p.live and p.seq > w.spec_seq}
+    return newer_live_pods(w, w.spec_seq)
 
 
 def ended_at(w: Workload, e: WorkloadFinished) -> int:
     """The revision a finished workload's record keeps: for a pod group, that of its
     end, so that only a later report starts a new run (`runs_again`)."""
     return max(w.spec_seq, e.seq) if w.kind is Kind.POD_GROUP else w.spec_seq
+
+
+def next_run_begun(w: Workload, e: WorkloadFinished) -> bool:
+    """Whether the end `e` of a pod group's run comes after its next run began: a pod
+    newer than the end is live, or the group was reported active after it (an active
+    report needs a pod that has not finished, and none had at the end).
+
+    Only an end of the run `w` holds: newer than the end of the run before it."""
+    return (
+        w.kind is Kind.POD_GROUP
+        and w.phase is not Phase.FINISHED
+        and e.reason is not Reason.DELETED
+        and e.seq > w.born_seq
+        and (w.spec_seq > e.seq or bool(newer_live_pods(w, e.seq)))
+    )
+
+
+def newer_live_pods(w: Workload, seq: int) -> dict[str, Pod]:
+    """The pods of `w` that have not finished and are newer than revision `seq`."""
+    return {n: p for n, p in w.pods.items() if p.live and p.seq > seq}
 
 
 def between_pods(w: Workload, e: WorkloadFinished) -> bool:

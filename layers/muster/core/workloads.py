@@ -14,6 +14,7 @@ from muster.core.model import (
     Admit,
     Decision,
     Effect,
+    Evict,
     Kind,
     LogEvent,
     Outcome,
@@ -33,6 +34,8 @@ from muster.core.model import (
 from muster.core.pod_groups import (
     between_pods,
     ended_at,
+    newer_live_pods,
+    next_run_begun,
     pods_of_the_new_run,
     run_uid,
     runs_again,
@@ -208,10 +211,17 @@ def _run_again(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision
     return replace(again, workload=fresh)
 
 
-def finish(w: Workload, e: WorkloadFinished, now: float) -> Decision:
+def finish(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> Decision:
     """The workload object is gone or done: its timers stop and what it held is free."""
     if between_pods(w, e):
         return Decision(w, outcome=Outcome.IGNORED, note=f"pod group {w.key} has no pods now")
+    if next_run_begun(w, e):
+        return _ended_late(w, e, now, settings)
+    return _ended(w, e)
+
+
+def _ended(w: Workload, e: WorkloadFinished) -> Decision:
+    """The end of the incarnation `w` (unless `e` is of another, or said before)."""
     if e.uid and w.uid and e.uid != w.uid:
         if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
@@ -280,6 +290,45 @@ def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
 
 def _running(p: Pod) -> bool:
     return p.live and p.node is not None
+
+
+def _ended_late(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> Decision:
+    """A pod group's run ended (at `e`'s revision) after its next run began: the run
+    is finished there, and the next starts now with the pods newer than the end, as
+    its own incarnation that waits for its own admission. What of it the ended run
+    released (taken for replacements of its pods) is withdrawn: it comes back gated."""
+    newer = newer_live_pods(w, e.seq)
+    ended = _ended(replace(w, spec_seq=min(w.spec_seq, e.seq)), e)
+    assert ended.workload is not None
+    done = ended.workload
+    seq = max([w.spec_seq, *(p.seq for p in newer.values())])
+    again = _run_again(done, _report(w, seq), settings)
+    withdraw: list[Effect] = []
+    if w.phase in ACTIVE_PHASES and newer:
+        # No uid: the ended run's is not the new one's, and the fence must let it pass.
+        withdraw.append(Evict(w.key, w.attempt, w.kind, Reason.SUCCEEDED, None))
+    effects = (*ended.effects, *withdraw, *again.effects)
+    return replace(again, effects=effects)
+
+
+def _report(w: Workload, seq: int) -> WorkloadObserved:
+    """The group's report at revision `seq`, as its spec stands (a pending change included)."""
+    spec = w if w.next_spec is None else with_spec(w, w.next_spec)
+    return WorkloadObserved(
+        w.key,
+        spec.queue,
+        spec.gang_size,
+        gpus=spec.gpus,
+        priority=w.priority,
+        kind=w.kind,
+        created_at=w.created_at,
+        timeout_override=spec.timeout_override,
+        seq=seq,
+        priority_class=w.priority_class,
+        class_priority=None if w.priority_class_missing else w.priority,
+        shape=spec.shape,
+        placement=spec.placement,
+    )
 
 
 def reactivate(w: Workload, now: float) -> Decision:

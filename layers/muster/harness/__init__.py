@@ -7,13 +7,18 @@ checks invariants.
 Random cluster histories, perturbed like EventBridge, SQS and agent restarts,
 in four seams, each usable alone:
 
-1. `histories`: random cluster histories (what users and the cluster do, and when);
+1. `histories`: random cluster histories (what users and the cluster do, and when;
+   `generate_triggers` adds pod groups run again, pods outliving their Job, kinds
+   sharing a name, settings changed mid-flight, refused releases, throttled
+   entries, late node conditions, interleaved admission passes);
 2. `perturb`: what the way to the control plane does to the agent's events
    (duplicates, reordering within a window, losses, agent gaps);
-3. `truth`: the simulator's cluster model as the truth, the agent's event stream
-   derived from it, and the real `ControlPlane` (built in one place, from ports
-   passed in) acting on it;
-4. `invariants`: Muster's view against the truth.
+3. `truth`: the simulator's cluster model as the truth (`cluster_truth`, with
+   `group_truth` for plain pod groups), the agent's event stream derived from it
+   (over the wire with `wire`), and the real `ControlPlane` (built in one place,
+   from ports passed in) acting on it;
+4. `invariants`: Muster's view against the truth, and quota at every admission
+   and release.
 
 `run_history(seed)` puts them together; the tests run a few hundred seeds, and
 `benchmarks/faults.py` runs ten thousand.

@@ -1,14 +1,19 @@
 """The truth of the history harness: the simulator's `SimulatedCluster` (nodes, job
 controllers, scheduler, kubelets) plus what it does not model: Job objects with
-uids (deleted, re-created under the same name) and node conditions that flap
-without losing pods. It is also the control plane's `ClusterActions`, and every
-change it makes is an agent event stamped with one cluster-wide revision.
+uids (deleted, re-created under the same name, their pods terminating a while
+after the deletion), node conditions that flap without losing pods, and plain pod
+groups (pods under `muster.io/pod-group`, gated until released, kept by their own
+controller, run again under their name). It is also the control plane's
+`ClusterActions`, and every change it makes is an agent event stamped with one
+cluster-wide revision.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from muster.core import (
     Admit,
@@ -24,9 +29,13 @@ from muster.core import (
 )
 from muster.core.keys import MARKERS, parse_workload_key
 from muster.harness.clock import VirtualClock
+from muster.harness.group_truth import GroupObject, PodGroups
 from muster.harness.histories import Action, History
+from muster.harness.injectors import AdmitRefused
 from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
+
+RUN_FOREVER = 1e12  # a Job of the history runs until it is deleted
 
 
 def pod_stem(key: str) -> str:
@@ -45,29 +54,47 @@ class JobObject:
     gpus: int
     seq: int = 0  # the revision of its last change (its creation: specs do not change here)
     deleted: bool = False
+    queue: str = "default"
+    stem: str = ""  # its pods' names start so (another than its predecessor's, if that
+    # one's pods still terminate when it is created)
 
 
 @dataclass
 class Truth:
-    """The cluster as it is; also the control plane's `ClusterActions`."""
+    """The cluster as it is; also the control plane's `ClusterActions`.
+
+    `send` hands an agent event to the way to the control plane and returns when its
+    copies arrive (none: lost); `deliver` puts one copy there at a given time, past
+    the perturbation (a late redelivery played on purpose). `watch`, when set, is told
+    of every release before and after it is carried out (`admitting`, `released`).
+    """
 
     history: History
     loop: VirtualClock
-    send: Callable[[Event | SnapshotPart], None]
+    send: Callable[[Event | SnapshotPart], list[float]]
     capacity: bool = False  # node events report each node's GPUs (for `capacityCheck`)
+    # Broken (never-ready) Jobs' placed pods crash loop, as the kubelet reports it.
+    crash_loops: bool = False
+    deliver: Callable[[float, Event], None] | None = None
     sim: SimulatedCluster = field(init=False)
     rev: int = 0
     objects: dict[str, JobObject] = field(default_factory=dict)
     by_sim: dict[str, JobObject] = field(default_factory=dict)
+    pod_groups: PodGroups = field(init=False)
     pods: dict[tuple[str, str], PodObserved] = field(default_factory=dict)
     nodes: dict[str, NodeObserved] = field(default_factory=dict)
     node_down: dict[str, int] = field(default_factory=dict)  # flapped node -> its NotReady rev
+    lingering: dict[str, JobObject] = field(default_factory=dict)  # sim job -> deleted object
+    refusing: set[str] = field(default_factory=set)  # the next release of these is refused
+    refused_attempts: set[tuple[str, str, int]] = field(default_factory=set)  # key, uid, attempt
+    owners: dict[str, str] = field(default_factory=dict)  # pod uid -> its object's uid
     incarnations: int = 0
     relists: int = 0
-    # Broken (never-ready) Jobs' placed pods crash loop, as the kubelet reports it.
-    crash_loops: bool = False
+    triggers: Counter[str] = field(default_factory=Counter)
+    watch: ReleaseWatch | None = None
 
     def __post_init__(self) -> None:
+        self.pod_groups = PodGroups(self)
         self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
         for name in self.sim.node_names:
             self.rev += 1
@@ -80,19 +107,29 @@ class Truth:
     # ------------------------------------------------------------------ what users do
 
     def create(self, a: Action) -> None:
+        if parse_workload_key(a.job)[2] is Kind.POD_GROUP:
+            self.pod_groups.create(a)
+            return
         current = self.objects.get(a.job)
         if current is not None and not current.deleted:
             return  # `kubectl apply` of an existing Job: nothing new
         self.incarnations += 1
+        stem = pod_stem(a.job)
+        if any(k == a.job for k, _ in self.pods):
+            stem = f"{stem}-o{self.incarnations}"  # its predecessor's pods still terminate
         obj = JobObject(
             a.job,
             f"{a.job}-o{self.incarnations}",
             f"{a.job}~{self.incarnations}",
             a.pods,
             a.pods * a.gpus_per_pod,
+            queue=a.queue,
+            stem=stem,
         )
         self.sim.add_job(
-            JobSpec(obj.sim, a.pods, a.gpus_per_pod, a.startup, 1e12, never_ready=a.never_ready)
+            JobSpec(
+                obj.sim, a.pods, a.gpus_per_pod, a.startup, RUN_FOREVER, never_ready=a.never_ready
+            )
         )
         self.objects[a.job] = obj
         self.by_sim[obj.sim] = obj
@@ -100,51 +137,105 @@ class Truth:
         obj.seq = self.rev
         self.send(self.workload_event(obj))
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, linger: float = 0.0) -> None:
+        """Delete the object; with `linger`, its pods terminate that much later (they keep
+        reporting meanwhile, owned by the deleted object)."""
         obj = self.objects.get(key)
         if obj is None or obj.deleted:
             return
         obj.deleted = True
         self.rev += 1
         self.send(WorkloadFinished(key, Reason.DELETED, self.rev, uid=obj.uid))
+        if linger and self.sim._jobs[obj.sim].pods:
+            self.lingering[obj.sim] = obj
+            self.triggers["podsOutlivingTheirJob"] += 1
+            now = self.loop.now
+            self.loop.at(now + min(1.0, linger / 2), "cluster", partial(self.terminating, obj))
+            self.loop.at(now + linger, "cluster", partial(self.terminated, obj.sim))
+            return
         self.sim.suspend(obj.sim, self.loop.now)  # garbage collection of its pods
         self.settle_sim()
+
+    def terminating(self, obj: JobObject) -> None:
+        """The garbage collector marks a deleted object's pods for deletion a moment
+        later (a change of each pod, with a new revision: maybe newer than the object
+        re-created under the name meanwhile); they run on until terminated."""
+        if obj.sim not in self.lingering:
+            return
+        for where, event in list(self.pods.items()):
+            if event.owner == obj.uid:
+                self.rev += 1
+                self.pods[where] = replace(event, seq=self.rev)
+                self.send(self.pods[where])
+
+    def terminated(self, sim: str) -> None:
+        """A deleted object's pods are gone at last."""
+        if self.lingering.pop(sim, None) is not None:
+            self.sim.suspend(sim, self.loop.now)
+            self.settle_sim()
 
     def workload_event(self, obj: JobObject) -> WorkloadObserved:
         kind = parse_workload_key(obj.key)[2]
         return WorkloadObserved(
-            obj.key, "default", obj.pods, gpus=obj.gpus, kind=kind, seq=obj.seq, uid=obj.uid
+            obj.key, obj.queue, obj.pods, gpus=obj.gpus, kind=kind, seq=obj.seq, uid=obj.uid
         )
+
+    def refuse(self, key: str) -> None:
+        """The API server (an admission webhook, say) refuses the next release of `key`."""
+        self.refusing.add(key)
+
+    @property
+    def groups(self) -> dict[str, GroupObject]:
+        return self.pod_groups.groups
 
     # ------------------------------------------------------------------ nodes
 
-    def node(self, name: str, *, ready: bool) -> None:
+    def node(self, name: str, *, ready: bool) -> list[float]:
         self.rev += 1
         self.nodes[name] = self.node_event(name, ready)
-        self.send(self.nodes[name])
+        return self.send(self.nodes[name])
 
-    def flap(self, name: str, *, down: bool) -> None:
+    def flap(self, name: str, *, down: bool, late: bool = False) -> None:
         if down == (name in self.node_down):
             return
-        self.node(name, ready=not down)
+        before = self.nodes[name]
+        times = self.node(name, ready=not down)
         if down:
             self.node_down[name] = self.rev
         else:
             del self.node_down[name]
+            if late:
+                self._late(before, times)
 
     def fail(self, name: str) -> None:
         if not self.sim.node_up(name):
             return
         self.node(name, ready=False)
-        self.sim.fail_node(name, self.loop.now)
+        for job in self.sim.fail_node(name, self.loop.now):
+            # A lost pod of a deleted object, or of a pod group, is not re-created by
+            # a job controller (the group's own controller makes a new, gated one).
+            if job in self.pod_groups.member_of or self.lingering.pop(job, None) is not None:
+                self.sim.suspend(job, self.loop.now)
         self.settle_sim()
 
-    def repair(self, name: str) -> None:
+    def repair(self, name: str, late: bool = False) -> None:
         if self.sim.node_up(name):
             return
+        before = self.nodes[name]
         self.sim.repair_node(name, self.loop.now)
-        self.node(name, ready=name not in self.node_down)
+        ready = name not in self.node_down
+        times = self.node(name, ready=ready)
+        if late and ready:
+            self._late(before, times)
         self.settle_sim()
+
+    def _late(self, stale: NodeObserved, times: list[float]) -> None:
+        """The node's NotReady delivered once more after its later Ready (redelivered
+        after a failed batch, say)."""
+        if self.deliver is None or stale.ready:
+            return
+        self.triggers["lateNodeConditions"] += 1
+        self.deliver(max(times, default=self.loop.now) + 1.0, stale)
 
     # ------------------------------------------------------------------ the simulator
 
@@ -155,16 +246,20 @@ class Truth:
         self.drain()
 
     def drain(self) -> None:
-        for item in self.sim.outbox:
-            if isinstance(item, Wakeup):
-                self.loop.at(item.at, "wake", item)
-            else:
-                self.pod_change(item)
-        self.sim.outbox.clear()
+        while self.sim.outbox:
+            items = list(self.sim.outbox)
+            self.sim.outbox.clear()
+            for item in items:
+                if isinstance(item, Wakeup):
+                    self.loop.at(item.at, "wake", item)
+                elif item.workload in self.pod_groups.member_of:
+                    self.pod_groups.pod_change(item)
+                else:
+                    self.pod_change(item)
 
     def pod_change(self, change: PodChange) -> None:
         obj = self.by_sim[change.workload]
-        name = f"{pod_stem(obj.key)}-{change.pod.rsplit('-', 1)[1]}"
+        name = f"{obj.stem or pod_stem(obj.key)}-{change.pod.rsplit('-', 1)[1]}"
         self.rev += 1
         broken = self.crash_loops and self.sim._jobs[change.workload].spec.never_ready
         crashing = broken and change.node is not None and not change.deleted
@@ -182,7 +277,9 @@ class Truth:
             waiting="CrashLoopBackOff" if crashing else None,
             restarts=3 if crashing else 0,
             exit_code=1 if crashing else None,
+            owner=obj.uid,
         )
+        self.owners[change.uid] = obj.uid
         if change.deleted:
             current = self.pods.get((obj.key, name))
             if current is not None and current.uid == change.uid:
@@ -206,6 +303,8 @@ class Truth:
         for obj in self.objects.values():
             if not obj.deleted:
                 self.send(self.workload_event(obj))
+        for g in self.groups.values():
+            self.pod_groups.send_view(g)
         for event in self.pods.values():
             self.send(event)
         for node_event in self.nodes.values():
@@ -219,7 +318,8 @@ class Truth:
         for (key, name), event in self.pods.items():
             listed.setdefault(key, {})[name] = event.uid
         tag = f"{self.relists}"
-        # One snapshot per kind (a PyTorchJob's listing says nothing of the Jobs).
+        # One snapshot per kind (a PyTorchJob's listing says nothing of the Jobs); pod
+        # groups have no objects to list, only their pods.
         for kind, keys_of_kind in live.items():
             scope = kind.value
             self.send(SnapshotPart(f"{scope.lower()}s.{tag}", 1, 1, scope, self.rev, keys_of_kind))
@@ -239,18 +339,42 @@ class Truth:
             raise WorkloadGone(key)
         return obj
 
+    def refused(self, effect: Admit) -> bool:
+        """Whether the API server refuses this release (every try of a refused attempt)."""
+        attempt = (effect.workload, effect.uid, effect.attempt)
+        if attempt not in self.refused_attempts and effect.workload in self.refusing:
+            self.refusing.discard(effect.workload)
+            self.refused_attempts.add(attempt)
+            self.triggers["refusedAdmits"] += 1
+        return attempt in self.refused_attempts
+
     def admit(self, effect: Admit) -> None:
+        if self.watch is not None:
+            self.watch.admitting(effect)
+        if effect.kind is Kind.POD_GROUP:
+            self.pod_groups.ungate(effect)
+            return
         obj = self._current(effect.workload, effect.uid)
+        if self.sim._jobs[obj.sim].running:
+            return  # released already (a retried effect)
+        if self.refused(effect):
+            raise AdmitRefused(f"{effect.workload}: 403 Forbidden")
         self.sim.unsuspend(obj.sim)
         self.settle_sim()
+        if self.watch is not None:
+            self.watch.released(effect)
 
     def evict(self, effect: Evict) -> None:
+        if effect.kind is Kind.POD_GROUP:
+            self.pod_groups.evict(effect.workload)
+            return
         obj = self._current(effect.workload, effect.uid)
         self.sim.suspend(obj.sim, self.loop.now)
         self.settle_sim()
 
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
-        self._current(workload)
+        if kind is not Kind.POD_GROUP:
+            self._current(workload)
 
     # ------------------------------------------------------------------ what the truth says
 
@@ -260,3 +384,46 @@ class Truth:
             return False
         down = self.node_down.get(event.node or "")
         return down is None or event.seq > down
+
+    def released(self, key: str) -> bool:
+        """Whether the workload under `key` is released on the cluster (runs or may)."""
+        g = self.groups.get(key)
+        if g is not None:
+            return g.released
+        obj = self.objects.get(key)
+        return obj is not None and not obj.deleted and self.sim._jobs[obj.sim].running
+
+    def queue(self, key: str) -> str:
+        found = self.groups.get(key) or self.objects.get(key)
+        return found.queue if found is not None else "default"
+
+    def released_gpus(self) -> Counter[str]:
+        """GPUs of the released workloads, per queue."""
+        held: Counter[str] = Counter()
+        for obj in self.objects.values():
+            if not obj.deleted and self.sim._jobs[obj.sim].running:
+                held[obj.queue] += obj.gpus
+        for g in self.groups.values():
+            if g.released:
+                held[g.queue] += g.gpus
+        return held
+
+    def own_pods(self, key: str) -> dict[str, PodObserved]:
+        """The pods of the current object (or pod group run) under `key`, by name: not
+        those of an earlier object still terminating, nor an earlier run's left over."""
+        g = self.groups.get(key)
+        if g is not None:
+            return self.pod_groups.own_pods(g)
+        obj = self.objects.get(key)
+        owner = obj.uid if obj is not None else ""
+        return {
+            name: e for (k, name), e in self.pods.items() if k == key and e.owner in ("", owner)
+        }
+
+
+class ReleaseWatch:
+    """Told of every release the control plane asks the cluster for (see `Truth`)."""
+
+    def admitting(self, effect: Admit) -> None: ...
+
+    def released(self, effect: Admit) -> None: ...

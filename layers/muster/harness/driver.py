@@ -11,7 +11,8 @@ when broken, never become Ready). The model agent re-sends every object's state
 every 10 minutes, as the real agent's resync does, so a lost agent event heals.
 
 After every delivery it checks that quota holds (GPUs of the workloads the
-store holds Admitted, Running or Recovering never exceed `gpuQuota`) and, with
+store holds Admitted, Running or Recovering never exceed `gpuQuota`, nor do those
+the model cluster runs, but for evictions committed and not yet carried out) and, with
 `capacity`, that no two admitted gangs are on the same GPUs as far as the
 control plane's capacity view knows (the cluster then has nodes, others' pods
 on some of them, and binds a gang's pods first fit when they all fit); after every
@@ -28,6 +29,8 @@ from typing import Any
 
 from muster.core import (
     ACTIVE_PHASES,
+    Evict,
+    Kind,
     Phase,
     Settings,
     Workload,
@@ -128,6 +131,7 @@ class Harness:
         horizon_hours: float = 12.0,
         sweeper: bool = True,
         capacity: bool = False,
+        pod_groups: float = 0.0,
     ) -> None:
         self.sweeper_on = sweeper
         self.plan = plan
@@ -172,15 +176,21 @@ class Harness:
         start = self.clock.now
         for i in range(workloads):
             gang = self.rng.choice((1, 1, 2, 2, 4, 4, 8))
+            group = pod_groups > 0 and self.rng.random() < pod_groups
             self.cluster.add(
                 GangSpec(
-                    key=f"team-{i % 4}/job-{i:03d}",
+                    # A pod group (`pod_groups` of them) runs twice under its name.
+                    key=f"team-{i % 4}/grp-{i:03d}@podgroup"
+                    if group
+                    else f"team-{i % 4}/job-{i:03d}",
                     gang=gang,
                     gpus=gang * 4,
                     submit_at=start + self.rng.uniform(0, 1800),
                     startup=self.rng.uniform(20, 240),
                     run=self.rng.uniform(300, 1800),
                     broken=self.rng.random() < broken_fraction,
+                    kind=Kind.POD_GROUP if group else Kind.JOB,
+                    runs=2 if group else 1,
                 )
             )
         self.cluster.start_resync()
@@ -260,8 +270,25 @@ class Harness:
         quota = self.settings.gpu_quota
         if quota is not None and held > quota:
             self.report.violations.append(f"quota: {held} GPUs held under a quota of {quota}")
+        released = self.cluster.gpus_held() - self._evicting()
+        if quota is not None and released > quota:
+            self.report.violations.append(
+                f"quota on the cluster: {released} GPUs released under a quota of {quota}"
+            )
         if self.cluster.nodes:
             self._check_fit()
+
+    def _evicting(self) -> int:
+        """GPUs the cluster still runs for evictions committed and not yet carried out (a
+        crash between the commit and its effects: the next touch or the sweeper finishes it)."""
+        lagging = 0
+        for key, attempt in self.cluster.admitted.items():
+            item = self.store.items.get(key)
+            if item is not None and any(
+                isinstance(e, Evict) and e.attempt == attempt for e in item.outbox
+            ):
+                lagging += self.cluster.specs[key].gpus
+        return lagging
 
     def _check_fit(self) -> None:
         """No two admitted gangs on the same GPUs, as far as the capacity view knows."""
@@ -308,8 +335,14 @@ class Harness:
         return "agent resync (finished)" if w.key in self.cluster.finished else ""
 
     def _pending_mover(self, w: Workload) -> str:
-        """A Pending workload moves on once admissible, or once others release quota."""
+        """A Pending workload moves on once admissible, or once others release quota (a
+        pod group without all its pods, once its controller has created them)."""
         now = self.clock.now
+        if w.kind is Kind.POD_GROUP:
+            snap = self.store.load(w.key)
+            w = snap.workload if snap is not None else w
+            if w.live_pods < w.gang_size:
+                return "cluster (a pod group's controller creates its pods)"
         active = [
             i.workload for i in self.store.items.values() if i.workload.phase in ACTIVE_PHASES
         ]
@@ -362,8 +395,10 @@ class Harness:
         if self.queues.heap:
             return False
         submitted = len(self.store.items) == len(self.cluster.specs)
-        return submitted and all(
-            i.workload.phase in FINAL and not i.outbox for i in self.store.items.values()
+        return (
+            submitted
+            and not self.cluster.pending_runs()
+            and all(i.workload.phase in FINAL and not i.outbox for i in self.store.items.values())
         )
 
     def run(self) -> HarnessReport:
@@ -412,6 +447,9 @@ class Harness:
             phase = stored.workload.phase
             if spec.broken and phase is not Phase.DEACTIVATED:
                 r.violations.append(f"{key}: broken, but {phase.value}")
+            elif phase is Phase.FINISHED and self.cluster.runs_done[key] < spec.runs:
+                done = self.cluster.runs_done[key]
+                r.violations.append(f"{key}: Finished after {done} of its {spec.runs} runs")
             elif not spec.broken and phase is Phase.DEACTIVATED:
                 # Lost pod events and redelivery delays can keep a gang from being seen
                 # Ready within its timeout, attempt after attempt: a figure, not a fault.

@@ -8,7 +8,8 @@ while the control plane admits and evicts.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 from muster.core.keys import parse_workload_key, workload_key
 from muster.core.model import Kind
@@ -16,8 +17,20 @@ from muster.core.model import Kind
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """`create` / `delete` / `recreate` a Job (`job`), `fail` / `repair` / `flap` a node,
-    `gap` (no agent runs until `until`), `resync` (the agent relists)."""
+    """`create` / `delete` a workload (`job`), `fail` / `repair` / `flap` / `unflap` a
+    node, `gap` (no agent runs until `until`), `resync` (the agent relists),
+    `settings` (an administrator's change, see `SETTINGS_TOGGLES`).
+
+    The triggers (`generate_triggers`) add: `rerun` (a pod group run again under its
+    name once its last run has ended), `replace` (a pod group's controller replaces
+    `pods` of its members, all of them when 0, the new ones `delay` seconds later),
+    `refuse` (the API server refuses the next attempt's release of `job`, every try of
+    it), `throttle` (PutEvents answers `value`% of the entries ThrottlingException
+    until `until`), `interleave` (admission passes until `until` run while other
+    events are handled). `linger` on a `delete`: the object's pods terminate that
+    many seconds later; `late` on an `unflap` / `repair`: the node's NotReady is
+    delivered again after its Ready.
+    """
 
     at: float
     what: str
@@ -28,6 +41,12 @@ class Action:
     startup: float = 0.0
     never_ready: bool = False
     until: float = 0.0
+    queue: str = "default"
+    run: float = 0.0  # a pod group's run: seconds of progress until its pods succeed
+    linger: float = 0.0
+    late: bool = False
+    delay: float = 0.0
+    value: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +56,7 @@ class History:
     gpus_per_node: int
     horizon: float  # the perturbed part ends here; then the agent relists and all settles
     actions: tuple[Action, ...] = field(default_factory=tuple)
+    queue_quotas: tuple[tuple[str, int], ...] = ()  # queues with a GPU quota of their own
 
 
 def generate(seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0) -> History:
@@ -92,43 +112,70 @@ def _create(rng: random.Random, job: str, at: float, what: str) -> Action:
 
 
 # Settings an administrator changes mid-flight (opt-in: `with_settings_toggles`).
-# `job` names the change: "dryRun" on, "recoveryOff" (`recoveryTimeout: 0s`), or ""
-# back to the history's own settings.
+# `job` names the change: "dryRun" on, "recoveryOff" (`recoveryTimeout: 0s`),
+# "blockAdmission" on, "quotaLowered" (the cluster's `gpuQuota` to `value`),
+# "queueQuotaLowered" (the `team` queue's to `value`), or "" back to the history's
+# own settings.
 SETTINGS_TOGGLES = ("dryRun", "recoveryOff")
+ALL_TOGGLES = (*SETTINGS_TOGGLES, "blockAdmission", "quotaLowered", "queueQuotaLowered")
+TEAM = "team"  # the queue with a quota of its own in trigger histories
 
 
-def with_settings_toggles(history: History, seed: int) -> History:
-    """`history` with one to three settings changes and their undoing, all before its
-    horizon: `dryRun` on and off, `recoveryTimeout` to 0s and back."""
+def with_settings_toggles(
+    history: History, seed: int, kinds: tuple[str, ...] = SETTINGS_TOGGLES
+) -> History:
+    """`history` with one to three settings changes of `kinds` and their undoing, all
+    before its horizon (`dryRun` on and off, `recoveryTimeout` to 0s and back, ...)."""
     rng = random.Random(seed * 104_729 + 7)
     actions = list(history.actions)
+    quota = history.nodes * history.gpus_per_node
+    team = dict(history.queue_quotas).get(TEAM)
     for _ in range(rng.randint(1, 3)):
         start = rng.uniform(0, history.horizon * 0.7)
         end = min(start + rng.uniform(20, 200), history.horizon * 0.95)
-        actions.append(Action(start, "settings", job=rng.choice(SETTINGS_TOGGLES)))
+        kind = rng.choice([k for k in kinds if k != "queueQuotaLowered" or team])
+        value = 0
+        if kind == "quotaLowered":
+            value = rng.choice((quota // 3, quota // 2, quota - 4))
+        elif kind == "queueQuotaLowered" and team:
+            value = rng.choice((0, team // 2, team - 2))
+        actions.append(Action(start, "settings", job=kind, value=value))
         actions.append(Action(end, "settings", job=""))
     actions.sort(key=lambda a: a.at)
-    return History(
-        history.seed, history.nodes, history.gpus_per_node, history.horizon, tuple(actions)
-    )
+    return replace(history, actions=tuple(actions))
 
 
 # --------------------------------------------------------------------------- opt-in: kinds
 
 
 def generate_shared_names(
-    seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0, shared: int = 2
+    seed: int,
+    *,
+    jobs: int = 5,
+    nodes: int = 3,
+    horizon: float = 400.0,
+    shared: int = 2,
+    kinds: tuple[Kind, ...] = (Kind.PYTORCHJOB,),
 ) -> History:
-    """`generate`'s history plus PyTorchJobs named as `shared` of its Jobs (the same
-    namespace and name, another kind): created, and some deleted and re-created, among
-    the Jobs' own changes. Two workloads, never one re-created as the other."""
+    """`generate`'s history plus workloads of another kind (a PyTorchJob, say) named as
+    `shared` of its Jobs (the same namespace and name): created, and some deleted and
+    re-created, among the Jobs' own changes. Two workloads, never one re-created as
+    the other."""
     base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
-    rng = random.Random(seed * 104_729 + 7)
+    return _with_twins(base, random.Random(seed * 104_729 + 7), shared, kinds)
+
+
+def _with_twins(base: History, rng: random.Random, shared: int, kinds: tuple[Kind, ...]) -> History:
     names = sorted({a.job for a in base.actions if a.job})
     actions = list(base.actions)
+    horizon = base.horizon
     for job in rng.sample(names, min(shared, len(names))):
         namespace, name, _ = parse_workload_key(job)
-        twin = workload_key(Kind.PYTORCHJOB, namespace, name)
+        kind = rng.choice(kinds) if len(kinds) > 1 else kinds[0]
+        twin = workload_key(kind, namespace, name)
+        if kind is Kind.POD_GROUP:
+            actions += _pod_group(rng, twin, horizon)
+            continue
         actions.append(_create(rng, twin, rng.uniform(0, horizon * 0.3), "create"))
         if rng.random() < 0.6:
             at = rng.uniform(horizon * 0.3, horizon * 0.9)
@@ -136,4 +183,72 @@ def generate_shared_names(
             if rng.random() < 0.5:
                 actions.append(_create(rng, twin, at + rng.choice((0.0, 5.0, 30.0)), "create"))
     actions.sort(key=lambda a: a.at)
-    return History(base.seed, base.nodes, base.gpus_per_node, base.horizon, tuple(actions))
+    return replace(base, actions=tuple(actions))
+
+
+# --------------------------------------------------------------------------- opt-in: triggers
+
+
+def generate_triggers(
+    seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0
+) -> History:
+    """A history with every trigger the plain ones never hold, besides `generate`'s:
+
+    - pod groups (plain pods under `muster.io/pod-group`) run again under their name
+      once the last run has ended, some members replaced, or all of them at once
+      (the group briefly without pods); a Job's name shared by a JobSet, PyTorchJob
+      or pod group;
+    - Jobs deleted while their pods take a while to terminate, some re-created under
+      their name meanwhile;
+    - a queue (`team`) with a quota of its own, and settings changed mid-flight:
+      `dryRun`, `recoveryTimeout: 0s`, `blockAdmission`, quotas lowered (each undone
+      before the horizon);
+    - releases the API server refuses, PutEvents entries throttled;
+    - a node's NotReady delivered again after its later Ready;
+    - admission passes interleaved with the handling of other events.
+    """
+    rng = random.Random(seed * 15_485_863 + 11)
+    base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
+    quota = nodes * 4
+    team_quota = rng.choice((quota // 2, quota - 4))
+    team_jobs = set(rng.sample([f"ml/job{i}" for i in range(jobs)], rng.randint(1, 2)))
+    actions: list[Action] = []
+    creates = Counter(a.job for a in base.actions if a.what == "create")
+    recreated = {job for job, n in creates.items() if n > 1}
+    for a in base.actions:
+        if a.what == "create" and a.job in team_jobs:
+            a = replace(a, queue=TEAM)
+        elif a.what == "delete" and rng.random() < (0.7 if a.job in recreated else 0.3):
+            a = replace(a, linger=rng.uniform(3, 60))
+        elif a.what in ("unflap", "repair") and rng.random() < 0.6:
+            a = replace(a, late=True)
+        actions.append(a)
+    for i in range(rng.randint(1, 2)):
+        actions += _pod_group(rng, workload_key(Kind.POD_GROUP, "ml", f"grp{i}"), horizon)
+    names = [f"ml/job{i}" for i in range(jobs)] + ["ml/grp0@podgroup"]
+    for _ in range(rng.randint(1, 3)):
+        actions.append(Action(rng.uniform(0, horizon * 0.8), "refuse", job=rng.choice(names)))
+    if rng.random() < 0.7:
+        start = rng.uniform(0, horizon * 0.7)
+        until = min(start + rng.uniform(20, 150), horizon * 0.9)
+        actions.append(Action(start, "throttle", until=until, value=rng.choice((20, 50))))
+    for _ in range(rng.randint(1, 2)):
+        start = rng.uniform(0, horizon * 0.8)
+        actions.append(Action(start, "interleave", until=start + rng.uniform(30, 150)))
+    history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),))
+    twins = (Kind.PYTORCHJOB, Kind.JOBSET, Kind.POD_GROUP)
+    history = _with_twins(history, rng, rng.randint(1, 2), twins)
+    return with_settings_toggles(history, seed, ALL_TOGGLES)
+
+
+def _pod_group(rng: random.Random, key: str, horizon: float) -> list[Action]:
+    """A pod group's first run, its runs again, and its members replaced."""
+    first = _create(rng, key, rng.uniform(0, horizon * 0.3), "create")
+    actions = [replace(first, run=rng.uniform(10, 120), delay=rng.uniform(0.5, 10))]
+    for _ in range(rng.choice((0, 1, 1, 2))):
+        actions.append(Action(rng.uniform(horizon * 0.1, horizon * 0.8), "rerun", job=key))
+    for _ in range(rng.choice((0, 1, 2))):
+        pods = rng.choice((0, 0, 1))  # 0: all of them, the group briefly without pods
+        at = rng.uniform(horizon * 0.05, horizon * 0.85)
+        actions.append(Action(at, "replace", job=key, pods=pods, delay=rng.uniform(0.5, 15)))
+    return actions

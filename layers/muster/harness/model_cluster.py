@@ -1,6 +1,11 @@
 """The fault driver's model cluster: gangs that become Ready after a start-up time
 and finish after a run time (or, when broken, never become Ready), and an agent
 that re-sends every object's state every 10 minutes, as the real agent's resync does.
+
+A gang may be a plain pod group (`kind`): its pods exist gated before it is
+released, its controller creates gated replacements a few seconds after an
+eviction deleted them, and once a run has succeeded it runs again under its name
+(`runs` in all), with new pods.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ CLUSTER = "training"
 RESYNC_EVERY = 600.0
 
 
+RESPAWN_AFTER = 5.0  # a pod group's controller replaces deleted pods this much later
+RERUN_AFTER = 30.0  # a pod group runs again this much after its last run succeeded
+
+
 @dataclass(frozen=True)
 class GangSpec:
     key: str
@@ -43,6 +52,8 @@ class GangSpec:
     startup: float
     run: float
     broken: bool
+    kind: Kind = Kind.JOB
+    runs: int = 1  # a pod group's runs under its name, one after the other
 
 
 class ModelCluster:
@@ -76,6 +87,8 @@ class ModelCluster:
         self.objects: dict[str, str] = {}  # object -> its last observation (for resyncs)
         self.finished: set[str] = set()
         self.admit_calls: Counter[tuple[str, int]] = Counter()
+        self.runs_done: Counter[str] = Counter()  # runs that succeeded (a pod group's: 2)
+        self.generation: Counter[str] = Counter()  # a pod group's pods, re-created
 
     @property
     def now(self) -> float:
@@ -103,6 +116,16 @@ class ModelCluster:
             spec = self.specs[key]
             if action == "submit":
                 self._observe_workload(spec, "Active")
+                if spec.kind is Kind.POD_GROUP:
+                    self._gated_pods(spec)
+            elif action == "respawn":
+                if key not in self.admitted and key not in self.finished:
+                    self._gated_pods(spec)
+            elif action == "rerun":
+                self.finished.discard(key)
+                self.generation[key] += 1
+                self._gated_pods(spec)
+                self._observe_workload(spec, "Active")
             elif self.admitted.get(key) != attempt or key in self.finished:
                 continue  # that attempt was evicted meanwhile
             elif action == "ready":
@@ -111,6 +134,12 @@ class ModelCluster:
             elif action == "finish":
                 self.finished.add(key)
                 del self.admitted[key]
+                self.runs_done[key] += 1
+                if spec.kind is Kind.POD_GROUP:
+                    for i in range(spec.gang):
+                        self._observe_pod(spec, i, attempt, ready=False, phase="Succeeded")
+                    if self.runs_done[key] < spec.runs:
+                        self._at(self.now + RERUN_AFTER, "rerun", key, 0)
                 self._observe_workload(spec, "Succeeded")
                 if self.nodes:
                     self._release(key)
@@ -166,11 +195,20 @@ class ModelCluster:
     def _envelope(self, detail_type: str, detail: dict[str, Any]) -> str:
         return json.dumps({"source": AGENT_SOURCE, "detail-type": detail_type, "detail": detail})
 
+    def pending_runs(self) -> bool:
+        """Whether a pod group is to run again (its last run succeeded a moment ago)."""
+        return any(action == "rerun" for _, _, action, _, _ in self.timeline)
+
+    def _gated_pods(self, spec: GangSpec) -> None:
+        """A pod group's pods as its controller creates them: gated, unscheduled."""
+        for i in range(spec.gang):
+            self._observe_pod(spec, i, 0, ready=False, phase="Pending", node=None)
+
     def _observe_workload(self, spec: GangSpec, status: str) -> None:
         detail = workload_detail(
             cluster=CLUSTER,
             workload=spec.key,
-            kind=Kind.JOB,
+            kind=spec.kind,
             queue="default",
             gang_size=spec.gang,
             gpus=spec.gpus,
@@ -184,17 +222,33 @@ class ModelCluster:
         self._send(body)
 
     def _observe_pod(
-        self, spec: GangSpec, i: int, attempt: int, *, ready: bool, deleted: bool = False
+        self,
+        spec: GangSpec,
+        i: int,
+        attempt: int,
+        *,
+        ready: bool,
+        deleted: bool = False,
+        phase: str = "",
+        node: str | None = "",
     ) -> None:
+        name, uid = f"{spec.key.split('/')[1].split('@')[0]}-{i}", f"uid-{i}-a{attempt}"
+        if spec.kind is Kind.POD_GROUP:
+            # A group's pods are its controller's: new ones (after an eviction, or for
+            # a new run) have new names and uids; releasing them changes neither.
+            generation = self.generation[spec.key]
+            name, uid = f"{name}-g{generation}", f"uid-{i}-g{generation}"
+        if node == "":
+            node = self.bound[spec.key][i] if spec.key in self.bound else f"node-{i % 16}"
         detail = pod_detail(
             cluster=CLUSTER,
             workload=spec.key,
-            pod=f"{spec.key.split('/')[1]}-{i}",
+            pod=name,
             seq=next(self.seq),
-            uid=f"uid-{i}-a{attempt}",
-            phase="Running" if ready else "Pending",
+            uid=uid,
+            phase=phase or ("Running" if ready else "Pending"),
             ready=ready,
-            node=self.bound[spec.key][i] if spec.key in self.bound else f"node-{i % 16}",
+            node=node,
             deleted=deleted,
             observed_at=datetime.fromtimestamp(self.now, UTC),
         )
@@ -218,16 +272,26 @@ class ModelCluster:
             self._at(self.now + spec.startup + spec.run, "finish", spec.key, effect.attempt)
 
     def evict(self, effect: Evict) -> None:
-        """Suspend: the job controller deletes the attempt's pods, and the agent says so."""
-        if self.admitted.get(effect.workload) == effect.attempt:
-            del self.admitted[effect.workload]
-            spec = self.specs[effect.workload]
-            for i in range(spec.gang):
-                if self.objects.pop(f"{spec.key}#{i}", None) is not None:
-                    self._observe_pod(spec, i, effect.attempt, ready=False, deleted=True)
-                    self.objects.pop(f"{spec.key}#{i}", None)
-            if self.nodes:
-                self._release(spec.key)
+        """Suspend: the job controller deletes the attempt's pods, and the agent says so.
+        A pod group's pods are deleted whether or not they were released (its
+        controller creates gated ones a little later)."""
+        spec = self.specs[effect.workload]
+        released = self.admitted.get(effect.workload) == effect.attempt
+        group = spec.kind is Kind.POD_GROUP and effect.workload not in self.finished
+        if not (released or group):
+            return
+        self.admitted.pop(effect.workload, None)
+        deleted = False
+        for i in range(spec.gang):
+            if self.objects.pop(f"{spec.key}#{i}", None) is not None:
+                deleted = True
+                self._observe_pod(spec, i, effect.attempt, ready=False, deleted=True)
+                self.objects.pop(f"{spec.key}#{i}", None)
+        if self.nodes and released:
+            self._release(spec.key)
+        if group and deleted:  # its pods were deleted: gated ones follow
+            self.generation[spec.key] += 1
+            self._at(self.now + RESPAWN_AFTER, "respawn", spec.key, 0)
 
     def record(self, workload: str, kind: Kind, view: Any) -> None:
         return None

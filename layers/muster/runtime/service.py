@@ -57,6 +57,7 @@ from muster.core import (
     observe_stored_pod,
 )
 from muster.core.capacity import Pace, more_room, observe_node, pace_request, superseded
+from muster.core.eviction import withdrawn_when_refused
 from muster.core.reconcile import complete
 from muster.retry import Backoff, Refused, is_transient, retry
 from muster.runtime import holding
@@ -582,8 +583,8 @@ def _with_view(before: Workload | None, decision: Decision) -> tuple[Effect, ...
 
 
 def _releases(w: Workload, effect: Admit) -> bool:
-    """Whether `effect` is the release of the attempt `w` is waiting to start."""
-    return w.phase is Phase.ADMITTED and effect.attempt == w.attempt
+    """Whether `effect` is a release the core withdraws the attempt for when refused."""
+    return withdrawn_when_refused(w, effect.attempt)
 
 
 def _needs_outbox(effects: Sequence[Effect]) -> bool:
