@@ -82,8 +82,8 @@ def describe(event: LogEvent, detail: Mapping[str, Any], workload: str = "") -> 
             return None
 
 
-def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
-    reason = str(detail.get("reason"))
+def _not_about_readiness(reason: str, detail: Mapping[str, Any]) -> KubeEvent | None:
+    """The Event of an eviction that is not about the gang's readiness, or None."""
     if reason == "AdmissionRefused" or detail.get("refused"):
         head = (
             f"Evicted attempt {detail.get('attempt')}: the API server refused to release it "
@@ -99,6 +99,14 @@ def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
             f"{admitted.get('gpus')} GPUs it was admitted with; queued again with the new size"
         )
         return KubeEvent("Warning", f"EvictedDueTo{reason}", head)
+    return None
+
+
+def _evicted(detail: Mapping[str, Any]) -> KubeEvent:
+    reason = str(detail.get("reason"))
+    other = _not_about_readiness(reason, detail)
+    if other is not None:
+        return other
     # The eviction that deactivates (reason Deactivated) names the timeout as `timedOut`.
     cause = detail.get("timedOut") or detail.get("cause")
     dry = bool(detail.get("dryRun"))
