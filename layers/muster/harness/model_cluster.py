@@ -108,10 +108,7 @@ class ModelCluster:
         while self.timeline and self.timeline[0][0] <= self.now:
             _, _, action, key, attempt = heapq.heappop(self.timeline)
             if action == "resync":
-                for body in list(self.objects.values()):
-                    self._send(body)
-                if len(self.finished) < len(self.specs):
-                    self._at(self.now + RESYNC_EVERY, "resync", "", 0)
+                self._resync()
                 continue
             spec = self.specs[key]
             if action == "submit":
@@ -132,17 +129,26 @@ class ModelCluster:
                 for i in range(spec.gang):
                     self._observe_pod(spec, i, attempt, ready=True)
             elif action == "finish":
-                self.finished.add(key)
-                del self.admitted[key]
-                self.runs_done[key] += 1
-                if spec.kind is Kind.POD_GROUP:
-                    for i in range(spec.gang):
-                        self._observe_pod(spec, i, attempt, ready=False, phase="Succeeded")
-                    if self.runs_done[key] < spec.runs:
-                        self._at(self.now + RERUN_AFTER, "rerun", key, 0)
-                self._observe_workload(spec, "Succeeded")
-                if self.nodes:
-                    self._release(key)
+                self._finish(spec, key, attempt)
+
+    def _resync(self) -> None:
+        for body in list(self.objects.values()):
+            self._send(body)
+        if len(self.finished) < len(self.specs):
+            self._at(self.now + RESYNC_EVERY, "resync", "", 0)
+
+    def _finish(self, spec: GangSpec, key: str, attempt: int) -> None:
+        self.finished.add(key)
+        del self.admitted[key]
+        self.runs_done[key] += 1
+        if spec.kind is Kind.POD_GROUP:
+            for i in range(spec.gang):
+                self._observe_pod(spec, i, attempt, ready=False, phase="Succeeded")
+            if self.runs_done[key] < spec.runs:
+                self._at(self.now + RERUN_AFTER, "rerun", key, 0)
+        self._observe_workload(spec, "Succeeded")
+        if self.nodes:
+            self._release(key)
 
     def start_resync(self) -> None:
         self._at(self.now + RESYNC_EVERY, "resync", "", 0)
