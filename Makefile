@@ -24,7 +24,7 @@ help:
 	@echo "make bench-ingest  a 1,024-pod gang's events through the ingest path on moto"
 	@echo "make bench-agent   what the agent's coalescing and batching save on a gang start"
 	@echo "make bench-cost    AWS requests and list-price cost of a 64-pod gang's lifecycle (local mode)"
-	@echo "make bench-faults  10,000 perturbed cluster histories through the control plane: divergences, events/s"
+	@echo "make bench-faults  10,000 perturbed cluster histories with every trigger through the control plane: divergences, triggers drawn, events/s"
 	@echo "make bench-faults-aws  the AWS runtime under injected faults (crashes, conflicts, throttling, lost messages): invariants"
 	@echo "make bench-ledger  an admission pass with 10,000 active workloads on moto"
 	@echo "make bench-layer   the Lambda layer's size and each handler's cold import time"

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from muster.core import DeadlineReached, NodeObserved, Outcome, Phase, RequeueDue, TimerKind
+from muster.core import (
+    DeadlineReached,
+    Kind,
+    NodeObserved,
+    Outcome,
+    Phase,
+    RequeueDue,
+    TimerKind,
+)
 from muster.harness.lambda_events import LambdaContext
 from muster.runtime.memory import MemoryMetrics, MemoryStore
 from muster.runtime.service import MAX_EFFECT_TRIES, EffectFailed
@@ -101,6 +109,21 @@ def test_an_admissible_workload_with_no_pass_coming_gets_one(rig: Rig):
     assert report.admission_requested
     assert rig.messages.admission_requests == [("sweeper: admissible, no pass seen", None)]
     assert rig.admit() == [KEY]
+
+
+def test_a_pod_group_with_its_pods_and_no_pass_coming_gets_one(rig: Rig):
+    # GIVEN a pod group whose pods are all there, the admission request it made lost
+    group = "ns/grp@podgroup"
+    rig.submit(group, 2, kind=Kind.POD_GROUP)
+    for i, seq in enumerate((2, 3)):
+        rig.pod(group, f"g{i}", seq, ready=False, node=None)
+    rig.messages.admission_requests.clear()
+    # WHEN the sweeper runs
+    report = _sweeper(rig).run(rig.clock.now)
+    # THEN it judges the group on its pods (the phase index holds none of them) and
+    # asks for a pass, which admits it
+    assert report.admission_requested
+    assert rig.admit() == [group]
 
 
 def test_leftover_effects_of_a_deactivated_workload_are_repaired_by_a_pass_naming_it(rig: Rig):

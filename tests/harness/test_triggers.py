@@ -108,8 +108,9 @@ def test_the_harness_notices_a_pass_that_misses_a_holder(monkeypatch: pytest.Mon
 def test_the_harness_notices_deadlines_left_unarmed_by_a_settings_change(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # GIVEN a control plane that does not act on the deadlines a settings change owes
-    monkeypatch.setattr(ControlPlane, "settle_deadlines", lambda self: [])
+    # GIVEN a control plane that owes no deadline after a settings change (neither the
+    # "settings changed" request nor the sweeper acts on one)
+    monkeypatch.setattr("muster.runtime.deadlines.owed_timer", lambda w, qs: None)
     # THEN gangs admitted under dryRun stay Admitted with no deadline
     assert noticed(range(20), "with no deadline armed")
 

@@ -101,7 +101,8 @@ class Truth:
             self.nodes[name] = self.node_event(name, True)
 
     def node_event(self, name: str, ready: bool) -> NodeObserved:
-        gpus = self.history.gpus_per_node if self.capacity else None
+        reported = self.capacity or self.history.node_gpus
+        gpus = self.history.gpus_per_node if reported else None
         return NodeObserved(name, ready, seq=self.rev, gpus=gpus)
 
     # ------------------------------------------------------------------ what users do

@@ -57,6 +57,9 @@ class History:
     horizon: float  # the perturbed part ends here; then the agent relists and all settles
     actions: tuple[Action, ...] = field(default_factory=tuple)
     queue_quotas: tuple[tuple[str, int], ...] = ()  # queues with a GPU quota of their own
+    # Node events report each node's GPUs, as the agent does (older agents did not):
+    # the control plane then keeps each node's newest report, which a late one is not.
+    node_gpus: bool = False
 
 
 def generate(seed: int, *, jobs: int = 5, nodes: int = 3, horizon: float = 400.0) -> History:
@@ -235,7 +238,7 @@ def generate_triggers(
     for _ in range(rng.randint(1, 2)):
         start = rng.uniform(0, horizon * 0.8)
         actions.append(Action(start, "interleave", until=start + rng.uniform(30, 150)))
-    history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),))
+    history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),), True)
     twins = (Kind.PYTORCHJOB, Kind.JOBSET, Kind.POD_GROUP)
     history = _with_twins(history, rng, rng.randint(1, 2), twins)
     return with_settings_toggles(history, seed, ALL_TOGGLES)

@@ -12,8 +12,8 @@ object with the revision of its last change, followed by a `Cluster Snapshot` of
 Jobs and of pods.
 
 `HistoryRun` plays a history: the loop of what is due (actions, deliveries,
-timers, requeues, admission requests), messages delivered again when their
-handling fails, administrators' settings changes, PutEvents entries throttled in
+timers, requeues, admission requests, the sweeper every minute), messages
+delivered again when their handling fails, administrators' settings changes, PutEvents entries throttled in
 a window, and admission passes interleaved with other events in a window; the
 quota is watched at every admission and release (`invariants.QuotaWatch`), and
 the view compared with the truth at the end (`invariants.check_final`).
@@ -57,8 +57,10 @@ from muster.runtime.messages import retry_delay
 from muster.runtime.ports import Bus, ClusterActions, Messages, Metrics, Timers, WorkloadStore
 from muster.runtime.results import EffectFailed, TooManyConflicts, WorkloadNotYetKnown
 from muster.runtime.service import ControlPlane
+from muster.runtime.sweeper import Sweeper
 
 SETTLE = 300.0  # after the horizon: no faults, everything delivered at once
+SWEEP_EVERY = 60.0  # the sweeper's schedule
 
 
 def build_plane(
@@ -127,6 +129,13 @@ class LoopMessages:
         self, reason: str, workload: str | None, *, retry: int = 0, delay: float = 0.0
     ) -> None:
         self.loop.at(self.loop.now + delay, "admission", workload)
+
+    def deadline_later(self, workload: str, timer: Timer, delay: float) -> None:
+        """A deadline's signal through the timer queue (the sweeper's, or a rearm's)."""
+        event = DeadlineReached(
+            workload, timer.attempt, timer.kind, timer.episode, timer.incarnation
+        )
+        self.loop.at(self.loop.now + delay, "signal", event)
 
 
 # --------------------------------------------------------------------------- one run
@@ -273,6 +282,11 @@ class HistoryRun:
         self.plane = plane(**ports)
         # The pass of an invocation that runs while others handle events (interleaved).
         self.pass_plane = plane(**{**ports, "store": Interleaving(ports["store"], self._between)})
+        # The sweeper, on its schedule: what a lost or dead-lettered message would have
+        # moved (a finished workload's pass request, say), it sends again.
+        self.sweeper = Sweeper(
+            ports["store"], self.messages, lambda: self.settings_log[-1][1], ports["metrics"]
+        )
         self.requested = False  # a message asked for an admission pass
         self.hints: set[str] = set()
         self.retry = 0  # passes in a row that set workloads aside
@@ -306,6 +320,7 @@ class HistoryRun:
             loop.at(action.at, "action", action)
         loop.at(self.history.horizon, "horizon", None)
         self.end = self.history.horizon + SETTLE
+        loop.at(SWEEP_EVERY, "sweep", None)
         while loop.queue and loop.queue[0][0] <= self.end:
             when, _, kind, payload = heapq.heappop(loop.queue)
             loop.now = max(loop.now, when)
@@ -375,6 +390,9 @@ class HistoryRun:
             self.requested = True
             if payload:
                 self.hints.add(payload)
+        elif kind == "sweep":
+            self.sweeper.run(self.loop.now)
+            self.loop.at(self.loop.now + SWEEP_EVERY, "sweep", None)
 
     def _again(self, kind: str, payload: Any) -> None:
         self.outcome.faults["handled again"] = self.outcome.faults.get("handled again", 0) + 1

@@ -21,6 +21,7 @@ from muster.core import (
     ACTIVE_PHASES,
     AdmissionPlan,
     AdmissionQueue,
+    Kind,
     Settings,
     Workload,
     plan_admission,
@@ -150,8 +151,13 @@ def admission_inputs(
     """The planner's inputs as the indexes show them now.
 
     `leave_out`: keys not to plan for; `holders`: the quota holders, if the caller
-    has just read them (`quota_holders`).
+    has just read them (`quota_holders`). A pod group is read with its pods: whether
+    it may be admitted depends on them, and the index holds none.
     """
     active = quota_holders(store) if holders is None else holders
-    queued = [w for w in store.pending() if w.key not in leave_out]
+    queued = [
+        stored(store, w) if w.kind is Kind.POD_GROUP else w
+        for w in store.pending()
+        if w.key not in leave_out
+    ]
     return HoldingsReader(store).inputs(settings, queued, active)
