@@ -199,6 +199,7 @@ def train_pod(name: str, rv: str, phase: str = "Running", gpus: int = 8) -> dict
     pod = other_pod(name, rv, gpus=gpus, phase=phase)
     pod["metadata"]["namespace"] = "ml"
     pod["metadata"]["labels"] = {"batch.kubernetes.io/job-name": "train"}
+    pod["metadata"]["ownerReferences"] = [controller("Job", "train")]
     return pod
 
 
