@@ -7,6 +7,7 @@ due from that time: one late step does not push back the steps after it.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,3 +90,49 @@ def test_an_eviction_finds_the_cluster_where_the_scenario_has_it() -> None:
     cluster.evict(Evict(workload_key("a"), 1, Kind.JOB, Reason.PODS_READY_TIMEOUT, None))
     # THEN the pod was Ready from 2 s and ran until the eviction at 5 s
     assert cluster.kube.useful_gpu_seconds == 3 * 8.0
+
+
+class Timed(Sent):
+    """What was sent, each with the moment (the cluster's clock) it went."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__()
+        self.clock = clock
+        self.at: list[tuple[float, Any]] = []
+
+    def send(self, entries: Any) -> None:
+        super().send(entries)
+        self.at += [(self.clock(), e) for e in entries]
+
+
+def test_the_cluster_keeps_time_in_a_thread_of_its_own() -> None:
+    # GIVEN a run of 0.3 s that becomes Ready 0.2 s after its admission, on the real clock
+    story = scenario(
+        "cluster: {nodes: 1, gpusPerNode: 8}\n"
+        "workloads: [{name: a, pods: 1, gpusPerPod: 8, startupSeconds: 0.2, runSeconds: 0.3}]\n"
+    )
+    holder: list[LocalCluster] = []
+    sent = Timed(lambda: holder[0].now())
+    cluster = LocalCluster(story, sent)
+    holder.append(cluster)
+    cluster.start()
+    # WHEN it keeps time on its own while the caller is busy with something else
+    thread = cluster.keep_time(idle=5.0)
+    try:
+        before = cluster.now()
+        cluster.admit(Admit(workload_key("a"), 1, Kind.JOB))
+        after = cluster.now()
+        time.sleep(1.5)  # a slow read of the control plane's table, say
+    finally:
+        cluster.halt()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    # THEN the pod was Ready 0.2 s after its admission and the run over 0.3 s later
+    went = {(e.detail_type, e.detail.get("status") or e.detail.get("ready")): e for _, e in sent.at}
+    ready, done = went[(POD_OBSERVED, True)], went[(WORKLOAD_OBSERVED, "Succeeded")]
+    assert before + 0.2 - 0.002 <= seconds_into(cluster, ready) <= after + 0.2 + 0.002
+    assert before + 0.5 - 0.002 <= seconds_into(cluster, done) <= after + 0.5 + 0.002
+    # AND each went to the bus when due, not at the next idle wake-up 5 s on
+    sent_at = {id(e): at for at, e in sent.at}
+    assert sent_at[id(ready)] - seconds_into(cluster, ready) < 0.5
+    assert sent_at[id(done)] - seconds_into(cluster, done) < 0.5

@@ -81,6 +81,8 @@ class LocalCluster:
         # so a step carried out late happens at its due time unless the control plane
         # acted on the cluster since (then at that moment, after it).
         self._moment = 0.0
+        self._wake = threading.Event()  # something new was scheduled
+        self._halted = threading.Event()
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
         self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
@@ -117,6 +119,33 @@ class LocalCluster:
         with self._lock:
             self._catch_up(self.now())
         self.flush()
+
+    def keep_time(self, idle: float = 1.0, tick: float = 0.05) -> threading.Thread:
+        """Step in a thread of its own, at each instant as it falls due and whenever
+        something new is scheduled, so that no other work of the run delays the cluster
+        (at least every `idle` seconds; every `tick` while events wait out the
+        outbox's window). `halt` stops it."""
+
+        def loop() -> None:
+            while not self._halted.is_set():
+                self.step()
+                self._wake.wait(self._until_due(idle, tick))
+                self._wake.clear()
+
+        thread = threading.Thread(target=loop, name="local-cluster", daemon=True)
+        thread.start()
+        return thread
+
+    def halt(self) -> None:
+        self._halted.set()
+        self._wake.set()
+
+    def _until_due(self, idle: float, tick: float) -> float:
+        with self._lock:
+            wait = self._heap[0][0] - self.now() if self._heap else idle
+            if self._outbox.pending:
+                wait = min(wait, tick)
+        return max(0.0, min(wait, idle))
 
     def _catch_up(self, now: float) -> None:
         """Play every instant due by `now`, each at its own time on the scenario's clock
@@ -179,6 +208,7 @@ class LocalCluster:
 
     def _push(self, at: float, tie: int, item: tuple[Any, ...]) -> None:
         heapq.heappush(self._heap, (at, tie, next(self._counter), item))
+        self._wake.set()
 
     def _handle(self, item: tuple[Any, ...], now: float) -> None:
         what = item[0]
