@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from muster import __version__
+from muster.sim.figures import format_seconds
 from muster.sim.scenario import Scenario, load_scenario
 from muster.sim.tune_grid import Run, Tuning, draws_from_seed
-from muster.sim.tune_ranking import format_seconds
 
 SEEDS_WHEN_RANDOM = 3
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from muster.core import parse_settings
+from muster.sim.figures import format_seconds, format_spread
 from muster.sim.tune_grid import (
     BASELINE_NAMES,
     UNSET_VALUE,
@@ -140,17 +141,6 @@ def _with_spread(
     if len(values) == 1:
         return fmt(mean)
     return f"{fmt(mean)}±{fmt((max(values) - min(values)) / 2)}"
-
-
-def format_spread(values: Sequence[float]) -> str:
-    """Seconds over several seeds as `mean±half-range` in the mean's unit, e.g. `7.9±0.1h`."""
-    if not all(math.isfinite(v) for v in values):
-        return "-"
-    mean = math.fsum(values) / len(values)
-    half = (max(values) - min(values)) / 2
-    unit, per = ("h", 3600.0) if mean >= 3600 else ("m", 60.0) if mean >= 60 else ("s", 1.0)
-    digits = 0 if unit == "s" else 1
-    return f"{mean / per:.{digits}f}±{half / per:.{digits}f}{unit}"
 
 
 def describe(r: Run) -> str:
@@ -348,17 +338,6 @@ def read_provenance(text: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def format_seconds(value: float) -> str:
-    """Seconds in the unit a reader takes in at a glance ("-" for never)."""
-    if not math.isfinite(value):
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f}h"
-    if value >= 60:
-        return f"{value / 60:.1f}m"
-    return f"{value:.0f}s"
 
 
 def _without_nulls(doc: Mapping[str, Any]) -> dict[str, Any]:
