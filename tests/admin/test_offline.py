@@ -256,6 +256,7 @@ def test_output_that_cannot_be_written_is_bad_input_before_any_work(
     blocker.write_text("")
     trace = tmp_path / "trace.csv"
     trace.write_text("jobid,submitted_time,num_gpus,duration\n")
+    deadlock = str(REPO / "layers" / "muster" / "scenarios" / "deadlock.yaml")
     for argv in (
         ["simulate", "--builtin", "deadlock", "--out", str(blocker / "out")],
         [
@@ -267,6 +268,8 @@ def test_output_that_cannot_be_written_is_bad_input_before_any_work(
         ],
         ["trace", "cut", str(trace), "--from", "2017-10-02", "-o", str(blocker / "cut.csv")],
         ["local", "--out", str(blocker / "out")],
+        ["tune", deadlock, "--grid", "timeout=5m", "--jobs", "1", "--out", str(blocker / "out")],
+        ["tune", deadlock, "--grid", "timeout=5m", "--jobs", "1", "--out", str(blocker)],
     ):
         # WHEN a command is told to write there THEN one message, exit 2
         assert main(argv) == EXIT_BAD_INPUT, argv

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from muster.cli import EXIT_BAD_INPUT, EXIT_OK
+from muster.cli.command import output_folder_problem
 from muster.sim.scenario import load_scenario
 from muster.sim.specs import ScenarioError
 from muster.sim.tune import format_baseline, provenance, scenarios_to_run
@@ -102,6 +103,10 @@ def run_command(
         scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
     except ScenarioError as exc:
         print(f"muster tune: {exc}", file=err)
+        return EXIT_BAD_INPUT
+    problem = None if args.out is None else output_folder_problem(args.out)
+    if problem is not None:  # asked before the runs, which may take minutes
+        print(f"muster tune: {problem}", file=err)
         return EXIT_BAD_INPUT
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
