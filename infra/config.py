@@ -42,7 +42,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 @dataclass(frozen=True, slots=True)
 class AlarmThresholds:
-    """When the alarms fire; each is documented with its context key in the README."""
+    """When the alarms fire; each is documented, as `muster:alarmThresholds`, in
+    docs/install.md ("Context keys")."""
 
     dlq_messages: int = 1
     function_errors: int = 1
