@@ -236,6 +236,7 @@ def run_local(
             time.sleep(tick)
 
         clock: threading.Thread | None = None
+        runner.warm()
         runner.start(interval=tick)
         try:
             cluster.start()
