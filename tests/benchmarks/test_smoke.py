@@ -93,6 +93,15 @@ SLOW = [
 # On the Philly week: skipped where the traces are absent.
 ON_TRACES = [
     (
+        "delay_by_size.py",
+        ["--jobs", "300"],
+        [
+            r"### philly-2017-10-02-week, pods of 8 GPUs",
+            r"### philly-2017-10-02-week, 5% broken jobs",
+            r"\| 1 GPU \(n=[\d,]+\) \|",
+        ],
+    ),
+    (
         "simulate.py",
         ["--quick"],
         [
