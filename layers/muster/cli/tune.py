@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from muster.cli import EXIT_BAD_INPUT, EXIT_OK
 from muster.cli.command import output_folder_problem
-from muster.sim.scenario import load_scenario
+from muster.sim.scenario import Scenario, load_scenario
 from muster.sim.specs import ScenarioError
 from muster.sim.tune import format_baseline, provenance, scenarios_to_run
 from muster.sim.tune_grid import (
@@ -92,21 +92,9 @@ def run_command(
 ) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
-        if args.jobs < 1:
-            raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
-        if args.seeds is not None and args.seeds < 1:
-            raise ScenarioError(f"--seeds: expected at least 1, got {args.seeds}")
-        grid = parse_grid(args.grid)
-        scenario = load_scenario(args.scenario, seed=args.seed)
-        documents = [doc for _, doc in combinations(scenario, grid)]  # every one checked
-        documents += [b.document for b in baselines(scenario)]
-        scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
+        grid, scenario, scenarios = _inputs(args)
     except ScenarioError as exc:
         print(f"muster tune: {exc}", file=err)
-        return EXIT_BAD_INPUT
-    problem = None if args.out is None else output_folder_problem(args.out)
-    if problem is not None:  # asked before the runs, which may take minutes
-        print(f"muster tune: {problem}", file=err)
         return EXIT_BAD_INPUT
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
@@ -132,6 +120,26 @@ def run_command(
             plot_pareto(tuning, best, files[-1])
         print("wrote " + ", ".join(str(f) for f in files), file=out)
     return EXIT_OK
+
+
+def _inputs(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[str, list[Any]]], Scenario, list[Scenario]]:
+    """The grid, the scenario and the scenarios to run, every input checked before any
+    run (they may take minutes): a mistake raises `ScenarioError`."""
+    if args.jobs < 1:
+        raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ScenarioError(f"--seeds: expected at least 1, got {args.seeds}")
+    grid = parse_grid(args.grid)
+    scenario = load_scenario(args.scenario, seed=args.seed)
+    documents = [doc for _, doc in combinations(scenario, grid)]  # every one checked
+    documents += [b.document for b in baselines(scenario)]
+    scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
+    problem = None if args.out is None else output_folder_problem(args.out)
+    if problem is not None:
+        raise ScenarioError(problem)
+    return grid, scenario, scenarios
 
 
 def _heading(name: str, tuning: Tuning, objective: str) -> str:
