@@ -109,8 +109,9 @@ def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
 def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     effects: list[Effect] = []
     if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
-        # Replacement pods of an admitted group arrive gated: release them too.
-        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
+        # Replacement pods of an admitted group arrive gated: the release lifts the
+        # gates of as many as its gang lacks, never more (`pods_to_release`).
+        effects.append(Admit.of(w, w.attempt))
     if w.phase is Phase.ADMITTED and w.whole:
         return became_ready(w, effects, now)
     if w.phase is Phase.RECOVERING and w.whole:

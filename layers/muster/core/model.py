@@ -438,6 +438,15 @@ class Admit:
     attempt: int
     kind: Kind
     uid: str = ""  # the object admitted: another object under the name is not released
+    # A pod group's admitted gang size: at most that many of its pods are released
+    # (`muster.core.pod_groups.pods_to_release`); 0 for a kind whose object is held.
+    size: int = 0
+
+    @staticmethod
+    def of(w: Workload, attempt: int) -> Admit:
+        """The release of attempt `attempt` of `w` (a pod group's: of its gang size)."""
+        size = w.gang_size if w.kind is Kind.POD_GROUP else 0
+        return Admit(w.key, attempt, w.kind, w.uid, size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,12 @@ simulator, a redelivery) derives the same one.
 A group's pods vanishing is not the group ending: its controller replaces them
 (after an eviction, or a rollout), so only its success ends it.
 
+An admitted group is released up to its gang size and no further
+(`pods_to_release`): its pods beyond the size stay gated, and after the admission
+only as many are released as its released pods that still run fall short of it
+(replacements of lost members). The size is the one admitted and charged for, so
+a group never runs more pods than its charge.
+
 Events come in any order, so the end of a run may be heard of after the next run
 began: after its pods (which an admitted group takes for replacements and releases)
 or its active report. The end still ends that run at its own revision, and the
@@ -18,6 +24,9 @@ pods newer than it start the next run at once (`next_run_begun`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from muster.core.model import (
     Kind,
@@ -87,3 +96,28 @@ def between_pods(w: Workload, e: WorkloadFinished) -> bool:
     """Whether a "deleted" pod group is only between pods: one with none to release
     (say all being replaced at its admission) waits for its controller's new ones."""
     return w.kind is Kind.POD_GROUP and e.reason is Reason.DELETED
+
+
+@dataclass(frozen=True, slots=True)
+class ListedMember:
+    """A pod of a group as the cluster lists it when the group's release is carried out."""
+
+    name: str
+    gated: bool  # it still carries Muster's scheduling gate
+    # Succeeded, Failed or terminating: it no longer counts toward the gang size (a
+    # terminating pod's replacement is released while the pod winds down).
+    ended: bool = False
+
+
+def pods_to_release(size: int, members: Iterable[ListedMember]) -> tuple[str, ...]:
+    """The gated pods of an admitted group of gang size `size` to release, by name.
+
+    As many as the released pods that have not ended fall short of `size`, the
+    first gated ones by name: at the admission the gang's worth, afterwards only
+    replacements of lost members; pods beyond the size stay gated, whatever is
+    added to the group after it was charged.
+    """
+    listed = list(members)
+    running = sum(1 for m in listed if not m.gated and not m.ended)
+    waiting = sorted(m.name for m in listed if m.gated and not m.ended)
+    return tuple(waiting[: max(0, size - running)])

@@ -31,6 +31,7 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.core.keys import MARKERS, parse_workload_key
+from muster.core.pod_groups import ListedMember, pods_to_release
 from muster.harness.clock import VirtualClock
 from muster.harness.histories import Action, History
 from muster.harness.injectors import AdmitRefused
@@ -54,6 +55,7 @@ class Member:
     node: str | None = None
     succeeded: bool = False
     respawn: float | None = None  # the controller's delay before its replacement
+    leaving: bool = False  # deleted, winding down (terminating)
 
 
 @dataclass
@@ -173,11 +175,14 @@ class PodGroups:
     # ------------------------------------------------------------------ ClusterActions
 
     def ungate(self, effect: Admit) -> None:
-        """Lift the gate of every pod of the group (the adapter's way: none is gone)."""
+        """Lift the gates the core's rule chooses, up to the admitted size (the
+        adapter's way: none is gone)."""
         g, t = self.groups.get(effect.workload), self.truth
         if g is None or g.done or not g.live:
             raise WorkloadGone(effect.workload)
-        gated = [m for m in g.live if m.gated]
+        listed = [ListedMember(m.name, m.gated, m.leaving) for m in g.live]
+        chosen = set(pods_to_release(effect.size, listed))
+        gated = [m for m in g.live if m.name in chosen]
         if not gated:
             return
         if t.refused(effect):
@@ -236,6 +241,7 @@ class PodGroups:
     def _remove(self, g: GroupObject, m: Member, respawn: float | None = None) -> None:
         """Delete a member (its replacement follows unless the run is done)."""
         m.respawn = respawn
+        m.leaving = True
         sim = self.truth.sim
         if m.sim and sim._jobs[m.sim].running:
             sim.suspend(m.sim, self.truth.loop.now)  # its deletion comes out of the simulator

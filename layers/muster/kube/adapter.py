@@ -47,6 +47,7 @@ import urllib3
 from muster import contract
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
+from muster.core.pod_groups import ListedMember, pods_to_release
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
@@ -309,13 +310,23 @@ class KubernetesCluster:
         if self._stale(effect):
             return
         # Terminating pods are being replaced by their controller: the group is not
-        # gone, and its replacements are released when they are observed.
-        pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
-        for index, pod in enumerate(pods):
+        # gone, and its replacements are released when they are observed. No more
+        # pods are released than the gang size admitted (the core's rule).
+        size = effect.size or self._admitted_size(workload)
+        chosen = set(pods_to_release(size, (_listed_member(p) for p in members)))
+        for index, pod in enumerate(members):
+            if pod["metadata"]["name"] not in chosen:
+                continue
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
                 # The view goes on the first pods only, as `record`'s does.
                 self._ungate_pod(effect, path, pod, mark=index < MAX_RECORDED_PODS)
+
+    def _admitted_size(self, workload: str) -> int:
+        """The gang size of the committed record, for a release written before the
+        effect carried it (none released without a record)."""
+        record = self.records(workload)
+        return record.gang_size if record is not None else 0
 
     def _ungate_pod(
         self, effect: Admit, path: str, pod: dict[str, Any], *, mark: bool = True
@@ -416,6 +427,17 @@ def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     for key in reversed(path):
         body = {key: body}
     return body
+
+
+def _listed_member(pod: Mapping[str, Any]) -> ListedMember:
+    """A listed pod of a group as the release rule reads it."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    phase = (pod.get("status") or {}).get("phase")
+    return ListedMember(
+        name=pod["metadata"]["name"],
+        gated=any(g.get("name") == SCHEDULING_GATE for g in gates),
+        ended=bool(pod["metadata"].get("deletionTimestamp")) or phase in ("Succeeded", "Failed"),
+    )
 
 
 def _message(exc: ApiException) -> str:
