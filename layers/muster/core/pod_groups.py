@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from muster.core.model import (
+    ACTIVE_PHASES,
     Kind,
     Phase,
     Pod,
@@ -107,6 +108,18 @@ class ListedMember:
     # Succeeded, Failed or terminating: it no longer counts toward the gang size (a
     # terminating pod's replacement is released while the pod winds down).
     ended: bool = False
+
+
+def release_due(before: Workload, w: Workload) -> bool:
+    """Whether an admitted group's pods changing may leave some to release: new pods
+    (replacements arrive gated), or a pod lost while more pods than the gang were
+    live (gated ones beyond the gang may now replace it). `pods_to_release` says
+    how many, when the cluster lists them."""
+    if w.kind is not Kind.POD_GROUP or w.phase not in ACTIVE_PHASES:
+        return False
+    if w.live_pods > before.live_pods:
+        return True
+    return w.live_pods < before.live_pods and before.live_pods > w.gang_size
 
 
 def pods_to_release(size: int, members: Iterable[ListedMember]) -> tuple[str, ...]:
