@@ -28,7 +28,7 @@ def test_the_harness_notices_a_release_beyond_the_gang(monkeypatch: pytest.Monke
     # GIVEN a release that lifts every gate of the group (the gang size ignored)
     monkeypatch.setattr(
         "muster.harness.group_truth.pods_to_release",
-        lambda size, members: tuple(m.name for m in members if m.gated and not m.ended),
+        lambda size, members, each=None: tuple(m.name for m in members if m.gated and not m.ended),
     )
     # THEN groups run more pods than their gang, past the cluster's quota
     said = [

@@ -414,6 +414,27 @@ def test_admit_pod_group_releases_only_replacements_of_lost_members(
     assert ungated == ["/api/v1/namespaces/ml/pods/b-0", "/api/v1/namespaces/ml/pods/b-1"]
 
 
+def test_admit_pod_group_never_releases_a_pod_asking_for_more_than_its_charge(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a gang of 2 charged 1 GPU a pod, and a pod added later, first by name,
+    # that asks for 8 (the agent refuses the group, but the pod is in the listing)
+    def asking(name: str, gpus: str) -> dict[str, Any]:
+        p = pod(name)
+        p["spec"]["containers"] = [{"resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+        return p
+
+    k8s.objects[PODS, "ml", "a-odd"] = asking("a-odd", "8")
+    k8s.objects[PODS, "ml", "grp-0"] = asking("grp-0", "1")
+    k8s.objects[PODS, "ml", "grp-1"] = asking("grp-1", "1")
+    # WHEN the group is released
+    effect = admit(Kind.POD_GROUP, key="ml/grp", size=2)
+    cluster.admit(Admit(effect.workload, 1, Kind.POD_GROUP, size=2, gpus=2))
+    # THEN its two pods of 1 GPU run, and the 8-GPU pod stays gated
+    ungated = [p for m, p, body in requests(k8s) if m == "PATCH" and "spec" in body]
+    assert ungated == ["/api/v1/namespaces/ml/pods/grp-0", "/api/v1/namespaces/ml/pods/grp-1"]
+
+
 def test_a_release_without_a_size_takes_the_records(k8s: Any, cluster: KubernetesCluster) -> None:
     # GIVEN a release stored before releases carried the gang size, and a record of 1
     for i in range(3):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from muster.core import AdmissionGranted, Admit, Kind, Phase, PodObserved, decide
 from muster.core.model import Workload
-from muster.core.pod_groups import ListedMember, pods_to_release
+from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
 
 from tests.unit.conftest import ready, settings, submit
 
@@ -128,6 +128,27 @@ def test_the_release_counts_what_still_runs() -> None:
     assert pods_to_release(0, listed) == ()
 
 
+def test_a_pod_asking_for_more_than_the_charge_per_pod_stays_gated() -> None:
+    # GIVEN a group charged 1 GPU a pod, and a pod created after (first by name) asking 8
+    listed = [
+        ListedMember("a-odd", gated=True, gpus=8),
+        ListedMember("b", gated=True, gpus=None),  # a count no pod can have
+        ListedMember("c", gated=True, gpus=1),
+        ListedMember("d", gated=True, gpus=0),
+    ]
+    # THEN only pods within the charge are released
+    assert pods_to_release(4, listed, each=1) == ("c", "d")
+    assert pods_to_release(4, listed) == ("a-odd", "b", "c", "d")  # no charge: count only
+
+
+def test_a_groups_release_carries_its_charge() -> None:
+    g = Group()
+    for i in range(N):
+        g.create(f"p{i:03d}")
+    (release,) = g.step(AdmissionGranted(KEY, 1))
+    assert (release.size, release.gpus, gpus_each(release)) == (N, 8 * N, 8)
+
+
 def test_only_a_pod_groups_release_carries_a_size() -> None:
     job = decide(None, submit("team/job", pods=4, gpus=32), S, 0).workload
     assert job is not None
@@ -136,4 +157,4 @@ def test_only_a_pod_groups_release_carries_a_size() -> None:
         for e in decide(job, AdmissionGranted("team/job", 1), S, 1).effects
         if isinstance(e, Admit)
     ]
-    assert release.size == 0
+    assert (release.size, release.gpus) == (0, 0)

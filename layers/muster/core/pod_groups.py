@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from muster.core.model import (
     ACTIVE_PHASES,
+    Admit,
     Kind,
     Phase,
     Pod,
@@ -108,6 +109,12 @@ class ListedMember:
     # Succeeded, Failed or terminating: it no longer counts toward the gang size (a
     # terminating pod's replacement is released while the pod winds down).
     ended: bool = False
+    gpus: int | None = 0  # the GPUs it asks for (None: a count no pod can have)
+
+
+def gpus_each(effect: Admit) -> int:
+    """The GPUs a released pod of the group may ask for: its share of the charge."""
+    return -(-effect.gpus // effect.size) if effect.size else 0
 
 
 def release_due(before: Workload, w: Workload) -> bool:
@@ -122,15 +129,23 @@ def release_due(before: Workload, w: Workload) -> bool:
     return w.live_pods < before.live_pods and before.live_pods > w.gang_size
 
 
-def pods_to_release(size: int, members: Iterable[ListedMember]) -> tuple[str, ...]:
+def pods_to_release(
+    size: int, members: Iterable[ListedMember], each: int | None = None
+) -> tuple[str, ...]:
     """The gated pods of an admitted group of gang size `size` to release, by name.
 
     As many as the released pods that have not ended fall short of `size`, the
     first gated ones by name: at the admission the gang's worth, afterwards only
     replacements of lost members; pods beyond the size stay gated, whatever is
-    added to the group after it was charged.
+    added to the group after it was charged. With `each`, a pod asking for more
+    GPUs than that (or for a count no pod can have) stays gated too: one created
+    after the group was charged never runs on the charge of a smaller one.
     """
     listed = list(members)
     running = sum(1 for m in listed if not m.gated and not m.ended)
-    waiting = sorted(m.name for m in listed if m.gated and not m.ended)
+    waiting = sorted(
+        m.name
+        for m in listed
+        if m.gated and not m.ended and (each is None or (m.gpus is not None and m.gpus <= each))
+    )
     return tuple(waiting[: max(0, size - running)])

@@ -31,7 +31,7 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.core.keys import MARKERS, parse_workload_key
-from muster.core.pod_groups import ListedMember, pods_to_release
+from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
 from muster.harness.clock import VirtualClock
 from muster.harness.histories import Action, History
 from muster.harness.injectors import AdmitRefused
@@ -191,8 +191,8 @@ class PodGroups:
         g, t = self.groups.get(effect.workload), self.truth
         if g is None or g.done or not g.live:
             raise WorkloadGone(effect.workload)
-        listed = [ListedMember(m.name, m.gated, m.leaving) for m in g.live]
-        chosen = set(pods_to_release(effect.size, listed))
+        listed = [ListedMember(m.name, m.gated, m.leaving, g.gpus_per_pod) for m in g.live]
+        chosen = set(pods_to_release(effect.size, listed, gpus_each(effect)))
         gated = [m for m in g.live if m.name in chosen]
         if not gated:
             return

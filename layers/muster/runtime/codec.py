@@ -105,7 +105,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
                 "uid": effect.uid,
-                **({"size": effect.size} if effect.size else {}),
+                **({"size": effect.size, "gpus": effect.gpus} if effect.size else {}),
             }
         case Evict():
             return {
@@ -155,6 +155,7 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
             Kind(doc["kind"]),
             doc.get("uid", ""),
             int(doc.get("size", 0)),
+            int(doc.get("gpus", 0)),
         )
     if kind == "Evict":
         return Evict(

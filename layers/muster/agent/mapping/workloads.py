@@ -26,7 +26,6 @@ from muster.agent.mapping.objects import (
     parse_k8s_time,
     workload_object_key,
 )
-from muster.agent.mapping.resources import QuantityError, pod_gpus
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
@@ -37,6 +36,7 @@ from muster.kube.conventions import (
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
 )
+from muster.kube.resources import QuantityError, pod_gpus
 from muster.schema import MAX_POD_GROUPS, MAX_WORKLOAD_PODS
 
 # Which condition on each kind says the workload has ended, and how.
