@@ -26,6 +26,7 @@ from muster.core.model import (
     PodsListed,
     Workload,
 )
+from muster.core.pod_groups import live_change_releases
 from muster.core.settings import QueueSettings, Settings
 
 
@@ -181,7 +182,8 @@ def observe_stored_pod(
         return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
     delta = _counts_ready(pod) - _counts_ready(known)
     live = _live(pod) - _live(known)
-    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and _may_release(w, live, live_count):
+    releases = live_change_releases(live_count, live_count + live, w.gang_size)
+    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and releases:
         # An admitted group's new pod arrives gated, and a lost one may be replaced by
         # a gated pod beyond its gang: releasing them is the whole gang's.
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
@@ -238,11 +240,6 @@ def gang_may_have_moved(
     if live_count is not None and _waits_for_pods(w) and live_count >= w.gang_size:
         return True
     return w.phase is Phase.RUNNING and ready_count < w.gang_size
-
-
-def _may_release(w: Workload, live: int, live_count: int) -> bool:
-    """`pod_groups.release_due` for a pod event changing the live count by `live`."""
-    return live > 0 or (live < 0 and live_count > w.gang_size)
 
 
 def _waits_for_pods(w: Workload) -> bool:
