@@ -264,8 +264,12 @@ class Memory:
         if kind is Kind.POD_GROUP:
             self._foreign_pod(name, pod, deleted=deleted, mine=True)
             self._group_member(workload, pod, seq, deleted=deleted, force=force)
-            if workload not in self.workloads and not deleted:
-                return  # the group is not valid (see the log); its pods mean nothing yet
+            refused = workload not in self.workloads or workload in self.invalid
+            if refused and not deleted and name not in self.pods:
+                # The group is not valid (see the log): a pod of it not yet reported
+                # waits until it is, so that the control plane never counts (and
+                # releases) pods the group's last valid view does not charge for.
+                return
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
             if name in self.pods:
@@ -402,11 +406,22 @@ class Memory:
         if view is not None:
             # Newer than every member's own version, so a re-derived view is never stale.
             seq = max([seq, *(self.seq(meta(p).get("resourceVersion")) for p in members.values())])
+            was_refused = group in self.invalid
             self._send_workload(view, seq, force=force)
+            if was_refused and group not in self.invalid:
+                self._withheld_members(group, members)
         if not members:
             # The pods were deleted (an eviction, or the user); the group stays known
             # to the control plane until its controller creates replacements.
             del self.groups[group]
+
+    def _withheld_members(self, group: str, members: Mapping[str, Mapping[str, Any]]) -> None:
+        """A group valid again: the pods held back while it was refused are reported."""
+        for pod in members.values():
+            name = object_key(pod)
+            if name not in self.pods:
+                seq = self.seq(meta(pod).get("resourceVersion"))
+                self._send_pod(Kind.POD_GROUP, group, name, pod, seq, deleted=False)
 
     def _forget_waiting(self) -> None:
         """Pods whose workload did not show up in time are not Muster's (or a relist heals)."""

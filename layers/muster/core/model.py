@@ -438,6 +438,18 @@ class Admit:
     attempt: int
     kind: Kind
     uid: str = ""  # the object admitted: another object under the name is not released
+    # A pod group's admitted gang size and the GPUs it is charged for: at most that
+    # many of its pods are released, none asking for more than its share of the GPUs
+    # (`muster.core.pod_groups.pods_to_release`); 0 for a kind whose object is held.
+    size: int = 0
+    gpus: int = 0
+
+    @staticmethod
+    def of(w: Workload, attempt: int) -> Admit:
+        """The release of attempt `attempt` of `w` (a pod group's: of its charge)."""
+        if w.kind is not Kind.POD_GROUP:
+            return Admit(w.key, attempt, w.kind, w.uid)
+        return Admit(w.key, attempt, w.kind, w.uid, w.gang_size, w.gpus)
 
 
 @dataclass(frozen=True, slots=True)

@@ -379,7 +379,7 @@ def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> De
         fault_episodes=0,
     )
     effects: list[Effect] = [
-        Admit(w.key, e.attempt, w.kind, w.uid),
+        Admit.of(w, e.attempt),
         StartTimer(w.key, timer),
         Publish(
             LogEvent.ADMITTED,

@@ -406,7 +406,7 @@ class Truth:
                 held[obj.queue] += obj.gpus
         for g in self.groups.values():
             if g.released:
-                held[g.queue] += g.gpus
+                held[g.queue] += g.held_gpus
         return held
 
     def own_pods(self, key: str) -> dict[str, PodObserved]:

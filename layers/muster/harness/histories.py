@@ -18,18 +18,19 @@ from muster.core.model import Kind
 @dataclass(frozen=True, slots=True)
 class Action:
     """`create` / `delete` a workload (`job`), `fail` / `repair` / `flap` / `unflap` a
-    node, `gap` (no agent runs until `until`), `resync` (the agent relists),
-    `settings` (an administrator's change, see `SETTINGS_TOGGLES`).
+        node, `gap` (no agent runs until `until`), `resync` (the agent relists),
+        `settings` (an administrator's change, see `SETTINGS_TOGGLES`).
 
-    The triggers (`generate_triggers`) add: `rerun` (a pod group run again under its
-    name once its last run has ended), `replace` (a pod group's controller replaces
-    `pods` of its members, all of them when 0, the new ones `delay` seconds later),
-    `refuse` (the API server refuses the next attempt's release of `job`, every try of
-    it), `throttle` (PutEvents answers `value`% of the entries ThrottlingException
-    until `until`), `interleave` (admission passes until `until` run while other
-    events are handled). `linger` on a `delete`: the object's pods terminate that
-    many seconds later; `late` on an `unflap` / `repair`: the node's NotReady is
-    delivered again after its Ready.
+        The triggers (`generate_triggers`) add: `rerun` (a pod group run again under its
+        name once its last run has ended), `replace` (a pod group's controller replaces
+        `pods` of its members, all of them when 0, the new ones `delay` seconds later),
+        `spares` (the owner of a pod group adds `pods` pods beyond its gang:
+    `with_pods_beyond_the_gang`), `refuse` (the API server refuses the next attempt's release of `job`, every try of
+        it), `throttle` (PutEvents answers `value`% of the entries ThrottlingException
+        until `until`), `interleave` (admission passes until `until` run while other
+        events are handled). `linger` on a `delete`: the object's pods terminate that
+        many seconds later; `late` on an `unflap` / `repair`: the node's NotReady is
+        delivered again after its Ready.
     """
 
     at: float
@@ -255,3 +256,24 @@ def _pod_group(rng: random.Random, key: str, horizon: float) -> list[Action]:
         at = rng.uniform(horizon * 0.05, horizon * 0.85)
         actions.append(Action(at, "replace", job=key, pods=pods, delay=rng.uniform(0.5, 15)))
     return actions
+
+
+def with_pods_beyond_the_gang(history: History, seed: int) -> History:
+    """`history` with pods added to its pod groups beyond their gang while they run (a
+    tenant adding members after the group was charged, which must stay gated): one
+    or two `spares` actions of 1 to 6 pods per group."""
+    rng = random.Random(seed * 7_919 + 5)
+    groups = sorted(
+        {
+            a.job
+            for a in history.actions
+            if a.what == "create" and parse_workload_key(a.job)[2] is Kind.POD_GROUP
+        }
+    )
+    actions = list(history.actions)
+    for key in groups:
+        for _ in range(rng.randint(1, 2)):
+            at = rng.uniform(0, history.horizon * 0.85)
+            actions.append(Action(at, "spares", job=key, pods=rng.randint(1, 6)))
+    actions.sort(key=lambda a: a.at)
+    return replace(history, actions=tuple(actions))

@@ -292,8 +292,10 @@ def _group_problems(
         state = "released" if g.released else "gated"
         return [f"{key}: the group is {state} but Muster has it {w.phase.value}"]
     problems = _pod_problems(key, truth, w, g.released)
-    if g.released and any(m.gated for m in g.live):
+    if g.released and g.running < w.gang_size and any(m.gated for m in g.live):
         problems.append(f"{key}: admitted, but a replacement pod is still gated")
+    if g.peak > w.gang_size:
+        problems.append(f"{key}: {g.peak} pods released at once for a gang of {w.gang_size}")
     problems += _timer_problems(key, w, timers)
     if w.phase is Phase.REQUEUED and (key, w.requeue_count) not in requeues:
         problems.append(f"{key}: Requeued with no requeue message")

@@ -430,6 +430,8 @@ class HistoryRun:
                 truth.pod_groups.rerun(a.job, keep_old=a.pods > 0)
             case "replace":
                 truth.pod_groups.replace_members(a.job, a.pods, a.delay)
+            case "spares":
+                truth.pod_groups.add_spares(a.job, a.pods)
             case "refuse":
                 truth.refuse(a.job)
             case "throttle":

@@ -105,6 +105,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
                 "uid": effect.uid,
+                **({"size": effect.size, "gpus": effect.gpus} if effect.size else {}),
             }
         case Evict():
             return {
@@ -148,7 +149,14 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
 def decode_effect(doc: dict[str, Any]) -> Effect:
     kind = doc["type"]
     if kind == "Admit":
-        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]), doc.get("uid", ""))
+        return Admit(
+            doc["workload"],
+            int(doc["attempt"]),
+            Kind(doc["kind"]),
+            doc.get("uid", ""),
+            int(doc.get("size", 0)),
+            int(doc.get("gpus", 0)),
+        )
     if kind == "Evict":
         return Evict(
             doc["workload"],

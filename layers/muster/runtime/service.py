@@ -280,7 +280,9 @@ class ControlPlane:
         w = light.workload
         settings = self.settings()
         counts_live = light.live_count is not None
-        change = observe_stored_pod(w, light.pod, event, settings, counts_live=counts_live)
+        change = observe_stored_pod(
+            w, light.pod, event, settings, counts_live=counts_live, live_count=light.live_count or 0
+        )
         if change.whole_gang:
             return None
         if change.outcome is not Outcome.APPLIED:

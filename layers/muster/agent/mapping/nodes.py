@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.agent.mapping.objects import TOLERATED_TAINTS, labels
-from muster.agent.mapping.resources import node_gpus
 from muster.kube.conventions import NODE_HEALTH_LABEL
+from muster.kube.resources import node_gpus
 
 # HyperPod's health label values on which new pods may still land.
 SCHEDULABLE_HEALTH = frozenset({"Schedulable", "SchedulablePreferred"})
@@ -20,7 +20,7 @@ class NodeView:
 
     ready: bool
     health: str | None
-    gpus: int = 0  # allocatable GPUs (`muster.agent.mapping.resources`)
+    gpus: int = 0  # allocatable GPUs (`muster.kube.resources`)
     unschedulable: str | None = None  # why new pods may not land on it; None: they may
 
 

@@ -26,7 +26,6 @@ from muster.agent.mapping.objects import (
     parse_k8s_time,
     workload_object_key,
 )
-from muster.agent.mapping.resources import QuantityError, pod_gpus
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
@@ -37,6 +36,7 @@ from muster.kube.conventions import (
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
 )
+from muster.kube.resources import QuantityError, pod_gpus
 from muster.schema import MAX_POD_GROUPS, MAX_WORKLOAD_PODS
 
 # Which condition on each kind says the workload has ended, and how.
@@ -207,12 +207,19 @@ def pod_group_view(
     Also None when every pod has finished without the group succeeding (its
     succeeded pods being deleted after its end, say): active means pods that run
     or wait, so that an active group after its end is a new run of its name.
+
+    The group is charged from all its members that have not finished (all of them
+    once none is left): they must agree on what the charge is made of (the gang
+    size, the GPUs each pod asks for, the queue, the priority, the PriorityClass,
+    the timeout), or the group is refused with the first difference, never
+    charged from one pod while the others ask for more.
     """
     members = sorted(pods, key=lambda p: str(meta(p).get("name")))
     if not members:
         return None
-    first = members[0]
     problems: list[str] = []
+    deciding = [p for p in members if _unfinished(p)] or members
+    first, each, refused = _agreed(deciding)
     size = _group_size(first, problems)
     created = [t for t in (parse_k8s_time(meta(p).get("creationTimestamp")) for p in members) if t]
     status = _group_status(members, size)
@@ -221,10 +228,6 @@ def pod_group_view(
     # The API server has resolved the pods' class (the default one included) and value.
     name, value = _class_name(first), (first.get("spec") or {}).get("priority")
     resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
-    try:
-        each, refused = pod_gpus(first), _too_large(size, [])
-    except QuantityError as exc:
-        each, refused = 0, f"its pods ask for {exc}"
     return WorkloadView(
         key=key,
         kind=Kind.POD_GROUP,
@@ -240,8 +243,73 @@ def pod_group_view(
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
         shape=pod_shape_of([(size, each)]),
-        placement=placement_rules([first], tolerated),
-        refused=refused,
+        placement=placement_rules(deciding, tolerated),
+        refused=refused or _too_large(size, []),
+    )
+
+
+# What a pod group's charge is made of besides its GPUs, in `_charge_terms`' order.
+_CHARGE_TERMS = (
+    MIN_AVAILABLE_ANNOTATION,
+    QUEUE_LABEL,
+    PRIORITY_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    "priorityClassName",
+    "priority",
+)
+
+
+def _charge_terms(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """How a member says each of `_CHARGE_TERMS`, and its containers (whose GPUs the
+    scheduler's formula reads)."""
+    notes, spec = notes_of(pod), pod.get("spec") or {}
+    return (
+        notes.get(MIN_AVAILABLE_ANNOTATION),
+        labels(pod).get(QUEUE_LABEL),
+        notes.get(PRIORITY_ANNOTATION),
+        notes.get(TIMEOUT_ANNOTATION),
+        spec.get("priorityClassName"),
+        spec.get("priority"),
+        spec.get("containers"),
+        spec.get("initContainers"),
+    )
+
+
+def _agreed(members: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], int, str]:
+    """(the first member, the GPUs each member asks for, why the group is refused or "").
+
+    Every member is read (its GPUs by the scheduler's formula, exactly), and the
+    first that differs from the first member on any term of the charge refuses
+    the group, naming both pods. Members of one template say the same, and their
+    GPUs are read once.
+    """
+    first = members[0]
+    try:
+        each = pod_gpus(first)
+    except QuantityError as exc:
+        return first, 0, f"its pods ask for {exc}"
+    said = _charge_terms(first)
+    terms = len(_CHARGE_TERMS)
+    for pod in members[1:]:
+        found = _charge_terms(pod)
+        if found == said:
+            continue
+        for what, expected, got in zip(_CHARGE_TERMS, said[:terms], found[:terms], strict=True):
+            if got != expected:
+                return first, 0, _disagree(what, first, expected, pod, got)
+        try:
+            gpus = pod_gpus(pod)
+        except QuantityError as exc:
+            return first, 0, f"its pods ask for {exc}"
+        if gpus != each:
+            return first, 0, _disagree("GPUs per pod", first, each, pod, gpus)
+    return first, each, ""
+
+
+def _disagree(what: str, a: Mapping[str, Any], said: Any, b: Mapping[str, Any], found: Any) -> str:
+    return (
+        f"its pods disagree on {what}: {meta(a).get('name')} has {said!r}, "
+        f"{meta(b).get('name')} has {found!r}; every pod of a group must ask for the same"
     )
 
 
