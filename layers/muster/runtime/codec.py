@@ -105,7 +105,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
                 "uid": effect.uid,
-            }
+            } | ({"domain": effect.domain} if effect.domain else {})
         case Evict():
             return {
                 "type": "Evict",
@@ -148,7 +148,13 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
 def decode_effect(doc: dict[str, Any]) -> Effect:
     kind = doc["type"]
     if kind == "Admit":
-        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]), doc.get("uid", ""))
+        return Admit(
+            doc["workload"],
+            int(doc["attempt"]),
+            Kind(doc["kind"]),
+            doc.get("uid", ""),
+            str(doc.get("domain") or ""),
+        )
     if kind == "Evict":
         return Evict(
             doc["workload"],
