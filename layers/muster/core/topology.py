@@ -60,6 +60,7 @@ _VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 Topology = tuple[tuple[str, str], ...]  # (level, label value), widest level first
 Pods = tuple[tuple[int, int], ...]  # (count, GPUs each), largest first
+NO_TOPOLOGY: Topology = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,38 @@ def node_topology(labels: Mapping[str, Any]) -> Topology:
 
 def valid_value(value: str) -> bool:
     return len(value.encode()) <= VALUE_BYTES and _VALUE.fullmatch(value) is not None
+
+
+def event_request(value: object) -> str:
+    """The `topology` of a `Workload Observed` event: "" or a request, canonical."""
+    if value is None or value == "":
+        return ""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"expected required=<level> or preferred=<level>, got {value!r}")
+        return str(parse_request(value))
+    except ValueError as exc:
+        problem(f"topology: {exc}")
+        return ""
+
+
+def event_topology(value: object) -> Topology:
+    """The `topology` of a `Node Observed` event (level -> label value): every wrong
+    entry is a mistake of its own."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        problem("topology: expected an object of level -> label value")
+        return ()
+    for key, label in value.items():
+        if key not in _RANK:
+            problem(f"topology: {_unknown_level(str(key)[:80])}")
+        elif not isinstance(label, str) or not valid_value(label):
+            problem(
+                f"topology.{key}: {str(label)[:80]!r} is not a Kubernetes label value "
+                f"(at most {VALUE_BYTES} of A-Z, a-z, 0-9, '-', '_', '.')"
+            )
+    return tuple((level, value[level]) for level in LEVELS if level in value)
 
 
 # --------------------------------------------------------------------------- settings
@@ -333,6 +366,7 @@ __all__ = [
     "LABELS",
     "LABEL_KEYS",
     "LEVELS",
+    "NO_TOPOLOGY",
     "Topology",
     "TopologyRequest",
     "TopologySkip",
@@ -342,6 +376,8 @@ __all__ = [
     "domain_level",
     "domain_selector",
     "domains",
+    "event_request",
+    "event_topology",
     "first_fit",
     "level_name",
     "levels_document",
