@@ -81,3 +81,44 @@ def test_muster_status_says_why_a_required_gang_waits(tas: Rig) -> None:
     rig.plane().handle(block("n4", "s1", "b2", seq=2))
     rig.plane().handle(block("n5", "s1", "b2"))
     assert rig.admit() == ["ns/big"]
+
+
+class _Deployment:
+    """What `describe_view` reads of a deployment: its store and its settings."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+
+    def store(self) -> object:
+        return self.rig.store
+
+    def settings(self, _store: object) -> object:
+        rig = self.rig
+
+        class Effective:
+            def effective(self) -> object:
+                return rig.settings()
+
+        return Effective()
+
+
+def test_muster_describe_shows_where_a_gang_was_placed_and_why_another_waits(tas: Rig) -> None:
+    from muster.admin.describe import describe_view
+    from muster.admin.render import format_describe
+
+    rig = tas
+    for node, name in [("n1", "b1"), ("n2", "b1"), ("n3", "b2")]:
+        rig.plane().handle(block(node, "s1", name))
+    rig.submit("ns/a", 2, gpus=16, shape=((2, 8),), topology=f"required={L3}")
+    rig.submit("ns/b", 2, gpus=16, shape=((2, 8),), topology=f"required={L3}")
+    assert rig.admit() == ["ns/a"]
+    placed = format_describe(describe_view(_Deployment(rig), "ns/a"))  # type: ignore[arg-type]
+    b1 = "network-node-layer-2=s1,network-node-layer-3=b1"
+    assert "  topology   required=network-node-layer-3\n" in placed
+    assert f"  placed in  {b1}\n" in placed
+    assert f"Admitted         attempt=1 domain={b1}" in placed
+    waiting = format_describe(describe_view(_Deployment(rig), "ns/b"))  # type: ignore[arg-type]
+    assert (
+        "  waiting    needs 2 \u00d7 8 GPUs in one network-node-layer-3 block; "
+        "the largest free block has room for 1\n"
+    ) in waiting
