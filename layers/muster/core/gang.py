@@ -110,7 +110,7 @@ def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) 
     effects: list[Effect] = []
     if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
         # Replacement pods of an admitted group arrive gated: release them too.
-        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
+        effects.append(Admit(w.key, w.attempt, w.kind, w.uid, w.domain, w.topology))
     if w.phase is Phase.ADMITTED and w.whole:
         return became_ready(w, effects, now)
     if w.phase is Phase.RECOVERING and w.whole:

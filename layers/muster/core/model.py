@@ -446,6 +446,9 @@ class Admit:
     kind: Kind
     uid: str = ""  # the object admitted: another object under the name is not released
     domain: str = ""  # keep its pods inside this topology domain ("" for anywhere)
+    # Its topology request ("" for none): then Muster owns its pod templates' topology
+    # labels, set to the domain's (none when placed anywhere).
+    topology: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -392,7 +392,7 @@ def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> De
     if w.topology:
         detail |= admitted_detail(w.topology, e.domain, w.queue, qs.topology_levels)
     effects: list[Effect] = [
-        Admit(w.key, e.attempt, w.kind, w.uid, e.domain),
+        Admit(w.key, e.attempt, w.kind, w.uid, e.domain, w.topology),
         StartTimer(w.key, timer),
         Publish(LogEvent.ADMITTED, w.key, detail),
     ]

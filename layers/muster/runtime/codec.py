@@ -105,7 +105,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
                 "uid": effect.uid,
-            } | ({"domain": effect.domain} if effect.domain else {})
+            } | ({"domain": effect.domain, "topology": effect.topology} if effect.topology else {})
         case Evict():
             return {
                 "type": "Evict",
@@ -154,6 +154,7 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
             Kind(doc["kind"]),
             doc.get("uid", ""),
             str(doc.get("domain") or ""),
+            str(doc.get("topology") or ""),
         )
     if kind == "Evict":
         return Evict(
