@@ -14,6 +14,7 @@ from muster.core.capacity import NodeCapacity
 from muster.core.model import Admit, LogEvent, Phase, Publish, Workload
 from muster.core.settings import SettingsError, merge_settings, parse_settings
 from muster.core.topology import (
+    common_domain,
     domain_at,
     domain_selector,
     node_topology,
@@ -382,3 +383,14 @@ def test_across_passes_the_gangs_admitted_into_domains_all_fit_them_together(
             free[n.node] -= take * each
             left -= take
         assert left == 0, f"{w.key} admitted into {w.domain} over what earlier gangs hold there"
+
+
+def test_common_domain_says_whether_bound_pods_stayed_in_one_block() -> None:
+    nodes = {n.node: n.topology for n in NODES}
+    b2 = "network-node-layer-1=s,network-node-layer-2=s1,network-node-layer-3=b2"
+    assert common_domain(nodes, ["n3", "n5", "n4"], L3) == b2
+    assert common_domain(nodes, ["n1", "n3"], L3) is None  # two blocks
+    assert (
+        common_domain(nodes, ["n1", "n3"], L2) == "network-node-layer-1=s,network-node-layer-2=s1"
+    )
+    assert common_domain(nodes, ["n1", "gone"], L3) is None  # a node it knows nothing of

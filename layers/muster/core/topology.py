@@ -264,6 +264,20 @@ def short_domain(domain: str) -> str:
     return domain.rpartition(",")[2]
 
 
+def common_domain(nodes: Mapping[str, Topology], placed: Iterable[str], level: str) -> str | None:
+    """The one domain of `level` that holds every node of `placed` (where a gang's pods
+    are bound), or None when they span more than one or a node is in none (unknown
+    nodes included). For invariants and reports: was the gang kept inside one block?"""
+    found: str | None = None
+    for node in placed:
+        labels = nodes.get(node)
+        domain = domain_at(labels, level) if labels is not None else None
+        if domain is None or (found is not None and domain != found):
+            return None
+        found = domain
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class TopologySkip:
     """A candidate whose gang fits no single domain of its required level now."""
@@ -403,6 +417,7 @@ __all__ = [
     "TopologySkip",
     "admitted_detail",
     "best_domain",
+    "common_domain",
     "domain_at",
     "domain_level",
     "domain_selector",
