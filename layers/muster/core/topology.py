@@ -259,11 +259,6 @@ def domain_selector(domain: str) -> dict[str, str]:
     return selector
 
 
-def short_domain(domain: str) -> str:
-    """The domain by its own level only (`network-node-layer-3=nn-1`), for messages."""
-    return domain.rpartition(",")[2]
-
-
 def common_domain(nodes: Mapping[str, Topology], placed: Iterable[str], level: str) -> str | None:
     """The one domain of `level` that holds every node of `placed` (where a gang's pods
     are bound), or None when they span more than one or a node is in none (unknown
@@ -436,6 +431,5 @@ __all__ = [
     "request_of",
     "reserve_in",
     "search_levels",
-    "short_domain",
     "valid_value",
 ]
