@@ -73,6 +73,11 @@ SMALL = [
     ("layer.py", ["--runs", "1"], [r"ingest +median [\d.]+ ms", r"timer +median [\d.]+ ms"]),
     ("ledger_10k.py", ["--workloads", "50"], [r"ledger items: +\d+"]),
     (
+        "topology_plan.py",
+        ["--nodes", "64", "--workloads", "40"],
+        [r"required=network-node-layer-3 +admitted +\d+ of 40 on 64 nodes \(\d+ inside"],
+    ),
+    (
         "scale.py",
         ["--small", "--kinds", "Job"],
         [

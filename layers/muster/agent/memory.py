@@ -216,6 +216,7 @@ class Memory:
             class_priority=view.class_priority,
             shape=view.shape,
             placement=view.placement,
+            topology=view.topology,
         )
         self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
 
@@ -467,6 +468,7 @@ class Memory:
             unschedulable=view.unschedulable,
             foreign_gpus=self.foreign_on.get(name, 0) if name in self.nodes else 0,
             observed_at=self._now(),
+            topology=view.topology,
         )
         self._put(f"node:{name}", NODE_OBSERVED, detail)
 

@@ -110,7 +110,8 @@ def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) 
     effects: list[Effect] = []
     if release_due(before, w):
         # Replacement pods of an admitted group arrive gated: the release lifts the
-        # gates of as many as its gang lacks, never more (`pods_to_release`).
+        # gates of as many as its gang lacks, never more (`pods_to_release`), inside
+        # the group's topology domain.
         effects.append(Admit.of(w, w.attempt))
     if w.phase is Phase.ADMITTED and w.whole:
         return became_ready(w, effects, now)

@@ -61,6 +61,7 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
+from muster.kube.placement import pod_placement, spec_placement
 from muster.kube.resources import QuantityError, pod_gpus
 from muster.retry import Backoff, Refused, Transient, retry
 from muster.runtime.ports import WorkloadGone
@@ -250,6 +251,9 @@ class KubernetesCluster:
             if bool(current) is suspend:
                 return  # already done (a redelivered effect)
             body: dict[str, Any] = {"spec": _nest(resource.suspend_path, suspend)}
+            if isinstance(effect, Admit) and effect.topology:
+                # Its pods kept inside the domain it was admitted into (`kube.placement`).
+                body["spec"] |= spec_placement(effect.kind, obj.get("spec") or {}, effect.domain)
             version = obj.get("metadata", {}).get("resourceVersion")
             if version:  # optimistic concurrency: 409 if changed
                 body["metadata"] = {"resourceVersion": version}
@@ -351,7 +355,10 @@ class KubernetesCluster:
                 return  # released already
             # Scheduling gates can only be removed; keep any other controller's gates.
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
-            body: dict[str, Any] = {"spec": {"schedulingGates": remaining}}
+            # Its domain's labels added while it is gated (`kube.placement`).
+            body: dict[str, Any] = {
+                "spec": {"schedulingGates": remaining} | pod_placement(effect.domain)
+            }
             version = current["metadata"].get("resourceVersion")
             if version:
                 body["metadata"] = {"resourceVersion": version}

@@ -106,7 +106,7 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "kind": effect.kind.value,
                 "uid": effect.uid,
                 **({"size": effect.size, "gpus": effect.gpus} if effect.size else {}),
-            }
+            } | ({"domain": effect.domain, "topology": effect.topology} if effect.topology else {})
         case Evict():
             return {
                 "type": "Evict",
@@ -156,6 +156,8 @@ def decode_effect(doc: dict[str, Any]) -> Effect:
             doc.get("uid", ""),
             int(doc.get("size", 0)),
             int(doc.get("gpus", 0)),
+            str(doc.get("domain") or ""),
+            str(doc.get("topology") or ""),
         )
     if kind == "Evict":
         return Evict(

@@ -29,12 +29,14 @@ from muster.agent.mapping.objects import (
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
+from muster.core.topology import LABEL_KEYS, parse_request
 from muster.kube.conventions import (
     JOBSET_NAME_LABEL,
     MIN_AVAILABLE_ANNOTATION,
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
 from muster.kube.resources import QuantityError, pod_gpus
 from muster.schema import MAX_POD_GROUPS, MAX_WORKLOAD_PODS
@@ -72,6 +74,7 @@ class WorkloadView:
     # its pod templates the check does not evaluate ("" when none).
     shape: tuple[tuple[int, int], ...] = ()
     placement: str = ""
+    topology: str = ""  # `muster.io/topology`, canonical ("" for none)
     # Why the workload cannot be reported as it is ("" when it can).
     refused: str = ""
 
@@ -102,6 +105,7 @@ def workload_view(
     else:
         refused = _too_large(pods, groups)
     gang = _min_available(notes_of(obj), pods, problems)
+    topology = _topology(notes_of(obj), problems)
     return WorkloadView(
         key=workload_object_key(kind, obj),
         kind=kind,
@@ -116,7 +120,8 @@ def workload_view(
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
         shape=pod_shape_of(groups),
-        placement=placement_rules(templates, tolerated),
+        placement=placement_rules(templates, tolerated, owned=bool(topology)),
+        topology=topology,
         refused=refused,
     )
 
@@ -228,6 +233,7 @@ def pod_group_view(
     # The API server has resolved the pods' class (the default one included) and value.
     name, value = _class_name(first), (first.get("spec") or {}).get("priority")
     resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
+    topology = _topology(notes_of(first), problems)
     return WorkloadView(
         key=key,
         kind=Kind.POD_GROUP,
@@ -243,7 +249,8 @@ def pod_group_view(
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
         shape=pod_shape_of([(size, each)]),
-        placement=placement_rules(deciding, tolerated),
+        placement=placement_rules(deciding, tolerated, owned=bool(topology)),
+        topology=topology,
         refused=refused or _too_large(size, []),
     )
 
@@ -254,6 +261,7 @@ _CHARGE_TERMS = (
     QUEUE_LABEL,
     PRIORITY_ANNOTATION,
     TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
     "priorityClassName",
     "priority",
 )
@@ -268,6 +276,7 @@ def _charge_terms(pod: Mapping[str, Any]) -> tuple[Any, ...]:
         labels(pod).get(QUEUE_LABEL),
         notes.get(PRIORITY_ANNOTATION),
         notes.get(TIMEOUT_ANNOTATION),
+        notes.get(TOPOLOGY_ANNOTATION),
         spec.get("priorityClassName"),
         spec.get("priority"),
         spec.get("containers"),
@@ -391,7 +400,10 @@ def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
 
 
 def placement_rules(
-    templates: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+    templates: Iterable[Mapping[str, Any]],
+    tolerated: frozenset[str] | None = None,
+    *,
+    owned: bool = False,
 ) -> str:
     """The placement rules of pod templates the capacity check does not evaluate.
 
@@ -399,13 +411,17 @@ def placement_rules(
     a template that narrows or widens where its pods go (a node selector, an
     affinity, spread constraints, tolerations of other taints) makes
     the check fall back to quota for the workload. Returns "" when there are none.
+    With `owned` (the workload asks for a topology), a node selector of topology
+    labels alone is the one Muster set for its domain, not a rule of its own.
     """
     known = TOLERATED_TAINTS if tolerated is None else tolerated
     found: set[str] = set()
     for template in templates:
         spec = template.get("spec") or {}
         for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
-            if spec.get(key):
+            if spec.get(key) and not (
+                key == "nodeSelector" and owned and _topology_only(spec[key])
+            ):
                 found.add(key)
         for toleration in spec.get("tolerations") or []:
             if (toleration or {}).get("key") not in known:
@@ -438,6 +454,22 @@ def _timeout(notes: Mapping[str, str], problems: list[str]) -> str | None:
         problems.append(f"{TIMEOUT_ANNOTATION}: {exc}")
         return None
     return text
+
+
+def _topology_only(selector: object) -> bool:
+    """A node selector of topology labels alone (the one Muster sets for a domain)."""
+    return isinstance(selector, Mapping) and selector.keys() <= LABEL_KEYS
+
+
+def _topology(notes: Mapping[str, str], problems: list[str]) -> str:
+    text = notes.get(TOPOLOGY_ANNOTATION)
+    if text is None:
+        return ""
+    try:
+        return str(parse_request(str(text)))
+    except ValueError as exc:
+        problems.append(f"{TOPOLOGY_ANNOTATION}: {exc}")
+        return ""
 
 
 def _int_annotation(notes: Mapping[str, str], name: str, problems: list[str]) -> int | None:
