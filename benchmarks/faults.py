@@ -63,11 +63,11 @@ TRIGGERS = {
     "grownWhileHeld": "Jobs grown while held",
     "orphaningDeletes": "Jobs deleted with their pods orphaned",
     "forgedPods": "pods forged with a Job's labels",
-    "forgedPodsReported": "... reported as its (another Job controls them)",
+    "forgedPodsReported": "forged pods another Job controls (reported)",
 }
 # Counted apart from the divergences (see the docstring).
 GAPS = {
-    "releasesBesideUnchargedPods": "releases beside a re-created Job's predecessor's pods",
+    "releasesBesideUnchargedPods": "releases beside a re-created Job's old pods",
 }
 
 
