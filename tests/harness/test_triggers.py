@@ -233,6 +233,7 @@ def test_a_lowered_quota_keeps_earlier_holders_and_admits_nothing_new_over_it() 
         owners: dict[str, str] = {}
         objects: dict[str, object] = {}
         grown: list[object] = []
+        lingering: dict[str, object] = {}
 
         def released_gpus(self, heard: object) -> Counter[str]:
             return Counter(default=8)

@@ -63,6 +63,7 @@ class JobObject:
     charged: int = 0  # the GPUs the control plane admitted it with (set by the watch)
     grown_seq: int = 0  # the revision of its last growth
     heard_seq: int = 0  # ... the last one the control plane's record of it held
+    deletion_heard: float = float("inf")  # when its record first read Finished (the watch's)
 
 
 @dataclass
@@ -457,7 +458,7 @@ class Truth:
                 held[obj.queue] += obj.gpus if grown else (obj.charged or obj.gpus)
         for sim, obj in self.lingering.items():
             if not self.succeeded(obj):
-                bound = self.bound_gpus(sim)
+                bound = self.bound_gpus(sim, before=obj.deletion_heard)
                 if obj.grown_seq and obj.charged and not heard(obj):
                     bound = min(bound, obj.charged)
                 held[obj.queue] += bound
@@ -471,25 +472,36 @@ class Truth:
         current = self.objects.get(obj.key)
         return current is not None and current is not obj
 
-    def bound_gpus(self, sim: str) -> int:
+    def bound_gpus(self, sim: str, before: float = float("inf")) -> int:
         """GPUs of the simulator job's bound pods that the control plane has heard of as
-        bound by now (what it never heard of, an agent gap say, it cannot charge)."""
+        bound by now (what it never heard of, an agent gap say, it cannot charge), and
+        before `before`."""
         now = self.loop.now
         pods = self.sim._jobs[sim].pods.values()
         return sum(
             p.gpus
             for p in pods
-            if p.node is not None and not p.deleted and self.told_bound.get(p.uid, now + 1) <= now
+            if p.node is not None
+            and not p.deleted
+            and self.told_bound.get(p.uid, now + 1) <= min(now, before)
         )
 
     def uncharged(self) -> int:
-        """GPUs in use that the control plane charges nobody for: the bound pods of a
-        deleted Job (orphaned, or terminating) once a Job is re-created under its
-        name. The control plane keeps one record per name, and the new object's
-        replaces the old one's with its holding (a known gap, measured apart)."""
-        return sum(
-            self.bound_gpus(sim) for sim, obj in self.lingering.items() if self.succeeded(obj)
-        )
+        """GPUs in use that the control plane charges nobody for, two known gaps
+        measured apart: the bound pods of a deleted Job (orphaned, or terminating) once
+        a Job is re-created under its name (the control plane keeps one record per
+        name, and the new object's replaces the old one's with its holding); and
+        those it heard were bound only after it heard of the deletion (the holding
+        ended then, and pods heard of later do not start it again)."""
+        total = 0
+        for sim, obj in self.lingering.items():
+            heard = self.bound_gpus(sim)
+            total += (
+                heard
+                if self.succeeded(obj)
+                else heard - self.bound_gpus(sim, before=obj.deletion_heard)
+            )
+        return total
 
     def own_pods(self, key: str) -> dict[str, PodObserved]:
         """The pods of the current object (or pod group run) under `key`, by name: not

@@ -154,11 +154,32 @@ class QuotaWatch(ReleaseWatch):
             if obj is not None and obj.uid == snap.workload.uid:
                 obj.charged = snap.workload.gpus  # what it is charged for, whatever runs
         queues = [self.truth.queue(effect.workload)]
+        self._deletions_heard()
         self.beside_uncharged += self.truth.uncharged() > 0
         held = self.truth.released_gpus(self.heard)
         over = _over_since(held, self.log, lambda q: since, now, queues)
         if over:
             self._problem(f"quota exceeded on the cluster: {effect.workload} released with {over}")
+
+    def observe(self) -> None:
+        """After every event handled (inside an interleaved pass too): note what the
+        control plane's records now hold of grown and deleted Jobs."""
+        for obj in self.truth.grown:
+            self.heard(obj)
+        self._deletions_heard()
+
+    def _deletions_heard(self) -> None:
+        """When the control plane's record of each deleted Job whose pods run on first
+        read Finished (what it hears of them later is a known gap, `Truth.uncharged`)."""
+        now = self.clock()
+        for obj in self.truth.lingering.values():
+            if obj.deletion_heard <= now:
+                continue
+            snap = self.store.load(obj.key)
+            if snap is None or snap.workload.uid != obj.uid:
+                continue
+            if snap.workload.phase is Phase.FINISHED:
+                obj.deletion_heard = now
 
     def heard(self, obj: JobObject) -> bool:
         """Whether the control plane has heard of the Job's last growth: its record of
@@ -175,8 +196,7 @@ class QuotaWatch(ReleaseWatch):
     def check(self) -> None:
         """After every step: what the store holds fits the quotas in force since the
         oldest holder was admitted, and counts only its own pods as Ready."""
-        for obj in self.truth.grown:
-            self.heard(obj)
+        self.observe()
         active = self.store.active()
         if not active:
             return

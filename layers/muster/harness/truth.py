@@ -405,6 +405,8 @@ class HistoryRun:
             self.plane.handle(event)
         except (EffectFailed, TooManyConflicts, WorkloadNotYetKnown):
             return False
+        finally:
+            self.watch.observe()
         return True
 
     def _act(self, a: Action) -> None:
