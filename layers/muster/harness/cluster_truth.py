@@ -39,6 +39,7 @@ from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
 
 RUN_FOREVER = 1e12  # a Job of the history runs until it is deleted
+NEVER = 1 << 62  # a step of the watch's that never comes
 
 
 def pod_stem(key: str) -> str:
@@ -63,7 +64,7 @@ class JobObject:
     charged: int = 0  # the GPUs the control plane admitted it with (set by the watch)
     grown_seq: int = 0  # the revision of its last growth
     heard_seq: int = 0  # ... the last one the control plane's record of it held
-    deletion_heard: float = float("inf")  # when its record first read Finished (the watch's)
+    deletion_heard: int = NEVER  # the watch's step its record first read Finished at
 
 
 @dataclass
@@ -97,7 +98,8 @@ class Truth:
     refusing: set[str] = field(default_factory=set)  # the next release of these is refused
     refused_attempts: set[tuple[str, str, int]] = field(default_factory=set)  # key, uid, attempt
     owners: dict[str, str] = field(default_factory=dict)  # pod uid -> its object's uid
-    told_bound: dict[str, float] = field(default_factory=dict)  # pod uid -> when first heard bound
+    # pod uid -> the watch's step the control plane's record first held it bound at
+    told_bound: dict[str, int] = field(default_factory=dict)
     incarnations: int = 0
     relists: int = 0
     triggers: Counter[str] = field(default_factory=Counter)
@@ -329,10 +331,7 @@ class Truth:
                 del self.pods[(obj.key, name)]
         else:
             self.pods[(obj.key, name)] = event
-        times = self.send(event)
-        if times and change.node is not None and not change.deleted:
-            told = min(times)
-            self.told_bound[change.uid] = min(told, self.told_bound.get(change.uid, told))
+        self.send(event)
 
     def wake(self, w: Wakeup) -> None:
         if w.what == "ready":
@@ -352,9 +351,7 @@ class Truth:
         for g in self.groups.values():
             self.pod_groups.send_view(g)
         for event in self.pods.values():
-            times = self.send(event)
-            if times and event.node is not None and event.uid not in self.told_bound:
-                self.told_bound[event.uid] = min(times)
+            self.send(event)
         for node_event in self.nodes.values():
             self.send(node_event)
         live: dict[Kind, dict[str, str]] = {Kind.JOB: {}}
@@ -472,18 +469,15 @@ class Truth:
         current = self.objects.get(obj.key)
         return current is not None and current is not obj
 
-    def bound_gpus(self, sim: str, before: float = float("inf")) -> int:
-        """GPUs of the simulator job's bound pods that the control plane has heard of as
-        bound by now (what it never heard of, an agent gap say, it cannot charge), and
-        before `before`."""
-        now = self.loop.now
+    def bound_gpus(self, sim: str, before: int = NEVER) -> int:
+        """GPUs of the simulator job's bound pods whose records at the control plane held
+        them bound (what it never heard of, an agent gap say, it cannot charge), before
+        the watch's step `before`."""
         pods = self.sim._jobs[sim].pods.values()
         return sum(
             p.gpus
             for p in pods
-            if p.node is not None
-            and not p.deleted
-            and self.told_bound.get(p.uid, now + 1) <= min(now, before)
+            if p.node is not None and not p.deleted and self.told_bound.get(p.uid, NEVER) < before
         )
 
     def uncharged(self) -> int:

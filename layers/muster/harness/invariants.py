@@ -31,6 +31,7 @@ from muster.core import (
     NOT_READY_PHASES,
     Admit,
     Phase,
+    PodObserved,
     Settings,
     Workload,
     admissible,
@@ -124,6 +125,7 @@ class QuotaWatch(ReleaseWatch):
         self.looked: dict[str, tuple[object, ...]] = {}  # the pods last looked at, per workload
         # Releases made while pods of a deleted Job ran uncharged (`Truth.uncharged`).
         self.beside_uncharged = 0
+        self.steps = 0  # what the control plane's records hold is noted step by step
 
     def _problem(self, what: str) -> None:
         if what not in self.problems:
@@ -154,16 +156,24 @@ class QuotaWatch(ReleaseWatch):
             if obj is not None and obj.uid == snap.workload.uid:
                 obj.charged = snap.workload.gpus  # what it is charged for, whatever runs
         queues = [self.truth.queue(effect.workload)]
-        self._deletions_heard()
+        self.observe()
         self.beside_uncharged += self.truth.uncharged() > 0
         held = self.truth.released_gpus(self.heard)
         over = _over_since(held, self.log, lambda q: since, now, queues)
         if over:
             self._problem(f"quota exceeded on the cluster: {effect.workload} released with {over}")
 
-    def observe(self) -> None:
+    def observe(self, event: object = None) -> None:
         """After every event handled (inside an interleaved pass too): note what the
-        control plane's records now hold of grown and deleted Jobs."""
+        control plane's records now hold of grown and deleted Jobs, and of a pod bound."""
+        self.steps += 1
+        if isinstance(event, PodObserved) and event.node and not event.deleted:
+            told = self.truth.told_bound
+            if event.uid not in told:
+                snap = self.store.load(event.workload)
+                pod = snap.workload.pods.get(event.pod) if snap is not None else None
+                if pod is not None and pod.uid == event.uid and pod.node is not None:
+                    told[event.uid] = self.steps
         for obj in self.truth.grown:
             self.heard(obj)
         self._deletions_heard()
@@ -171,15 +181,14 @@ class QuotaWatch(ReleaseWatch):
     def _deletions_heard(self) -> None:
         """When the control plane's record of each deleted Job whose pods run on first
         read Finished (what it hears of them later is a known gap, `Truth.uncharged`)."""
-        now = self.clock()
         for obj in self.truth.lingering.values():
-            if obj.deletion_heard <= now:
+            if obj.deletion_heard <= self.steps:
                 continue
             snap = self.store.load(obj.key)
             if snap is None or snap.workload.uid != obj.uid:
                 continue
             if snap.workload.phase is Phase.FINISHED:
-                obj.deletion_heard = now
+                obj.deletion_heard = self.steps
 
     def heard(self, obj: JobObject) -> bool:
         """Whether the control plane has heard of the Job's last growth: its record of

@@ -406,7 +406,7 @@ class HistoryRun:
         except (EffectFailed, TooManyConflicts, WorkloadNotYetKnown):
             return False
         finally:
-            self.watch.observe()
+            self.watch.observe(event)
         return True
 
     def _act(self, a: Action) -> None:
