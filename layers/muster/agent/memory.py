@@ -36,6 +36,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -249,8 +250,25 @@ class Memory:
 
     # ------------------------------------------------------------------ pods
 
-    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+    def workload_of(self, pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
+        """(kind, key) of the workload `pod` counts for: its controller's (`pod_workload`);
+        or, for a pod the agent knew as a Job's, JobSet's or PyTorchJob's that lost its
+        controller reference, still that one's until the pod ends. An orphaning delete
+        (`--cascade=orphan`) removes the reference before the object goes, and the
+        pod's GPUs stay what that workload was charged for while it runs. A pod never
+        known as the workload's (labels alone) stays nobody's."""
         owner = pod_workload(pod)
+        if owner is not None:
+            return owner
+        known = self.pods.get(object_key(pod))
+        if known is None or known[0] is Kind.POD_GROUP:
+            return None
+        if known[2].uid != str(meta(pod).get("uid") or ""):
+            return None
+        return known[0], known[1]
+
+    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+        owner = self.workload_of(pod)
         name = object_key(pod)
         if owner is None:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
@@ -366,6 +384,8 @@ class Memory:
     ) -> None:
         view = pod_view(workload, pod, kind)
         known = self.pods.get(name)
+        if not view.owner and known is not None and known[2].uid == view.uid:
+            view = replace(view, owner=known[2].owner)  # orphaned: still its former owner's
         if deleted:
             self.pods.pop(name, None)
         elif not force and known is not None and known[2] == view:

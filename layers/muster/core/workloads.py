@@ -271,8 +271,10 @@ def outlived_by_pods(w: Workload) -> bool:
 
     `kubectl delete --cascade=orphan` removes the object and leaves its pods running
     (a plain delete leaves them terminating for a while): their GPUs are in use
-    until they are gone, so the workload holds its quota until then. Pods of an
-    evicted attempt are retired, and a workload never admitted was never charged.
+    until they are gone, so the workload holds its quota until then; a pending one
+    too, as it may still be bound. Pods of an evicted attempt count as well: an
+    eviction that met the object gone withdrew nothing. A workload never admitted
+    was never charged.
     """
     return (
         w.phase is Phase.FINISHED
@@ -297,7 +299,9 @@ def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
 
 
 def _running(p: Pod) -> bool:
-    return p.live and p.node is not None
+    """Not ended, of whichever attempt: bound, its GPUs are in use; pending, it may
+    still be bound (an orphaned pod is scheduled as any other)."""
+    return not p.deleted and p.phase not in ("Succeeded", "Failed")
 
 
 def _ended_late(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> Decision:

@@ -48,6 +48,7 @@ from muster import contract
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
+from muster.core.printable import printable
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
@@ -455,10 +456,13 @@ def _listed_member(pod: Mapping[str, Any]) -> ListedMember:
 
 
 def _message(exc: ApiException) -> str:
+    """The API server's message, escaped: it may quote the object, which is tenant text
+    (an annotation, a label), and it reaches quarantine errors and `muster status`."""
     try:
-        return str(json.loads(exc.body or "").get("message", exc.body))
+        text = str(json.loads(exc.body or "").get("message", exc.body))
     except (TypeError, ValueError, AttributeError):
-        return str(exc.body)
+        text = str(exc.body)
+    return printable(text)
 
 
 # --------------------------------------------------------------------------- factories

@@ -440,7 +440,10 @@ class ControlPlane:
             try:
                 self._do(w, version or 0, index, effect)
             except WorkloadGone:
+                # Withdrawn by nobody: its pods may run on (orphaned, or terminating),
+                # so the holding ends once they are heard gone, as a deleted workload's.
                 gone = True
+                continue
             except Exception as exc:
                 if version is None:
                     raise
