@@ -18,6 +18,7 @@ from muster.sim.specs import ScenarioError
 from muster.sim.tune import format_baseline, provenance, scenarios_to_run
 from muster.sim.tune_grid import (
     BASELINE_NAMES,
+    Run,
     Tuning,
     baselines,
     combinations,
@@ -28,8 +29,11 @@ from muster.sim.tune_picture import plot_pareto
 from muster.sim.tune_ranking import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
+    Objective,
     format_table,
+    format_within_spread,
     rank,
+    within_spread,
     write_outputs,
 )
 
@@ -79,6 +83,12 @@ def register(subparsers: Any) -> None:
         help="run every setting on N seeds (--seed and the next ones) and show the spread "
         "(default: 3 when the scenario draws from its seed, else 1)",
     )
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="run every setting to the end, even once it is worse than the best finished "
+        "one that passes the guard rail (pruning never changes the recommendation)",
+    )
     p.add_argument("--no-picture", action="store_true", help="skip the PNG")
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even when not a terminal"
@@ -106,21 +116,25 @@ def run_command(
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
     tuning = run_grid(
-        scenarios, grid, policy=args.policy, jobs=args.jobs, progress=bar.update if bar else None
+        scenarios,
+        grid,
+        policy=args.policy,
+        jobs=args.jobs,
+        progress=bar.update if bar else None,
+        prune=None if args.no_prune else objective.name,
+        source=args.scenario,
     )
     if bar:
         bar.close()
     ranked = rank(tuning.runs, objective)
     print(_heading(scenario.name, tuning, objective.label), file=out)
-    print(format_table(ranked), file=out)
+    print(format_table(ranked, tuning.dominated), file=out)
     print(format_baseline(tuning.none), file=out)
-    best = next((r for r in ranked if r.guarded), None)
-    if best is None:
-        print("no setting passes the guard rail: nothing recommended", file=out)
-    else:
-        print(f"recommended: {best.label}{best.mark}", file=out)
+    best, close = _recommend(ranked, objective, out)
     if args.out is not None:
         where = provenance(args.scenario, scenario, tuning, args.grid, objective.name)
+        if best is not None:
+            where["withinSpread"] = [r.label for r in close]
         files = write_outputs(tuning, ranked, objective, args.out, provenance=where)
         if not args.no_picture:
             files.append(args.out / "pareto.png")
@@ -129,9 +143,25 @@ def run_command(
     return EXIT_OK
 
 
+def _recommend(
+    ranked: list[Run], objective: Objective, out: TextIO
+) -> tuple[Run | None, list[Run]]:
+    """The best run that passes the guard rail (printed), and the others the seeds do
+    not tell apart from it."""
+    best = next((r for r in ranked if r.guarded), None)
+    if best is None:
+        print("no setting passes the guard rail: nothing recommended", file=out)
+        return None, []
+    print(f"recommended: {best.label}{best.mark}", file=out)
+    close = within_spread(best, ranked, objective)
+    if close:
+        print(format_within_spread(best, close, objective), file=out)
+    return best, close
+
+
 def _heading(name: str, tuning: Tuning, objective: str) -> str:
     seeds = tuning.seeds
-    grid = sum(1 for r in tuning.runs if r.in_grid)
+    grid = sum(1 for r in tuning.runs if r.in_grid) + sum(1 for d in tuning.dominated if d.in_grid)
     marks = ", ".join(
         f"[{', '.join(r.baselines)}] "
         + " and ".join(BASELINE_NAMES[n] for n in r.baselines)
@@ -147,6 +177,11 @@ def _heading(name: str, tuning: Tuning, objective: str) -> str:
         f"{name} ({on}): {grid} settings under {tuning.policy}, ranked by {objective}; "
         f"{marks}; (x) loses workloads that finish under none (deactivated, or never "
         "finished), on the worst seed"
+        + (
+            "; dominated: stopped once worse than the best that passes the guard rail"
+            if tuning.dominated
+            else ""
+        )
     )
 
 

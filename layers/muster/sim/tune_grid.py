@@ -275,6 +275,7 @@ class Dominated:
     choice: tuple[tuple[str, Any], ...]
     document: dict[str, Any]
     at: float  # the fraction of the scenario's horizon its furthest run reached
+    seeds: tuple[int, ...] = ()
     in_grid: bool = True
 
     @property
@@ -370,7 +371,8 @@ def run_grid(
         outs = [results[(at, i)] for at in range(len(runs_on))]
         stopped = [o["dominatedAt"] for o in outs if o["summary"] is None]
         if stopped:
-            dominated.append(Dominated(i, choice, doc, max(stopped), in_grid=i < in_grid))
+            at = max(stopped)
+            dominated.append(Dominated(i, choice, doc, at, seeds, in_grid=i < in_grid))
             continue
         trials = []
         for at, (seed, out) in enumerate(zip(seeds, outs, strict=True)):
