@@ -12,9 +12,11 @@ An item (`make_item` builds one):
      "index": 3,                                      # the run's place in the tuning
      "prune": {"objective": "wasted", "above": 812.4}}   # optional
 
-With `prune`, the run stops as soon as its objective so far exceeds `above`: the
-objective (wasted GPU-hours, evictions) only ever grows as simulated time passes,
-so a run past the bound ends past it. Its result then says how far it got
+With `prune`, the run stops as soon as its own objective so far exceeds `above`:
+the objective (wasted GPU-hours, evictions) only ever grows as simulated time
+passes, so a run past the bound ends past it. Whoever sets `above` makes it a
+bound that cannot change the answer (`muster.sim.tune_pool` shows how: the best
+finished mean times the seeds, less what the setting's other seeds reached). Its result then says how far it got
 (`dominatedAt`, the fraction of the scenario's horizon) instead of its summary.
 
 The result:
