@@ -80,16 +80,11 @@ class Bounds:
     def record(self, at: int, out: Mapping[str, Any]) -> None:
         index = int(out["index"])
         self._outs[(at, index)] = dict(out)
-        if index == NONE:
-            self._update_best()
-            return
-        done = self._done.setdefault(index, {})
-        if out["summary"] is None:
-            done[at] = float(out["objectiveSoFar"])
-        else:
-            done[at] = self.figure(out["summary"])
-            if len(done) == self.seeds:
-                self._update_best()
+        if index != NONE:
+            done = self._done.setdefault(index, {})
+            stopped = out["summary"] is None
+            done[at] = float(out["objectiveSoFar"]) if stopped else self.figure(out["summary"])
+        self._update_best()
         self._set_limits()
 
     def _update_best(self) -> None:
