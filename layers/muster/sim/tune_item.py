@@ -100,18 +100,18 @@ def run_item(
     item: Mapping[str, Any],
     *,
     scenario: Scenario | None = None,
-    bound: Callable[[], float] | None = None,
+    bound: Callable[[float], float] | None = None,
 ) -> dict[str, Any]:
     """Run one item; `scenario` is the item's own when the caller holds it already,
-    `bound` a live bound that replaces `prune.above` (a pool's best so far, which
-    only ever falls)."""
+    `bound` a live bound that replaces `prune.above`: given the run's figure so far,
+    the bound it must stay under (a pool shares the figure and reads its bound)."""
     sc = scenario if scenario is not None else item_scenario(item)
     prune = item.get("prune")
     objective = str(prune["objective"]) if prune is not None else "wasted"
     so_far = SO_FAR[objective]
     if bound is None and prune is not None and "above" in prune:
         fixed = float(prune["above"])
-        bound = lambda: fixed  # noqa: E731
+        bound = lambda _so_far: fixed  # noqa: E731
     found: dict[str, Any] = {
         "index": int(item["index"]),
         "seed": sc.seed,
@@ -124,14 +124,15 @@ def run_item(
     }
     stop = None
     if bound is not None:
-        if bound() < 0:  # dominated already (by its other seeds): nothing to run
+        if bound(0.0) < 0:  # dominated already (by its other seeds): nothing to run
             found["dominatedAt"] = 0.0
             found["objectiveSoFar"] = 0.0
             return found
         limit = bound
 
         def stop(sim: Simulation) -> bool:
-            return so_far(sim) > limit()
+            figure = so_far(sim)
+            return figure > limit(figure)
 
     result = simulate(with_settings(sc, item["settings"]), str(item["policy"]), stop=stop)
     if result.stopped_at is not None:

@@ -8,10 +8,11 @@ Pruning cannot change the answer. A setting whose objective (wasted GPU-hours or
 evictions, which only grow as simulated time passes) is already above the best
 finished setting's that passes the guard rail can only end above it, so it can
 only rank below it: its runs stop there and it is reported as dominated. The
-bound of each setting is its seeds' total, K times the best mean (with a margin
-for the figures' rounding) less what its other seeds have already reached; the
-pool's processes read it from shared memory as it falls, so a bound set by one
-process's run stops another's. Plain Kubernetes and the baselines always run to
+bound on a setting's total over its K seeds is K times the best mean (with a
+margin for the figures' rounding), and a run stops once its own figure passes
+what is left of it after its other seeds' figures so far; the pool's processes
+share both in memory as they go, so a bound set by one process's run stops
+another's, and two seeds of one setting running at once stop together. Plain Kubernetes and the baselines always run to
 the end: the guard rail and the comparison with today's settings need them whole.
 """
 
@@ -37,39 +38,40 @@ _MARGIN = {"wasted": 0.0, "evictions": 0.5}
 Task = tuple[int, dict[str, Any]]  # (seed's place, item)
 
 _scenarios: Sequence[Scenario] = ()  # each process's copy (one per seed), set by `_init`
-_limits: MutableSequence[float] | None = None  # each setting's bound (shared memory)
+# Shared by the pool's processes: [the bound on a setting's total over its seeds,
+# then what each (setting, seed) has reached so far, setting by setting].
+_shared: MutableSequence[float] | None = None
 
 
-def _init(scenarios: Sequence[Scenario], limits: MutableSequence[float] | None) -> None:
-    global _scenarios, _limits
-    _scenarios, _limits = scenarios, limits
+def _init(scenarios: Sequence[Scenario], shared: MutableSequence[float] | None) -> None:
+    global _scenarios, _shared
+    _scenarios, _shared = scenarios, shared
 
 
 def _work(task: Task) -> tuple[int, dict[str, Any]]:
     at, item = task
-    index, limits = int(item["index"]), _limits
+    shared, seeds = _shared, len(_scenarios)
     bound = None
-    if "prune" in item and limits is not None:
+    if "prune" in item and shared is not None:
+        first = 1 + int(item["index"]) * seeds
+        others = [first + j for j in range(seeds) if j != at]
 
-        def bound() -> float:
-            return limits[index]
+        def bound(so_far: float) -> float:
+            """This run's bound: what is left of the setting's total once its other
+            seeds' figures so far are taken off (each only grows: the bound only falls)."""
+            shared[first + at] = so_far
+            return shared[0] - math.fsum(shared[j] for j in others)
 
     return at, run_item(item, scenario=_scenarios[at], bound=bound)
 
 
 class Bounds:
-    """The best finished setting that passes the guard rail, and each prunable
-    setting's bound from it, kept up to date as results come in."""
+    """The best finished setting that passes the guard rail, the bound on every
+    other setting's total from it, and each run's figure, kept up to date in
+    `shared` as results come in."""
 
-    def __init__(
-        self,
-        objective: str,
-        seeds: int,
-        settings: int,
-        limits: MutableSequence[float] | None,
-    ) -> None:
-        self.objective, self.seeds, self.limits = objective, seeds, limits
-        self.settings = settings
+    def __init__(self, objective: str, seeds: int, shared: MutableSequence[float] | None) -> None:
+        self.objective, self.seeds, self.shared = objective, seeds, shared
         self._done: dict[int, dict[int, float]] = {}  # setting -> seed's place -> figure
         self._outs: dict[tuple[int, int], dict[str, Any]] = {}
         self._best = math.inf
@@ -84,8 +86,12 @@ class Bounds:
             done = self._done.setdefault(index, {})
             stopped = out["summary"] is None
             done[at] = float(out["objectiveSoFar"]) if stopped else self.figure(out["summary"])
+            if self.shared is not None:
+                self.shared[1 + index * self.seeds + at] = done[at]
         self._update_best()
-        self._set_limits()
+        if self.shared is not None and math.isfinite(self._best):
+            total = self.seeds * (self._best + _MARGIN_PER_SEED[self.objective])
+            self.shared[0] = total + _MARGIN[self.objective]
 
     def _update_best(self) -> None:
         for index, done in self._done.items():
@@ -104,15 +110,6 @@ class Bounds:
                 return False
         return True
 
-    def _set_limits(self) -> None:
-        if self.limits is None or not math.isfinite(self._best):
-            return
-        total = self.seeds * (self._best + _MARGIN_PER_SEED[self.objective])
-        total += _MARGIN[self.objective]
-        for index in range(self.settings):
-            reached = math.fsum(self._done.get(index, {}).values())
-            self.limits[index] = total - reached
-
 
 def run_tasks(
     tasks: Sequence[Task],
@@ -125,24 +122,20 @@ def run_tasks(
 ) -> dict[tuple[int, int], dict[str, Any]]:
     """Every task's result by (seed's place, index), in `jobs` processes; with an
     `objective` of PRUNABLE, items that carry `prune` stop once dominated."""
-    pruning = objective in PRUNABLE
-    limits: MutableSequence[float] | None = None
-    if pruning:
-        context = multiprocessing.get_context()
-        limits = (
-            context.RawArray("d", [math.inf] * max(settings, 1))
-            if jobs > 1
-            else ([math.inf] * max(settings, 1))
-        )
-    bounds = Bounds(objective or "wasted", len(scenarios), settings, limits if pruning else None)
+    shared: MutableSequence[float] | None = None
+    if objective in PRUNABLE:
+        shared = [math.inf] + [0.0] * (settings * len(scenarios))
+        if jobs > 1:
+            shared = multiprocessing.get_context().RawArray("d", shared)
+    bounds = Bounds(objective or "wasted", len(scenarios), shared)
     results: dict[tuple[int, int], dict[str, Any]] = {}
     pool = None
     if jobs <= 1:
-        _init(scenarios, limits)
+        _init(scenarios, shared)
         outcomes: Iterable[tuple[int, dict[str, Any]]] = map(_work, tasks)
     else:
         pool = multiprocessing.get_context().Pool(
-            min(jobs, len(tasks)), initializer=_init, initargs=(scenarios, limits)
+            min(jobs, len(tasks)), initializer=_init, initargs=(scenarios, shared)
         )
         outcomes = pool.imap_unordered(_work, tasks)
     try:
