@@ -331,26 +331,31 @@ def run_order(settings: Sequence[Setting]) -> list[int]:
     return first + [i for i in reversed(range(len(settings))) if not settings[i][3]]
 
 
-def run_grid(
+@dataclass(frozen=True, slots=True)
+class GridPlan:
+    """Every run of a tuning as items, before any runs: what a pool or a distributed
+    map is handed, and what `assemble` turns their results into."""
+
+    scenarios: list[Scenario]  # one per seed, in the seeds' order
+    settings: list[Setting]
+    in_grid: int  # the first `in_grid` settings are the grid's
+    tasks: list[Task]
+    policy: str
+
+
+def plan_grid(
     scenarios: Scenario | Sequence[Scenario],
     grid: Sequence[tuple[str, list[Any]]],
     *,
     policy: str = "gang",
-    jobs: int = 1,
-    progress: Callable[[int, int], None] | None = None,
     with_baselines: bool = True,
     prune: str | None = None,
     source: str | Path | None = None,
-) -> Tuning:
-    """Every combination's runs on every seed (the same scenario file expanded under
-    each), the baselines beside them, and plain Kubernetes (`none`) on each seed: a
-    workload it finishes is healthy on that seed. With `prune` (an objective that
-    only grows: `wasted`, `evictions`), a grid setting stops once it is worse than
-    the best finished one that passes the guard rail (`muster.sim.tune_pool`).
-    `source` is the scenario file, named in each item."""
+) -> GridPlan:
+    """Plain Kubernetes' run on each seed, then every setting's (in `run_order`) on
+    each seed, as items naming `source`, the scenario file."""
     runs_on = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios)
-    first = runs_on[0]
-    settings, in_grid = _settings(first, grid, policy, with_baselines)
+    settings, in_grid = _settings(runs_on[0], grid, policy, with_baselines)
     pruning = {"objective": prune} if prune in PRUNABLE else None
     tasks: list[Task] = [
         (at, make_item(source, sc.seed, "none", dict(sc.raw_settings), NONE))
@@ -361,13 +366,17 @@ def run_grid(
         for at, sc in enumerate(runs_on):
             item_prune = None if names else pruning
             tasks.append((at, make_item(source, sc.seed, run_policy, doc, i, item_prune)))
-    results = run_tasks(
-        tasks, runs_on, settings=len(settings), jobs=jobs, objective=prune, progress=progress
-    )
+    return GridPlan(runs_on, settings, in_grid, tasks, policy)
+
+
+def assemble(plan: GridPlan, results: Mapping[tuple[int, int], Mapping[str, Any]]) -> Tuning:
+    """The tuning from every task's result by (seed's place, index): a workload that
+    plain Kubernetes finishes on a seed is healthy on it."""
+    runs_on, in_grid = plan.scenarios, plan.in_grid
     seeds = tuple(sc.seed for sc in runs_on)
     healthy = [frozenset(results[(at, NONE)]["finished"]) for at in range(len(runs_on))]
     runs, dominated = [], []
-    for i, (choice, doc, _, names) in enumerate(settings):
+    for i, (choice, doc, _, names) in enumerate(plan.settings):
         outs = [results[(at, i)] for at in range(len(runs_on))]
         stopped = [o["dominatedAt"] for o in outs if o["summary"] is None]
         if stopped:
@@ -383,8 +392,39 @@ def run_grid(
     none_trials = tuple(
         Trial(seed, results[(at, NONE)]["summary"]) for at, seed in enumerate(seeds)
     )
-    none = Run(NONE, (), dict(first.raw_settings), none_trials, in_grid=False)
-    return Tuning(runs, none, seeds, policy, dominated)
+    none = Run(NONE, (), dict(runs_on[0].raw_settings), none_trials, in_grid=False)
+    return Tuning(runs, none, seeds, plan.policy, dominated)
+
+
+def run_grid(
+    scenarios: Scenario | Sequence[Scenario],
+    grid: Sequence[tuple[str, list[Any]]],
+    *,
+    policy: str = "gang",
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    with_baselines: bool = True,
+    prune: str | None = None,
+    source: str | Path | None = None,
+) -> Tuning:
+    """Every combination's runs on every seed (the same scenario file expanded under
+    each), the baselines beside them, and plain Kubernetes (`none`) on each seed, in
+    a pool of `jobs` processes. With `prune` (an objective that only grows:
+    `wasted`, `evictions`), a grid setting stops once it is worse than the best
+    finished one that passes the guard rail (`muster.sim.tune_pool`).
+    `source` is the scenario file, named in each item."""
+    plan = plan_grid(
+        scenarios, grid, policy=policy, with_baselines=with_baselines, prune=prune, source=source
+    )
+    results = run_tasks(
+        plan.tasks,
+        plan.scenarios,
+        settings=len(plan.settings),
+        jobs=jobs,
+        objective=prune,
+        progress=progress,
+    )
+    return assemble(plan, results)
 
 
 def draws_from_seed(
