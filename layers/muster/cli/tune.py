@@ -9,20 +9,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.cli import EXIT_BAD_INPUT, EXIT_OK
-from muster.sim.scenario import load_scenario
+from muster import contract
+from muster.aws.tune_map import TunerError, run_on_aws
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from muster.sim.scenario import Scenario, load_scenario
 from muster.sim.specs import ScenarioError
 from muster.sim.tune import format_baseline, provenance, scenarios_to_run
 from muster.sim.tune_grid import (
     BASELINE_NAMES,
     Run,
     Tuning,
+    assemble,
     baselines,
     combinations,
     parse_grid,
+    plan_grid,
     run_grid,
 )
 from muster.sim.tune_picture import plot_pareto
@@ -89,6 +94,17 @@ def register(subparsers: Any) -> None:
         help="run every setting to the end, even once it is worse than the best finished "
         "one that passes the guard rail (pruning never changes the recommendation)",
     )
+    p.add_argument(
+        "--on",
+        choices=("local", "aws"),
+        default="local",
+        help="aws: run every setting on the stack's tuner (a Step Functions distributed "
+        "map; deploy it with -c muster:tuner=true), each to the end",
+    )
+    p.add_argument(
+        "--stack", default=contract.DEFAULT_STACK_NAME, help="the stack of the tuner (--on aws)"
+    )
+    p.add_argument("--region", help="AWS region of the stack (default: your AWS configuration's)")
     p.add_argument("--no-picture", action="store_true", help="skip the PNG")
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even when not a terminal"
@@ -115,15 +131,13 @@ def run_command(
         return EXIT_BAD_INPUT
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
-    tuning = run_grid(
-        scenarios,
-        grid,
-        policy=args.policy,
-        jobs=args.jobs,
-        progress=bar.update if bar else None,
-        prune=None if args.no_prune else objective.name,
-        source=args.scenario,
-    )
+    try:
+        tuning = _tune(args, scenarios, grid, objective.name, bar.update if bar else None)
+    except TunerError as exc:
+        if bar:
+            bar.close()
+        print(f"muster tune: {exc}", file=err)
+        return EXIT_FAILED
     if bar:
         bar.close()
     ranked = rank(tuning.runs, objective)
@@ -141,6 +155,40 @@ def run_command(
             plot_pareto(tuning, best, files[-1])
         print("wrote " + ", ".join(str(f) for f in files), file=out)
     return EXIT_OK
+
+
+def _tune(
+    args: argparse.Namespace,
+    scenarios: list[Scenario],
+    grid: list[tuple[str, list[Any]]],
+    objective: str,
+    progress: Callable[[int, int], None] | None,
+) -> Tuning:
+    """The tuning, run here in a pool of processes or on the stack's tuner."""
+    if args.on == "local":
+        return run_grid(
+            scenarios,
+            grid,
+            policy=args.policy,
+            jobs=args.jobs,
+            progress=progress,
+            prune=None if args.no_prune else objective,
+            source=args.scenario,
+        )
+    import boto3
+
+    # The map's runs do not share a bound as the pool's processes do: each runs to the end.
+    plan = plan_grid(scenarios, grid, policy=args.policy, source=args.scenario)
+    trace = scenarios[0].trace
+    results = run_on_aws(
+        plan.tasks,
+        args.scenario,
+        trace.path if trace is not None else None,
+        stack=args.stack,
+        session=boto3.session.Session(region_name=args.region),
+        progress=progress,
+    )
+    return assemble(plan, results)
 
 
 def _recommend(
