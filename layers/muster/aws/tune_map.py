@@ -9,8 +9,9 @@ distributed map hands it every item of a run. A run lives in the bucket under
     scenario/<trace file>      the trace (when the scenario reads one)
     items.json                 the items, a JSON array: the map's item reader reads it
     results/<index>.<at>.json  each item's whole result, written by the function
-    map/                       the map's result writer: manifest.json, each item's
-                               summary and the failures
+
+and the map's result writer writes under `map/<map run>/` (manifest.json, each
+item's summary and the items that failed), a prefix fixed in the state machine.
 
 The command uploads the run, starts an execution, follows it (the map run's item
 counts, or the results written so far) and reads every result back; ranking them
@@ -188,7 +189,7 @@ def follow(
             raise TunerError(
                 f"the tuner's execution {execution_arn} ended {status}"
                 + (f" ({why})" if why else "")
-                + f"; the items' failures are under s3://{tuner.bucket}/{run.prefix}/{MAP_RESULTS}/"
+                + f"; the items' failures are under s3://{tuner.bucket}/{MAP_RESULTS}/"
             )
         pause(interval)
 
@@ -212,7 +213,7 @@ def collect(
         raise TunerError(
             f"{len(missing)} of {len(tasks)} results are missing (first: s3://{bucket}/"
             f"{missing[0]}); the items' failures are under "
-            f"s3://{bucket}/{run.prefix}/{MAP_RESULTS}/"
+            f"s3://{bucket}/{MAP_RESULTS}/ (the map run's folder)"
         )
     return results
 
