@@ -8,6 +8,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from muster.aws.observability import logger, tracer
 from muster.botocore_config import BOTOCORE_RETRIES
 from muster.lambdas.tune import run_setting, tuner_bucket
+from muster.sim.tune_item import run_item
 
 _s3: Any = None
 
@@ -22,4 +23,4 @@ def handler(event: dict[str, Any], context: LambdaContext, s3: Any = None) -> di
 
             _s3 = boto3.client("s3", config=BOTOCORE_RETRIES)
         s3 = _s3
-    return run_setting(event, s3, tuner_bucket())
+    return run_setting(event, s3, tuner_bucket(), run_item)

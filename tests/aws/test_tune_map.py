@@ -38,6 +38,7 @@ from muster.cli import main
 from muster.lambdas.tune import BadTunerItem, run_setting
 from muster.sim.scenario import load_scenario
 from muster.sim.tune_grid import assemble, parse_grid, plan_grid, run_grid
+from muster.sim.tune_item import run_item
 from muster.sim.tune_ranking import OBJECTIVES, rank
 
 REGION = "us-east-1"
@@ -122,7 +123,7 @@ def _play_the_map(session: Any, run_prefix: str, workdir: Path) -> int:
     items = json.loads(s3.get_object(Bucket=BUCKET, Key=given["items"])["Body"].read())
     for item in items:
         event = {k: given[k] for k in ("prefix", "scenario", "files")} | {"item": item}
-        summary = run_setting(event, s3, BUCKET, workdir=workdir)
+        summary = run_setting(event, s3, BUCKET, run_item, workdir=workdir)
         assert summary["result"].startswith(f"{run_prefix}/results/")
     backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
     backend.describe_execution(execution["executionArn"]).status = "SUCCEEDED"
@@ -159,7 +160,7 @@ def test_the_function_runs_the_uploaded_items_to_the_local_tunings_ranking(
     assert {i["scenario"]["path"] for i in items} == {"scenario/three.yaml"}
     for item in items:
         event = {"prefix": run.prefix, "scenario": run.scenario, "files": list(run.files)}
-        run_setting(event | {"item": item}, s3, BUCKET, workdir=tmp_path / "lambda")
+        run_setting(event | {"item": item}, s3, BUCKET, run_item, workdir=tmp_path / "lambda")
     # THEN the results collected from the bucket rank as the local pool's do
     remote = assemble(plan, collect(s3, BUCKET, run, plan.tasks))
     local = run_grid(seeds, grid, jobs=1, source=scenario_file)
@@ -267,7 +268,9 @@ def test_the_function_refuses_what_is_not_a_tuner_item(
     aws: Any, event: dict[str, Any], tmp_path: Path
 ) -> None:
     with pytest.raises(BadTunerItem):
-        run_setting(event | {"item": {"index": 0}}, aws.client("s3"), BUCKET, workdir=tmp_path)
+        run_setting(
+            event | {"item": {"index": 0}}, aws.client("s3"), BUCKET, run_item, workdir=tmp_path
+        )
 
 
 def test_the_execution_input_names_the_items_file() -> None:

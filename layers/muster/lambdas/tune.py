@@ -7,8 +7,9 @@ each item to the function with where the run's files are:
      "files": ["scenario/week.yaml", "scenario/week.csv"], "item": {...}}
 
 The function fetches the run's files from the tuner bucket into /tmp (once per
-container and run), runs the item with `muster.sim.tune_item.run_item` (the same
-function a local tuning's process pool runs), writes the whole result beside the
+container and run), runs the item with `run` (the handler passes
+`muster.sim.tune_item.run_item`, the function a local tuning's process pool runs:
+the simulator sits above this floor), writes the whole result beside the
 others (`<prefix>/results/<index>.<seed's place>.json`) and returns a small
 summary of it, which the map's result writer keeps: a result lists the workloads
 that finished, more than a state's output may hold.
@@ -19,11 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from muster.aws.tune_map import result_key
-from muster.sim.tune_item import run_item
 
 WORKDIR = Path("/tmp/muster-tune")  # Lambda's only writable folder
 _PREFIX = re.compile(r"runs/[A-Za-z0-9._-]+")
@@ -50,7 +51,11 @@ def fetch_files(s3: Any, bucket: str, prefix: str, files: list[str], workdir: Pa
 
 
 def run_setting(
-    event: dict[str, Any], s3: Any, bucket: str, workdir: Path = WORKDIR
+    event: dict[str, Any],
+    s3: Any,
+    bucket: str,
+    run: Callable[[dict[str, Any]], dict[str, Any]],
+    workdir: Path = WORKDIR,
 ) -> dict[str, Any]:
     """Run one item of the map; its result goes to the bucket, its summary is returned."""
     prefix, scenario, files = event.get("prefix"), event.get("scenario"), event.get("files")
@@ -66,8 +71,7 @@ def run_setting(
     if not isinstance(item, dict) or not {"index", "at", "scenario"} <= set(item):
         raise BadTunerItem("item: expected a tuner item with its index and seed's place")
     local = fetch_files(s3, bucket, prefix, files, workdir)
-    run = dict(item, scenario={**item["scenario"], "path": str(local / scenario)})
-    out = run_item(run)
+    out = run(dict(item, scenario={**item["scenario"], "path": str(local / scenario)}))
     key = result_key(prefix, int(item["index"]), int(item["at"]))
     s3.put_object(
         Bucket=bucket, Key=key, Body=json.dumps(out).encode(), ContentType="application/json"
