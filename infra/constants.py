@@ -4,13 +4,20 @@ The stack, its constructs and the infrastructure tests all import these, so a
 rename happens in one place. The names the runtime shares (environment
 variables, stack outputs, metrics, event sources) come from `muster.contract`,
 the one pure module of the runtime's that infra imports besides the settings
-parser, and are available here under the same names.
+parser, and are available here under the same names; the optional tuner's come
+from `muster.aws.tune_map` (standard library only at import).
 """
 
 from __future__ import annotations
 
 from muster import contract
+from muster.aws import tune_map
 from muster.contract import *  # noqa: F403 - the shared names, as c.ENV_TABLE_NAME etc.
+
+# The optional tuner's names, kept out of the contract (and so of the control plane's layer).
+ENV_TUNER_BUCKET = tune_map.ENV_TUNER_BUCKET
+OUT_TUNER_BUCKET_NAME = tune_map.OUT_TUNER_BUCKET_NAME
+OUT_TUNER_STATE_MACHINE_ARN = tune_map.OUT_TUNER_STATE_MACHINE_ARN
 
 # ---------------------------------------------------------------- context keys (cdk.json)
 CTX_STACK_NAME = "muster:stackName"

@@ -88,7 +88,3 @@ OUT_SWEEPER_FUNCTION_NAME = "SweeperFunctionName"
 OUT_INGEST_FUNCTION_NAME = "IngestFunctionName"  # the commands find the deployment by it
 OUT_TIMER_FUNCTION_NAME = "TimerFunctionName"
 OUT_ADMISSION_FUNCTION_NAME = "AdmissionFunctionName"
-# The tuner (only with muster:tuner): its bucket, and the state machine of its map.
-OUT_TUNER_BUCKET_NAME = "TunerBucketName"
-OUT_TUNER_STATE_MACHINE_ARN = "TunerStateMachineArn"
-ENV_TUNER_BUCKET = "MUSTER_TUNER_BUCKET"  # the tuner function's environment

@@ -20,9 +20,10 @@ import pytest
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.stepfunctions.models import stepfunctions_backends
-from muster import contract
 from muster.aws.tune_map import (
     ITEMS,
+    OUT_TUNER_BUCKET_NAME,
+    OUT_TUNER_STATE_MACHINE_ARN,
     RunFiles,
     Tuner,
     TunerError,
@@ -97,8 +98,8 @@ def _deploy_tuner(session: Any, *, with_tuner: bool = True) -> Tuner:
         roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/tuner",
     )["stateMachineArn"]
     outputs = {
-        contract.OUT_TUNER_BUCKET_NAME: {"Value": BUCKET},
-        contract.OUT_TUNER_STATE_MACHINE_ARN: {"Value": arn},
+        OUT_TUNER_BUCKET_NAME: {"Value": BUCKET},
+        OUT_TUNER_STATE_MACHINE_ARN: {"Value": arn},
     }
     template = {
         "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},

@@ -28,6 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The names the stack and the tuner share, here rather than in `muster.contract`:
+# the control plane's layer ships the contract, and stays the same with or without
+# the tuner. infra/constants.py takes them from here (this module imports nothing
+# beyond the standard library until it is called).
+OUT_TUNER_BUCKET_NAME = "TunerBucketName"
+OUT_TUNER_STATE_MACHINE_ARN = "TunerStateMachineArn"
+ENV_TUNER_BUCKET = "MUSTER_TUNER_BUCKET"  # the tuner function's environment
+
 RUNS = "runs"
 ITEMS = "items.json"
 MAP_RESULTS = "map"
@@ -71,15 +79,13 @@ class RunFiles:
 
 def find_tuner(cloudformation: Any, stack: str) -> Tuner:
     """The tuner of the stack, from its outputs; an error says how to deploy one."""
-    from muster import contract
-
     try:
         [found] = cloudformation.describe_stacks(StackName=stack)["Stacks"]
     except Exception as exc:  # botocore's ClientError: no such stack, no access
         raise TunerError(f"stack {stack}: {exc}") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in found.get("Outputs", [])}
-    bucket = outputs.get(contract.OUT_TUNER_BUCKET_NAME)
-    machine = outputs.get(contract.OUT_TUNER_STATE_MACHINE_ARN)
+    bucket = outputs.get(OUT_TUNER_BUCKET_NAME)
+    machine = outputs.get(OUT_TUNER_STATE_MACHINE_ARN)
     if not bucket or not machine:
         raise TunerError(
             f"stack {stack} has no tuner: deploy it with -c muster:tuner=true "

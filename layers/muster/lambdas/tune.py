@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from muster.aws.tune_map import result_key
+from muster.aws.tune_map import ENV_TUNER_BUCKET, result_key
 
 WORKDIR = Path("/tmp/muster-tune")  # Lambda's only writable folder
 _PREFIX = re.compile(r"runs/[A-Za-z0-9._-]+")
@@ -86,6 +86,4 @@ def run_setting(
 
 
 def tuner_bucket() -> str:
-    from muster import contract
-
-    return os.environ[contract.ENV_TUNER_BUCKET]
+    return os.environ[ENV_TUNER_BUCKET]
