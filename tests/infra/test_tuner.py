@@ -6,8 +6,11 @@ on the tuner's own resources."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,17 @@ from aws_cdk.assertions import Template
 from infra import constants as c
 from infra.app import build_app
 from infra.config import ConfigError, load_config
-from infra.layer import handler_files, layer_package_files, tuner_handler_files
+from infra.layer import (
+    RUNTIME_PROVIDED,
+    default_builder,
+    find_runtime_python,
+    handler_files,
+    layer_package_files,
+    tuner_handler_files,
+)
 from infra.stack import MusterStack
 from tests.infra.conftest import REPO_ROOT, Synthesized, deployment_context, resources
+from tests.infra.test_layer_imports import _PROBE
 from tests.infra.test_least_privilege import PLATFORM, _list, _ref, _statements_of
 
 pytestmark = pytest.mark.slow
@@ -214,3 +225,47 @@ def test_the_tuners_layer_carries_the_simulator_and_the_control_planes_does_not(
     assert {"lambdas/tune.py", "sim/tune_item.py", "sim/engine.py", "aws/tune_map.py"} <= tuner
     assert not [p for p in tuner if p.startswith(("cli/", "local/", "agent/", "admin/"))]
     assert "sim/tune_item.py" not in {str(p) for p in layer_package_files()}
+
+
+@pytest.fixture
+def lambda_runtime(tmp_path: Path) -> Path:
+    """The runtime's boto3, botocore and s3transfer (this environment's), alone in a folder."""
+    site = tmp_path / "lambda-runtime"
+    site.mkdir()
+    for name in RUNTIME_PROVIDED:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None
+        (site / name).symlink_to(Path(spec.origin).parent)
+    return site
+
+
+def test_the_tuner_handler_imports_with_only_its_layer(
+    tmp_path: Path, lambda_runtime: Path
+) -> None:
+    # GIVEN the tuner's layer as the stack builds it (offline, from the wheel cache)
+    builder = default_builder()
+    builder.build(tmp_path / "layer", tuner_handler_files())
+    layer = tmp_path / "layer" / "python"
+    [handler] = tuner_handler_files()
+    python = find_runtime_python() or sys.executable
+    code = (
+        f"import sys; sys.path[:0] = [{str(handler.parent)!r}, {str(layer)!r}, "
+        f"{str(lambda_runtime)!r}]\n" + _PROBE
+    )
+    env = {"AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1", "PATH": "/usr/bin:/bin"}
+    # WHEN the handler, then each muster module shipped, is imported in isolation
+    done = subprocess.run(
+        [python, "-I", "-S", "-B", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    # THEN it imports, with the simulator and without the command line or local mode
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"muster.lambdas.tune", "muster.sim.tune_item", "muster.sim.engine"} <= set(
+        found["muster"]
+    )
+    assert not [m for m in found["modules"] if m.startswith(("muster.cli", "muster.local"))]
