@@ -110,6 +110,16 @@ ON_TRACES = [
         ["--jobs", "1500"],
         [r"visible failures' wasted GPU-hours", r"healthy jobs deactivated: 0"],
     ),
+    (
+        "tune.py",
+        ["--limit", "500", "--seeds", "1"],
+        [
+            r"without pruning: [\d.]+ s wall, [\d.]+ s CPU",
+            r"with pruning: +[\d.]+ s wall, [\d.]+ s CPU, [1-9] of 9 settings stopped",
+            r"dominated at \d+% of the trace",
+            r"the same with and without pruning: yes",
+        ],
+    ),
 ]
 
 

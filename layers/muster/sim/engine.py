@@ -121,6 +121,7 @@ class RunResult:
     samples: list[GpuSample]
     total_gpus: int
     end: float
+    stopped_at: float | None = None  # when `stop` ended the run early (its figures so far)
 
 
 # --------------------------------------------------------------------------- the run
@@ -134,10 +135,17 @@ class Simulation:
         scenario: Scenario,
         policy: str = "gang",
         progress: Callable[[float, float], None] | None = None,
+        stop: Callable[[Simulation], bool] | None = None,
+        stop_every: float | None = None,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
         self.progress = progress
+        # Asked after the first instant and then every `stop_every` simulated seconds
+        # (default: 1/200 of the horizon) whether to end the run there. It only reads:
+        # a run it never stops is the run without it.
+        self.stop = stop
+        self._stop_every = stop_every if stop_every is not None else scenario.until / 200
         jitter = seeded(scenario.seed, f"jitter:{policy}")
         self.core = Fleet(
             policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
@@ -184,6 +192,7 @@ class Simulation:
         self._plan()
         agenda, log, until = self.agenda, self.log, self._until
         last_report = 0.0
+        stop, next_check, stopped_at = self.stop, 0.0, None
         # A run makes no reference cycles as it goes, only ever more live objects (the
         # log, the core's workloads): the cyclic collector, left on, would walk them
         # all again and again for nothing to free.
@@ -195,10 +204,15 @@ class Simulation:
                 if self.progress is not None and agenda.now - last_report >= until / 200:
                     last_report = agenda.now
                     self.progress(agenda.now, until)
+                if stop is not None and agenda.now >= next_check:
+                    next_check = agenda.now + self._stop_every
+                    if stop(self):
+                        stopped_at = agenda.now
+                        break
         finally:
             if collecting:
                 gc.enable()
-        end = agenda.now if log.open_workloads == 0 else until
+        end = agenda.now if log.open_workloads == 0 or stopped_at is not None else until
         self.kube.finish_accounting(end)
         summary = summarize(
             self.scenario,
@@ -216,7 +230,15 @@ class Simulation:
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
-            sc.name, self.policy, sc.seed, log.events, summary, kube.samples, kube.total_gpus, end
+            sc.name,
+            self.policy,
+            sc.seed,
+            log.events,
+            summary,
+            kube.samples,
+            kube.total_gpus,
+            end,
+            stopped_at,
         )
 
     def _plan(self) -> None:
@@ -404,6 +426,9 @@ def simulate(
     policy: str = "gang",
     *,
     progress: Callable[[float, float], None] | None = None,
+    stop: Callable[[Simulation], bool] | None = None,
+    stop_every: float | None = None,
 ) -> RunResult:
-    """Run `scenario` under `policy` ("gang", "gang+block" or "none")."""
-    return Simulation(scenario, policy, progress=progress).run()
+    """Run `scenario` under `policy` ("gang", "gang+block" or "none"); `stop`, asked
+    every `stop_every` simulated seconds, may end it early (`RunResult.stopped_at`)."""
+    return Simulation(scenario, policy, progress=progress, stop=stop, stop_every=stop_every).run()
