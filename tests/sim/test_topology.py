@@ -106,6 +106,10 @@ def test_trace_topology_goes_on_the_multi_node_gangs_that_fit_one_block() -> Non
     assert all(1 < w.gpus <= 4 for w in asked)
     assert all(not w.topology for w in sc.workloads if w.gpus == 1 or w.gpus > 4)
     assert any(w.gpus > 4 for w in sc.workloads)  # larger than a block: left without it
+    doc["trace"]["topology"] = f"preferred={L3}"  # preferred: on every multi-node gang
+    assert {w.name for w in scenario(doc).workloads if w.topology} == {
+        w.name for w in sc.workloads if w.gpus > 1
+    }
 
 
 def test_trace_topology_needs_blocks_of_its_level() -> None:

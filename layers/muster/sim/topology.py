@@ -18,6 +18,7 @@ block at each level, and their queue delay.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -128,9 +129,9 @@ def across_domains(
 def trace_requests(
     workloads: Sequence[WorkloadSpec], text: str, layout: Layout, gpus_per_node: int
 ) -> list[WorkloadSpec]:
-    """`trace.topology` on the trace's multi-node gangs (more GPUs than one node has)
-    that fit one block of its level; a gang larger than a block is left without it
-    (it could never be admitted inside one)."""
+    """`trace.topology` on the trace's multi-node gangs (more GPUs than one node has).
+    A `required` one only on those that fit one block of its level: a gang larger
+    than a block could never be admitted inside one; a `preferred` one on all."""
     wanted = parse_request(text)
     size = block_nodes(layout, wanted.level)
     if size is None:
@@ -138,7 +139,7 @@ def trace_requests(
             f"trace.topology: the cluster has no {wanted.level} blocks "
             "(name them in cluster.topology)"
         )
-    room = size * gpus_per_node
+    room = size * gpus_per_node if wanted.required else math.inf
     return [replace(w, topology=text) if gpus_per_node < w.gpus <= room else w for w in workloads]
 
 
