@@ -13,11 +13,11 @@ gang of the first week). Each week runs under
 - `gang+fit`, every multi-node gang asking `preferred=network-node-layer-3`.
 
 For each: workloads finished, evictions, multi-node gangs (more GPUs than a node
-has) and how many ask, their whole runs (a gang evicted and admitted again runs
-again) and the share of those whose pods the simulated cluster bound inside one
-block at each level,
-their queue delay and every job's (submission to first PodsReady) and utilization.
-It prints a Markdown table and writes it, with every run's summary, to
+has), how many ask and how many started (reached PodsReady), their whole runs (a
+gang evicted and admitted again runs again) and the share of those whose pods the
+simulated cluster bound inside one block at each level, the queue delay of the
+multi-node gangs that started and of every job (submission to first PodsReady),
+and utilization. It prints a Markdown table and writes it, with every run's summary, to
 `out/topology-compare/`. Needs the traces (`MUSTER_TRACES`, the first argument,
 or a `shared/traces` folder beside the repository or above it).
 
@@ -82,6 +82,7 @@ def row(week: str, label: str, policy: str, scenario: Scenario) -> tuple[list[st
         f"{s['finished']}/{s['workloads']}",
         str(s["evictions"]),
         f"{topo['multiNodeGangs']} ({topo['asked']})",
+        str(topo["started"]),
         str(topo["placements"]),
         *(share(inside[level]) for level in reversed(LEVELS)),
         hours(multi["p50"]),
@@ -106,6 +107,7 @@ def main(argv: list[str]) -> int:
         "finished",
         "evictions",
         "multi-node gangs (asking)",
+        "started",
         "their whole runs",
         "in one layer-3 block",
         "layer 2",

@@ -102,8 +102,9 @@ def topology_summary(
     sc: Scenario, kube: BlockCluster, tracking: Mapping[str, Tracking]
 ) -> dict[str, Any]:
     """For a scenario with network blocks: of the multi-node gangs (more GPUs than one
-    node has), how many asked for a topology, the share of their whole releases whose
-    pods the cluster bound inside one block at each level, and their queue delay."""
+    node has), how many asked for a topology and how many started, the share of their
+    whole releases whose pods the cluster bound inside one block at each level, and
+    their queue delay."""
     multi = {w.name for w in sc.workloads if w.gpus > sc.gpus_per_node}
     delays = [
         t.first_ready - t.submitted
@@ -114,6 +115,7 @@ def topology_summary(
         "blocks": {level: size for level, size in sc.topology},
         "multiNodeGangs": len(multi),
         "asked": sum(1 for w in sc.workloads if w.topology and w.name in multi),
+        "started": len(delays),  # reached PodsReady: the queue delay is theirs
         **spans_blocks(kube.spans, sc.topology, multi),
         "multiNodeQueueDelaySeconds": _percentiles(delays),
     }
