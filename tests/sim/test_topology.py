@@ -13,6 +13,7 @@ from muster.core.topology import request_of
 from muster.sim.blocks import BlockCluster
 from muster.sim.engine import Simulation, simulate
 from muster.sim.kube import JobSpec
+from muster.sim.report import summary_table
 from muster.sim.specs import ScenarioError
 from muster.sim.topology import across_domains, node_topology
 
@@ -187,9 +188,14 @@ def test_a_required_gang_larger_than_every_free_block_waits() -> None:
 
 def test_without_topology_the_summary_has_no_topology_part() -> None:
     doc = blocks_doc([{"name": "a", "pods": 2}])
+    with_blocks = summary_table([simulate(scenario(doc), "gang+fit")])
+    assert f"in one {L2} block" in with_blocks.splitlines()[-4]
+    assert f"in one {L3} block" in with_blocks.splitlines()[-3]
     del doc["cluster"]["topology"]
     del doc["settings"]
-    assert "topology" not in simulate(scenario(doc), "gang+fit").summary
+    result = simulate(scenario(doc), "gang+fit")
+    assert "topology" not in result.summary
+    assert "multi-node" not in summary_table([result])
 
 
 # ------------------------------------------------------------------ the property
