@@ -100,3 +100,14 @@ def test_a_gated_pod_gets_the_selector_in_the_patch_that_releases_it(
     assert requests(k8s)[1][2] == {
         "spec": {"schedulingGates": [], "nodeSelector": {L2: "s1", L3: "b2"}}
     }
+
+
+def test_the_admitted_event_on_the_workload_names_its_domain() -> None:
+    from muster.core.model import LogEvent
+    from muster.kube.events import describe
+
+    detail = {"attempt": 1, "deadline": 0, "timeoutSeconds": 300, "domain": BLOCK}
+    shown = describe(LogEvent.ADMITTED, detail, "ml/train")
+    assert shown is not None and shown.message.endswith(f"; placed in {BLOCK}")
+    plain = describe(LogEvent.ADMITTED, {**detail, "domain": None}, "ml/train")
+    assert plain is not None and "placed in" not in plain.message

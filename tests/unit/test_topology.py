@@ -14,6 +14,7 @@ from muster.core.capacity import NodeCapacity
 from muster.core.model import Admit, LogEvent, Phase, Publish, Workload
 from muster.core.settings import SettingsError, merge_settings, parse_settings
 from muster.core.topology import (
+    common_domain,
     domain_at,
     domain_selector,
     node_topology,
@@ -339,3 +340,57 @@ def test_a_preferred_gang_gets_the_smallest_domain_that_fits(
     fits_anywhere = sum(n.free // each for n in nodes) >= pods
     assert plan.admit == (("t/p",) if fits_anywhere else ())
     assert plan.domain_of("t/p") == expected
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(
+    layout=_layout,
+    gangs=st.lists(
+        st.tuples(st.integers(1, 10), st.sampled_from([1, 2, 4, 8]), st.sampled_from([L1, L2, L3])),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_across_passes_the_gangs_admitted_into_domains_all_fit_them_together(
+    layout: list[tuple[int, int, int, int]], gangs: list[tuple[int, int, str]]
+) -> None:
+    """Gangs arrive one by one (a pass each): a gang admitted earlier keeps its pods
+    reserved inside its domain, so every later one is fitted around them."""
+    nodes = _nodes(layout)
+    fleet = Fleet(TAS)
+    for n in nodes:
+        fleet.apply(
+            NodeObserved(n.node, seq=1, gpus=8, foreign_gpus=n.foreign_gpus, topology=n.topology), 0
+        )
+    for i, (pods, each, level) in enumerate(gangs):
+        fleet.apply(
+            WorkloadObserved(
+                f"t/g{i}", "q", pods, gpus=pods * each, shape=((pods, each),),
+                topology=f"required={level}", created_at=i,
+            ),
+            i,
+        )  # fmt: skip
+    free = {n.node: n.free for n in nodes}
+    admitted = sorted(
+        (w for w in fleet if w.phase is Phase.ADMITTED), key=lambda w: w.admitted_at or 0.0
+    )
+    for w in admitted:
+        pods, each = w.shape[0]
+        level = w.topology.partition("=")[2]
+        left = pods
+        for n in _domains(nodes, level)[w.domain]:
+            take = min(left, free[n.node] // each)
+            free[n.node] -= take * each
+            left -= take
+        assert left == 0, f"{w.key} admitted into {w.domain} over what earlier gangs hold there"
+
+
+def test_common_domain_says_whether_bound_pods_stayed_in_one_block() -> None:
+    nodes = {n.node: n.topology for n in NODES}
+    b2 = "network-node-layer-1=s,network-node-layer-2=s1,network-node-layer-3=b2"
+    assert common_domain(nodes, ["n3", "n5", "n4"], L3) == b2
+    assert common_domain(nodes, ["n1", "n3"], L3) is None  # two blocks
+    assert (
+        common_domain(nodes, ["n1", "n3"], L2) == "network-node-layer-1=s,network-node-layer-2=s1"
+    )
+    assert common_domain(nodes, ["n1", "gone"], L3) is None  # a node it knows nothing of

@@ -164,7 +164,8 @@ def state_lines(doc: Mapping[str, Any]) -> list[str]:
     if doc.get("topology"):
         lines.append(f"  topology   {doc['topology']}")
         if doc.get("domain"):
-            lines.append(f"  placed in  {doc['domain']}")
+            active = doc["phase"] in (Phase.ADMITTED, Phase.RUNNING, Phase.RECOVERING)
+            lines.append(f"  {'placed in ' if active else 'last in   '} {doc['domain']}")
     if doc.get("waiting"):
         lines.append(f"  waiting    {doc['waiting']}")
     return lines

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from muster.core.model import ACTIVE_PHASES, NodeObserved, Phase, Workload
-from muster.core.topology import Topology, reserve_in
+from muster.core.topology import DomainIndex, Topology, domain_level, indexed, reserve_in
 
 Shape = tuple[tuple[int, int], ...]  # (pods, GPUs each) groups
 Pods = tuple[tuple[int, int], ...]  # (pods, GPUs each), largest first, one group per size
@@ -317,8 +317,12 @@ class Fitter:
     # Has any node reported its capacity (schedulable or not)? Without a report the
     # check cannot judge anyone, and gangs are admitted on quota alone.
     known: bool = True
-    # Each node's topology labels, by `names` (`core.topology`).
+    # Each node's topology labels, by `names`, and their domains (`core.topology`).
     topology: list[Topology] = field(default_factory=list)
+    domains: DomainIndex = field(default_factory=dict)
+    # (level, pods) that fit no domain of the level in this pass, with the most of
+    # them one domain held then: free GPUs only shrink, so the answer stands.
+    no_domain: dict[tuple[str, Pods], tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -366,15 +370,20 @@ class Fitter:
         known: bool = True,
         topology: list[Topology] | None = None,
         domains: Mapping[str, str] | None = None,
+        index: DomainIndex | None = None,
     ) -> Fitter:
         """The nodes' free GPUs after bound pods (`room`), less the pods of gangs admitted
         earlier and not placed yet, reserved in the order they were admitted (those
-        admitted into a topology domain, `domains`, inside it)."""
+        admitted into a topology domain, `domains`, inside it). `index`: the nodes'
+        domains grouped, kept by a caller whose nodes have not changed since."""
         fitter = cls(names, list(free), known=known, topology=topology or [])
+        if index is not None:
+            fitter.domains = index
         for _, key, rest in sorted(unplaced):
             domain = domains.get(key) if domains else None
             if domain and fitter.topology:
-                reserve_in(fitter.free, fitter.topology, domain, rest)
+                found = indexed(fitter.domains, fitter.topology, domain_level(domain))
+                reserve_in(fitter.free, found, domain, rest)
             else:
                 fitter.reserve(rest)
         return fitter

@@ -38,7 +38,7 @@ from muster.core.model import (
     Workload,
 )
 from muster.core.settings import Settings
-from muster.core.topology import Topology
+from muster.core.topology import DomainIndex, Topology
 from muster.core.workloads import outlived_by_pods
 
 
@@ -98,6 +98,7 @@ class Fleet:
         self._room: list[int] = []  # free GPUs after bound pods, by `_schedulable`
         self._room_at: dict[str, int] = {}  # node -> its place in `_schedulable`
         self._topology: list[Topology] = []  # the topology labels, by `_schedulable`
+        self._domains: DomainIndex = {}  # their domains, grouped as passes need them
         self._holdings = Holdings()
 
     @property
@@ -183,6 +184,7 @@ class Fleet:
             self._room = room(ordered, holdings.bound)
             self._room_at = {name: i for i, name in enumerate(self._names)}
             self._topology = [n.topology for n in ordered]
+            self._domains = {}
         return Fitter.reserving(
             self._names,
             self._room,
@@ -190,6 +192,7 @@ class Fleet:
             known=bool(self.nodes),
             topology=self._topology,
             domains=holdings.domains,
+            index=self._domains,
         )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:

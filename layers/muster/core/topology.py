@@ -259,9 +259,18 @@ def domain_selector(domain: str) -> dict[str, str]:
     return selector
 
 
-def short_domain(domain: str) -> str:
-    """The domain by its own level only (`network-node-layer-3=nn-1`), for messages."""
-    return domain.rpartition(",")[2]
+def common_domain(nodes: Mapping[str, Topology], placed: Iterable[str], level: str) -> str | None:
+    """The one domain of `level` that holds every node of `placed` (where a gang's pods
+    are bound), or None when they span more than one or a node is in none (unknown
+    nodes included). For invariants and reports: was the gang kept inside one block?"""
+    found: str | None = None
+    for node in placed:
+        labels = nodes.get(node)
+        domain = domain_at(labels, level) if labels is not None else None
+        if domain is None or (found is not None and domain != found):
+            return None
+        found = domain
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,33 +332,63 @@ def _natural(name: str) -> tuple[tuple[int, str | int], ...]:
     )
 
 
+DomainIndex = dict[str, dict[str, list[int]]]  # level -> domain -> node indices
+
+
+def indexed(cache: DomainIndex, topology: Sequence[Topology], level: str) -> dict[str, list[int]]:
+    """`domains(topology, level)`, grouped once per view (`cache`, kept by the caller)."""
+    found = cache.get(level)
+    if found is None:
+        found = cache[level] = domains(topology, level)
+    return found
+
+
 def best_domain(
-    free: list[int], topology: Sequence[Topology], level: str, sizes: Pods
+    free: list[int], found: Mapping[str, list[int]], sizes: Pods
 ) -> tuple[str | None, int, int]:
-    """(the smallest domain of `level` the gang fits in, the most of its pods one domain
-    has room for, how many domains there are). Smallest: the fewest free GPUs, then by
-    name in natural order. Nothing is taken from `free`."""
+    """(the smallest of the domains `found` the gang fits in, the most of its pods one
+    domain has room for, how many domains there are). Smallest: the fewest free GPUs,
+    then by name in natural order. Nothing is taken from `free`.
+
+    A domain with fewer free GPUs than the gang asks for is passed over without a fit;
+    how much of the gang the roomiest holds is worked out only when none fits.
+    """
     wanted = sum(n * g for n, g in sizes)
     total = sum(n for n, _ in sizes)
     chosen: tuple[int, tuple[tuple[int, str | int], ...], str] | None = None
-    best = 0
-    found = domains(topology, level)
     for name, at in found.items():
-        room = sum(free[i] for i in at)
-        placed = first_fit([free[i] for i in at], range(len(at)), sizes)
-        best = max(best, placed)
-        if placed == total and room >= wanted:
+        room = 0
+        for i in at:
+            room += free[i]
+        if room < wanted or (chosen is not None and room > chosen[0]):
+            continue
+        if first_fit([free[i] for i in at], range(len(at)), sizes) == total:
             key = (room, _natural(name), name)
             if chosen is None or key < chosen:
                 chosen = key
-    return (chosen[2] if chosen else None), best, len(found)
+    if chosen is not None:
+        return chosen[2], total, len(found)
+    return None, _most_placed(free, found, sizes), len(found)
 
 
-def reserve_in(free: list[int], topology: Sequence[Topology], domain: str, sizes: Pods) -> int:
-    """Take what fits of `sizes` inside `domain` (a gang admitted there earlier)."""
-    level = domain_level(domain)
-    at = [i for i, labels in enumerate(topology) if domain_at(labels, level) == domain]
-    return first_fit(free, at, sizes)
+def _most_placed(free: list[int], found: Mapping[str, list[int]], sizes: Pods) -> int:
+    """The most of the gang's pods one domain has room for (for the waiting reason)."""
+    if len(sizes) == 1:
+        count, gpus = sizes[0]
+        if gpus <= 0:
+            return count
+        return max(
+            (min(count, sum(free[i] // gpus for i in at)) for at in found.values()), default=0
+        )
+    return max(
+        (first_fit([free[i] for i in at], range(len(at)), sizes) for at in found.values()),
+        default=0,
+    )
+
+
+def reserve_in(free: list[int], found: Mapping[str, list[int]], domain: str, sizes: Pods) -> int:
+    """Take what fits of `sizes` inside `domain` (of the domains `found` at its level)."""
+    return first_fit(free, found.get(domain, ()), sizes)
 
 
 def search_levels(request: TopologyRequest, allowed: Iterable[str]) -> list[str]:
@@ -367,11 +406,13 @@ __all__ = [
     "LABEL_KEYS",
     "LEVELS",
     "NO_TOPOLOGY",
+    "DomainIndex",
     "Topology",
     "TopologyRequest",
     "TopologySkip",
     "admitted_detail",
     "best_domain",
+    "common_domain",
     "domain_at",
     "domain_level",
     "domain_selector",
@@ -379,6 +420,7 @@ __all__ = [
     "event_request",
     "event_topology",
     "first_fit",
+    "indexed",
     "level_name",
     "levels_document",
     "levels_need_capacity",
@@ -389,6 +431,5 @@ __all__ = [
     "request_of",
     "reserve_in",
     "search_levels",
-    "short_domain",
     "valid_value",
 ]

@@ -13,6 +13,7 @@ from muster.core.settings import QueueSettings
 from muster.core.topology import (
     TopologySkip,
     best_domain,
+    indexed,
     request_of,
     reserve_in,
     search_levels,
@@ -44,10 +45,16 @@ def fit_in_domain(
     sizes = gang_pods(w, shape)
     first: TopologySkip | None = None
     for level in search_levels(request, qs.topology_levels):
-        domain, best, count = best_domain(fitter.free, fitter.topology, level, sizes)
-        if domain is not None:
-            reserve_in(fitter.free, fitter.topology, domain, sizes)
-            return None, None, domain
+        known_none = fitter.no_domain.get((level, sizes))
+        if known_none is None:
+            found = indexed(fitter.domains, fitter.topology, level)
+            domain, best, count = best_domain(fitter.free, found, sizes)
+            if domain is not None:
+                reserve_in(fitter.free, found, domain, sizes)
+                return None, None, domain
+            fitter.no_domain[(level, sizes)] = (best, count)
+        else:
+            best, count = known_none
         if first is None:
             first = TopologySkip(w.key, level, sizes, best, count)
     assert first is not None

@@ -41,7 +41,8 @@ def describe(event: LogEvent, detail: Mapping[str, Any], workload: str = "") -> 
                 "Normal",
                 "Admitted",
                 f"Admitted by Muster (attempt {attempt}); all pods must be Ready by "
-                f"{_time(detail.get('deadline'))} (timeout {_seconds(detail.get('timeoutSeconds'))})",
+                f"{_time(detail.get('deadline'))} (timeout {_seconds(detail.get('timeoutSeconds'))})"
+                + (f"; placed in {detail['domain']}" if detail.get("domain") else ""),
             )
         case LogEvent.PODS_READY:
             text = f"All pods Ready ({detail.get('reason')}) in attempt {attempt}"
