@@ -23,7 +23,7 @@ from muster.core import (
     Evict,
     Kind,
 )
-from muster.core.topology import Topology, domain_at, domain_level, request_of
+from muster.core.topology import Topology, common_domain, domain_at, domain_level, request_of
 from muster.harness.injectors import FaultPlan
 from muster.harness.virtual_aws import VirtualQueues
 from muster.schema import (
@@ -208,9 +208,8 @@ class ModelCluster:
             request = request_of(self.specs[key].topology)
             if request is None or not request.required:
                 continue
-            seen = {domain_at(self.labels.get(n, ()), request.level) for n in where}
-            if len(seen) > 1 or None in seen:
-                found.append(f"{key} on {sorted(set(where))} ({len(seen)} {request.level} domains)")
+            if common_domain(self.labels, where, request.level) is None:
+                found.append(f"{key} on {sorted(set(where))}, not one {request.level} domain")
         return found
 
     def _release(self, key: str) -> None:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from muster.core.fields import problem
-from muster.core.topology import LEVELS, Topology, domain_at, level_name, parse_request
+from muster.core.topology import LEVELS, Topology, common_domain, level_name, parse_request
 from muster.sim.specs import ScenarioError, WorkloadSpec
 
 Layout = tuple[tuple[str, int], ...]  # (level, nodes per block), widest level first
@@ -100,10 +100,9 @@ def spans_blocks(
     """Of the multi-node gangs' releases that became whole: how many, and the share
     inside one block at each level of `layout`."""
     whole = [nodes for job, nodes, was_whole in spans if was_whole and job in multi_node]
-    labels = {n: node_topology(layout, n) for nodes in whole for n in nodes}
     share: dict[str, float | None] = {}
     for level, _ in layout:
-        inside = sum(1 for nodes in whole if len({domain_at(labels[n], level) for n in nodes}) == 1)
+        inside = sum(1 for nodes in whole if _one_domain(layout, nodes, level))
         share[level] = round(inside / len(whole), 4) if whole else None
     return {"placements": len(whole), "withinOneBlock": share}
 
@@ -118,12 +117,15 @@ def across_domains(
     found: list[str] = []
     for job, nodes, _ in spans:
         level = required.get(job)
-        if level is None or not nodes:
-            continue
-        seen = {domain_at(node_topology(layout, n), level) for n in nodes}
-        if len(seen) > 1:
-            found.append(f"{job}: pods bound in {len(seen)} {level} domains")
+        if level is not None and nodes and not _one_domain(layout, nodes, level):
+            found.append(f"{job}: pods bound on nodes {sorted(nodes)}, not one {level} domain")
     return found
+
+
+def _one_domain(layout: Layout, nodes: frozenset[int], level: str) -> bool:
+    """Whether every node of `nodes` (by index) lies inside one domain of `level`."""
+    labels = {str(n): node_topology(layout, n) for n in nodes}
+    return common_domain(labels, labels, level) is not None
 
 
 def trace_requests(
