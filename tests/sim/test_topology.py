@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from muster.core import NodeObserved
@@ -17,7 +18,7 @@ from muster.sim.report import summary_table
 from muster.sim.specs import ScenarioError
 from muster.sim.topology import across_domains, node_topology
 
-from tests.sim.conftest import scenario
+from tests.sim.conftest import REPO, scenario
 
 L2, L3 = "network-node-layer-2", "network-node-layer-3"
 
@@ -260,3 +261,15 @@ def test_no_required_gangs_pods_are_ever_bound_across_domains(doc: dict[str, Any
     for w in sc.workloads:
         if w.name in required and w.pods <= blocks[required[w.name]]:
             assert w.name in bound, f"{w.name} never ran"
+
+
+def test_the_docs_example_of_blocks_reads_as_it_says() -> None:
+    doc = (REPO / "docs" / "simulator.md").read_text()
+    block = doc.split("### Nodes in network blocks (topology)", 1)[1].split("```yaml", 1)[1]
+    example = yaml.safe_load(block.split("```", 1)[0])
+    example["trace"] = {k: v for k, v in example["trace"].items() if k != "path"}
+    example["trace"]["synthetic"] = {"jobs": 5000}
+    sc = scenario(example)
+    assert sc.topology == (("network-node-layer-1", 32), (L2, 16), (L3, 4))
+    assert sc.node_topology(37) == (("network-node-layer-1", "nn1-1"), (L2, "nn2-2"), (L3, "nn3-9"))
+    assert any(w.topology == f"required={L3}" for w in sc.workloads)
