@@ -106,6 +106,14 @@ ON_TRACES = [
         ],
     ),
     (
+        "topology_compare.py",
+        ["--weeks", "1", "--limit", "1500"],
+        [
+            r"\| 2017-10-02 \| `gang\+fit`, none asked \| 1500/1500 \|",
+            r"\| 2017-10-02 \| `gang\+fit`, required layer 3 \| 1500/1500 \| \d+ \| \d+ \(\d+\) \| \d+ \| \d+ \| 100% \| 100% \| 100% \|",
+        ],
+    ),
+    (
         "failure_aware.py",
         ["--jobs", "1500"],
         [r"visible failures' wasted GPU-hours", r"healthy jobs deactivated: 0"],

@@ -71,11 +71,12 @@ from muster.sim.agenda import (
     RunDone,
     Submit,
 )
+from muster.sim.blocks import BlockCluster
 from muster.sim.kube import GpuSample, SimulatedCluster, Wakeup
 from muster.sim.runlog import RunLog
 from muster.sim.scenario import Scenario
 from muster.sim.specs import seeded
-from muster.sim.summary import failure_summary, summarize
+from muster.sim.summary import failure_summary, summarize, topology_summary
 
 POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
@@ -88,7 +89,10 @@ class SimulatedActions:
         self._clock = clock
 
     def admit(self, effect: Admit) -> None:
-        self.cluster.unsuspend(effect.workload)
+        if isinstance(self.cluster, BlockCluster):  # its pods kept inside its domain
+            self.cluster.unsuspend(effect.workload, effect.domain)
+        else:
+            self.cluster.unsuspend(effect.workload)
 
     def evict(self, effect: Evict) -> None:
         self.cluster.suspend(effect.workload, self._clock())
@@ -150,7 +154,7 @@ class Simulation:
         self.core = Fleet(
             policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
         )
-        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        self.kube = cluster_of(scenario)
         self.agenda = Agenda()
         self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
@@ -227,6 +231,8 @@ class Simulation:
         )
         if log.failures:
             summary.update(failure_summary(self.scenario, self.kube, log.tracking, log.by_class))
+        if isinstance(self.kube, BlockCluster):
+            summary["topology"] = topology_summary(self.scenario, self.kube, log.tracking)
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
@@ -374,6 +380,8 @@ class Simulation:
                 created_at=now,
                 seq=1,
                 shape=((w.pods, w.gpus_per_pod),),
+                # Plain Kubernetes (policy `none`) knows no `muster.io/topology`.
+                topology=w.topology if self.policy != "none" else "",
             )
         )
 
@@ -395,7 +403,19 @@ class Simulation:
         if not self._capacity:
             return NodeObserved(node, ready=ready)
         self._node_seq += 1
-        return NodeObserved(node, ready=ready, seq=self._node_seq, gpus=self.scenario.gpus_per_node)
+        return NodeObserved(
+            node,
+            ready=ready,
+            seq=self._node_seq,
+            gpus=self.scenario.gpus_per_node,
+            topology=self._node_topology(node),
+        )
+
+    def _node_topology(self, node: str) -> tuple[tuple[str, str], ...]:
+        """The topology labels `node` reports (none without `cluster.topology`)."""
+        if isinstance(self.kube, BlockCluster):
+            return self.kube.topology[self.kube.node_names.index(node)]
+        return ()
 
     def _node_fails(self, item: NodeFails) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=True)
@@ -415,6 +435,14 @@ class Simulation:
             self._cancelled.discard(ident)
             return False
         return self._deliver(item)
+
+
+def cluster_of(scenario: Scenario) -> SimulatedCluster:
+    """The simulated cluster of `scenario`: its nodes in network blocks if it has them."""
+    if scenario.topology:
+        labels = [scenario.node_topology(i) for i in range(scenario.nodes)]
+        return BlockCluster(scenario.nodes, scenario.gpus_per_node, labels)
+    return SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
 
 
 def _ignore(effect: Effect) -> None:
