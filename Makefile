@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-scale agent-image bench-faults-sim bench-delay clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale agent-image bench-faults-sim bench-tune bench-delay clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
@@ -33,9 +33,12 @@ help:
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
 	@echo "make bench-fit     gang vs gang+block vs gang+fit on the deadlock, synthetic and contended Philly scenarios"
+	@echo "make bench-topology  gang+fit with and without topology (required, preferred) on three Philly weeks of 8-GPU pods"
+	@echo "make bench-topology-plan  one admission plan of 5,000 gangs on 2,000 nodes in blocks, with and without topology"
 	@echo "make bench-scale   gangs of 64-4,096 pods, 5,000 queued, 10,000 running reconciled, under AWS's limits, in virtual time"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
-	@echo "make bench-delay   queue delay by gang size: gang vs gang+fit and vs workloadFaults, on every Philly week (a long run)"
+	@echo "make bench-tune    the docs' 9-setting tuning grid on the Philly week, with and without pruning: wall and CPU time, runs pruned"
+	@echo "make bench-delay   queue delay by gang size: gang against gang+fit and against workloadFaults, on every Philly week (about 10 CPU minutes)"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -93,7 +96,7 @@ lock: $(STAMP)
 		--generate-hashes --universal --python-version 3.12 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/agent.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-scale bench-faults-sim bench-delay
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale bench-faults-sim bench-tune bench-delay
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -128,6 +131,12 @@ bench-capacity: $(STAMP)
 bench-fit: $(STAMP)
 	$(BIN)/python benchmarks/fit_compare.py
 
+bench-topology: $(STAMP)
+	$(BIN)/python benchmarks/topology_compare.py
+
+bench-topology-plan: $(STAMP)
+	$(BIN)/python benchmarks/topology_plan.py
+
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
 
@@ -140,6 +149,9 @@ bench-faults-sim: $(STAMP)
 
 bench-delay: $(STAMP)
 	$(BIN)/python benchmarks/delay_by_size.py
+
+bench-tune: $(STAMP)
+	$(BIN)/python benchmarks/tune.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

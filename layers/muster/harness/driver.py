@@ -24,7 +24,7 @@ fire, the cluster running it, or quota held by workloads that themselves move).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import (
@@ -39,6 +39,7 @@ from muster.core import (
     plan_admission,
 )
 from muster.core.capacity import overcommitted
+from muster.core.topology import Topology
 from muster.harness.clock import VirtualClock
 from muster.harness.injectors import Crash, FaultPlan, FaultyPorts, wrap_ports
 from muster.harness.model_cluster import CLUSTER, GangSpec, ModelCluster
@@ -86,6 +87,7 @@ class HarnessReport:
     healthy_deactivated: list[str] = field(default_factory=list)  # gangs the faults kept from Ready
     quota: int = 0
     fit_checks: int = 0  # "no two gangs on the same GPUs" checks (with `capacity`)
+    domain_checks: int = 0  # "no required gang across domains" checks (with `topology`)
     max_gpus_admitted: int = 0  # by the store (the quota invariant)
     max_gpus_on_cluster: int = 0  # on the model cluster (may lag an eviction in flight)
     injected: dict[str, int] = field(default_factory=dict)
@@ -132,6 +134,7 @@ class Harness:
         sweeper: bool = True,
         capacity: bool = False,
         pod_groups: float = 0.0,
+        topology: bool = False,
     ) -> None:
         self.sweeper_on = sweeper
         self.plan = plan
@@ -146,7 +149,7 @@ class Harness:
                 f"node-{i}": (8, self.rng.choice((0, 0, 0, 2, 4)) if i % 4 == 0 else 0)
                 for i in range(16)
             }
-        self.cluster = ModelCluster(self.queues, plan, nodes)
+        self.cluster = ModelCluster(self.queues, plan, nodes, block_labels(nodes, topology))
         self.doc = settings or {
             "timeout": "5m",
             "gpuQuota": 64,
@@ -158,6 +161,8 @@ class Harness:
         }
         if capacity:
             self.doc = {**self.doc, "capacityCheck": True}
+        if topology:
+            self.doc = {**self.doc, "topologyLevels": [TOPOLOGY_LEVEL]}
         self.settings: Settings = parse_settings(self.doc)
         self.ports: FaultyPorts = wrap_ports(
             plan,
@@ -193,7 +198,15 @@ class Harness:
                     runs=2 if group else 1,
                 )
             )
+        if topology:
+            self._ask_topology()
         self.cluster.start_resync()
+
+    def _ask_topology(self) -> None:
+        """Every other gang of 2 or 4 pods asks to be admitted inside one block."""
+        for i, (key, spec) in enumerate(self.cluster.specs.items()):
+            if spec.gang in (2, 4) and i % 2 == 0:
+                self.cluster.specs[key] = replace(spec, topology=f"required={TOPOLOGY_LEVEL}")
 
     def plane(self, function: str) -> ControlPlane:
         p = self.ports
@@ -277,6 +290,8 @@ class Harness:
             )
         if self.cluster.nodes:
             self._check_fit()
+        if self.cluster.labels:
+            self._check_domains()
 
     def _evicting(self) -> int:
         """GPUs the cluster still runs for evictions committed and not yet carried out (a
@@ -303,6 +318,12 @@ class Harness:
                 active.append(snap.workload if snap else item.workload)
         for what in overcommitted(nodes, active):
             self.report.violations.append(f"same GPUs: {what} at {self.clock.now:.0f}")
+
+    def _check_domains(self) -> None:
+        """No gang asking for a required topology has its pods bound across domains."""
+        self.report.domain_checks += 1
+        for what in self.cluster.across_domains():
+            self.report.violations.append(f"across domains: {what} at {self.clock.now:.0f}")
 
     def _mover(self, w: Workload, outbox: bool, quarantined: set[str], named: set[str]) -> str:
         """What will move `w` on, or '' when nothing will."""
@@ -455,6 +476,20 @@ class Harness:
                 # Ready within its timeout, attempt after attempt: a figure, not a fault.
                 r.healthy_deactivated.append(key)
         return r
+
+
+TOPOLOGY_LEVEL = "network-node-layer-3"
+
+
+def block_labels(nodes: dict[str, tuple[int, int]], topology: bool) -> dict[str, Topology]:
+    """With `topology`, the nodes in blocks of 4 at network-node-layer-3 (two blocks a
+    layer-2 block); none otherwise."""
+    if not topology:
+        return {}
+    return {
+        name: (("network-node-layer-2", f"nn2-{i // 8}"), (TOPOLOGY_LEVEL, f"nn3-{i // 4}"))
+        for i, name in enumerate(nodes)
+    }
 
 
 def run_harness(plan: FaultPlan, **kwargs: Any) -> HarnessReport:

@@ -23,6 +23,7 @@ from muster.core import (
     Evict,
     Kind,
 )
+from muster.core.topology import Topology, common_domain, domain_at, domain_level, request_of
 from muster.harness.injectors import FaultPlan
 from muster.harness.virtual_aws import VirtualQueues
 from muster.schema import (
@@ -54,6 +55,7 @@ class GangSpec:
     broken: bool
     kind: Kind = Kind.JOB
     runs: int = 1  # a pod group's runs under its name, one after the other
+    topology: str = ""  # its `muster.io/topology` ("" for none)
 
 
 class ModelCluster:
@@ -69,6 +71,7 @@ class ModelCluster:
         queues: VirtualQueues,
         plan: FaultPlan,
         nodes: dict[str, tuple[int, int]] | None = None,
+        labels: dict[str, Topology] | None = None,
     ) -> None:
         self.queues = queues
         self.plan = plan
@@ -78,6 +81,10 @@ class ModelCluster:
         self.free = {n: gpus - foreign for n, (gpus, foreign) in self.nodes.items()}
         self.bound: dict[str, list[str]] = {}  # workload -> the node of each pod
         self.unbound: list[tuple[str, int]] = []  # admitted gangs waiting for room
+        # With topology labels on the nodes, a gang admitted into a domain has its pods
+        # bound only on the nodes of that domain (the node selector Muster sets).
+        self.labels = labels or {}
+        self.domains: dict[str, str] = {}  # workload -> the domain it was released into
         self.specs: dict[str, GangSpec] = {}
         self.admitted: dict[str, int] = {}  # workload -> attempt running on the cluster
         self.timeline: list[
@@ -160,6 +167,7 @@ class ModelCluster:
                 gpus=gpus,
                 foreign_gpus=foreign,
                 observed_at=datetime.fromtimestamp(self.now, UTC),
+                topology=self.labels.get(name, ()),
             )
             body = self._envelope(NODE_OBSERVED, detail)
             self.objects[f"node:{name}"] = body
@@ -171,8 +179,9 @@ class ModelCluster:
         each = spec.gpus // spec.gang
         free = dict(self.free)
         where: list[str] = []
+        allowed = self._selected(key)
         for _ in range(spec.gang):
-            node = next((n for n in free if free[n] >= each), None)
+            node = next((n for n in allowed if free[n] >= each), None)
             if node is None:
                 return False
             free[node] -= each
@@ -182,6 +191,26 @@ class ModelCluster:
         self._at(self.now + spec.startup, "ready", spec.key, attempt)
         self._at(self.now + spec.startup + spec.run, "finish", spec.key, attempt)
         return True
+
+    def _selected(self, key: str) -> list[str]:
+        """The nodes a gang's pods may bind on: its domain's (all without one)."""
+        domain = self.domains.get(key, "")
+        if not domain:
+            return list(self.free)
+        level = domain_level(domain)
+        return [n for n in self.free if domain_at(self.labels.get(n, ()), level) == domain]
+
+    def across_domains(self) -> list[str]:
+        """Bound gangs asking for a required topology whose pods are not all inside one
+        domain of its level (none ever may be)."""
+        found = []
+        for key, where in self.bound.items():
+            request = request_of(self.specs[key].topology)
+            if request is None or not request.required:
+                continue
+            if common_domain(self.labels, where, request.level) is None:
+                found.append(f"{key} on {sorted(set(where))}, not one {request.level} domain")
+        return found
 
     def _release(self, key: str) -> None:
         spec = self.specs[key]
@@ -222,6 +251,7 @@ class ModelCluster:
             created_at=datetime.fromtimestamp(spec.submit_at, UTC),
             status=status,
             observed_at=datetime.fromtimestamp(self.now, UTC),
+            topology=spec.topology,
         )
         body = self._envelope(WORKLOAD_OBSERVED, detail)
         self.objects[spec.key] = body
@@ -269,6 +299,8 @@ class ModelCluster:
             return
         spec = self.specs[effect.workload]
         self.admitted[effect.workload] = effect.attempt
+        if self.labels:
+            self.domains[effect.workload] = effect.domain
         if self.nodes:
             if not spec.broken and not self._bind(spec.key, effect.attempt):
                 self.unbound.append((spec.key, effect.attempt))

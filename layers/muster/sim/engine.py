@@ -71,11 +71,12 @@ from muster.sim.agenda import (
     RunDone,
     Submit,
 )
+from muster.sim.blocks import BlockCluster
 from muster.sim.kube import GpuSample, SimulatedCluster, Wakeup
 from muster.sim.runlog import RunLog
 from muster.sim.scenario import Scenario
 from muster.sim.specs import seeded
-from muster.sim.summary import failure_summary, summarize
+from muster.sim.summary import failure_summary, summarize, topology_summary
 
 POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
@@ -88,7 +89,10 @@ class SimulatedActions:
         self._clock = clock
 
     def admit(self, effect: Admit) -> None:
-        self.cluster.unsuspend(effect.workload)
+        if isinstance(self.cluster, BlockCluster):  # its pods kept inside its domain
+            self.cluster.unsuspend(effect.workload, effect.domain)
+        else:
+            self.cluster.unsuspend(effect.workload)
 
     def evict(self, effect: Evict) -> None:
         self.cluster.suspend(effect.workload, self._clock())
@@ -121,6 +125,7 @@ class RunResult:
     samples: list[GpuSample]
     total_gpus: int
     end: float
+    stopped_at: float | None = None  # when `stop` ended the run early (its figures so far)
 
 
 # --------------------------------------------------------------------------- the run
@@ -134,15 +139,22 @@ class Simulation:
         scenario: Scenario,
         policy: str = "gang",
         progress: Callable[[float, float], None] | None = None,
+        stop: Callable[[Simulation], bool] | None = None,
+        stop_every: float | None = None,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
         self.progress = progress
+        # Asked after the first instant and then every `stop_every` simulated seconds
+        # (default: 1/200 of the horizon) whether to end the run there. It only reads:
+        # a run it never stops is the run without it.
+        self.stop = stop
+        self._stop_every = stop_every if stop_every is not None else scenario.until / 200
         jitter = seeded(scenario.seed, f"jitter:{policy}")
         self.core = Fleet(
             policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
         )
-        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        self.kube = cluster_of(scenario)
         self.agenda = Agenda()
         self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
@@ -184,6 +196,7 @@ class Simulation:
         self._plan()
         agenda, log, until = self.agenda, self.log, self._until
         last_report = 0.0
+        stop, next_check, stopped_at = self.stop, 0.0, None
         # A run makes no reference cycles as it goes, only ever more live objects (the
         # log, the core's workloads): the cyclic collector, left on, would walk them
         # all again and again for nothing to free.
@@ -195,10 +208,15 @@ class Simulation:
                 if self.progress is not None and agenda.now - last_report >= until / 200:
                     last_report = agenda.now
                     self.progress(agenda.now, until)
+                if stop is not None and agenda.now >= next_check:
+                    next_check = agenda.now + self._stop_every
+                    if stop(self):
+                        stopped_at = agenda.now
+                        break
         finally:
             if collecting:
                 gc.enable()
-        end = agenda.now if log.open_workloads == 0 else until
+        end = agenda.now if log.open_workloads == 0 or stopped_at is not None else until
         self.kube.finish_accounting(end)
         summary = summarize(
             self.scenario,
@@ -213,10 +231,20 @@ class Simulation:
         )
         if log.failures:
             summary.update(failure_summary(self.scenario, self.kube, log.tracking, log.by_class))
+        if isinstance(self.kube, BlockCluster):
+            summary["topology"] = topology_summary(self.scenario, self.kube, log.tracking)
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
-            sc.name, self.policy, sc.seed, log.events, summary, kube.samples, kube.total_gpus, end
+            sc.name,
+            self.policy,
+            sc.seed,
+            log.events,
+            summary,
+            kube.samples,
+            kube.total_gpus,
+            end,
+            stopped_at,
         )
 
     def _plan(self) -> None:
@@ -352,6 +380,8 @@ class Simulation:
                 created_at=now,
                 seq=1,
                 shape=((w.pods, w.gpus_per_pod),),
+                # Plain Kubernetes (policy `none`) knows no `muster.io/topology`.
+                topology=w.topology if self.policy != "none" else "",
             )
         )
 
@@ -373,7 +403,19 @@ class Simulation:
         if not self._capacity:
             return NodeObserved(node, ready=ready)
         self._node_seq += 1
-        return NodeObserved(node, ready=ready, seq=self._node_seq, gpus=self.scenario.gpus_per_node)
+        return NodeObserved(
+            node,
+            ready=ready,
+            seq=self._node_seq,
+            gpus=self.scenario.gpus_per_node,
+            topology=self._node_topology(node),
+        )
+
+    def _node_topology(self, node: str) -> tuple[tuple[str, str], ...]:
+        """The topology labels `node` reports (none without `cluster.topology`)."""
+        if isinstance(self.kube, BlockCluster):
+            return self.kube.topology[self.kube.node_names.index(node)]
+        return ()
 
     def _node_fails(self, item: NodeFails) -> bool:
         self.log.node_changed(self.agenda.now, item.node, failed=True)
@@ -395,6 +437,14 @@ class Simulation:
         return self._deliver(item)
 
 
+def cluster_of(scenario: Scenario) -> SimulatedCluster:
+    """The simulated cluster of `scenario`: its nodes in network blocks if it has them."""
+    if scenario.topology:
+        labels = [scenario.node_topology(i) for i in range(scenario.nodes)]
+        return BlockCluster(scenario.nodes, scenario.gpus_per_node, labels)
+    return SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+
+
 def _ignore(effect: Effect) -> None:
     """An effect the simulator has nothing to do for."""
 
@@ -404,6 +454,9 @@ def simulate(
     policy: str = "gang",
     *,
     progress: Callable[[float, float], None] | None = None,
+    stop: Callable[[Simulation], bool] | None = None,
+    stop_every: float | None = None,
 ) -> RunResult:
-    """Run `scenario` under `policy` ("gang", "gang+block" or "none")."""
-    return Simulation(scenario, policy, progress=progress).run()
+    """Run `scenario` under `policy` ("gang", "gang+block" or "none"); `stop`, asked
+    every `stop_every` simulated seconds, may end it early (`RunResult.stopped_at`)."""
+    return Simulation(scenario, policy, progress=progress, stop=stop, stop_every=stop_every).run()

@@ -26,6 +26,8 @@ Physics it models (and nothing else):
   `run_seconds` of progress. Suspending a job deletes its pods and its progress
   (no checkpoint).
 - A failed node loses its pods and takes no new ones until repaired.
+- A pod with a node selector binds only on the nodes it matches (`_Pod.nodes`; the
+  nodes' topology labels and a gang's domain are `muster.sim.blocks`').
 
 It also integrates GPU use over time (useful: bound to a job whose pods are all
 Ready; held: bound to any pod) so that every policy is measured the same way.
@@ -34,7 +36,7 @@ Ready; held: bound to any pod) so that every policy is measured the same way.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -108,6 +110,7 @@ class _Pod:
     deleted: bool = False
     restarts: int = 0
     crashed: bool = False  # a crash-looping container is waiting out its back-off
+    nodes: tuple[int, ...] | None = None  # the nodes its node selector matches (None: any)
 
 
 @dataclass(slots=True)
@@ -210,6 +213,23 @@ class SimulatedCluster:
         j.pods.clear()
         self._sample(now)
 
+    def resize(self, job: str, pods: int, now: float) -> None:
+        """The job now asks for `pods` pods (its `parallelism` changed); a released one's
+        controller creates the missing pods at the next `reconcile` (only growth)."""
+        j = self._job(job)
+        if pods <= j.spec.pods:
+            raise ClusterError(f"job {job!r} may only grow, from {j.spec.pods} pods")
+        self._account(now)
+        if j.whole:  # no longer whole: what it used stops being useful
+            self._useful -= j.gpus
+            self._useful_by[j.category] -= j.gpus
+            self._stop_progress(j, now)
+        j.spec = replace(j.spec, pods=pods)
+        j.gpus = pods * j.spec.gpus_per_pod
+        if j.running:
+            self._to_reconcile.append(job)
+        self._sample(now)
+
     def reconcile(self) -> None:
         """Controllers create missing pods, interleaved across the jobs that need them.
 
@@ -262,7 +282,7 @@ class SimulatedCluster:
             for pod in islice(pending, start, None):
                 if pod.deleted or pod.node is not None:
                     continue
-                n = fit(pod.gpus)
+                n = fit(pod.gpus) if pod.nodes is None else self._fit_in(pod.nodes, pod.gpus)
                 if n is not None:
                     bind(pod, n, now)
                     bound += 1
@@ -286,6 +306,11 @@ class SimulatedCluster:
             n += 1
         self._first_fit[gpus] = n
         return n if n < end else None
+
+    def _fit_in(self, nodes: tuple[int, ...], gpus: int) -> int | None:
+        """The first of `nodes` with `gpus` GPUs free, or None."""
+        free = self._free
+        return next((n for n in nodes if free[n] >= gpus), None)
 
     def _freed(self, n: int) -> None:
         """Node `n` has more GPUs free: it may now be the first fit for up to that many."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from muster.core.topology import LEVELS
 from muster.sim.engine import RunResult
 from muster.sim.figures import format_seconds
 from muster.sim.kube import NODE_FAILED, NODE_REPAIRED, GpuSample
@@ -83,11 +84,26 @@ def _failure_rows(results: Sequence[RunResult]) -> list[tuple[str, str]]:
     return rows
 
 
+def _topology_rows(results: Sequence[RunResult]) -> list[tuple[str, str]]:
+    """Rows for scenarios with network blocks: where the multi-node gangs landed."""
+    found = {lv for r in results for lv in (r.summary.get("topology") or {}).get("blocks") or {}}
+    levels = [lv for lv in LEVELS if lv in found]
+    if not levels:
+        return []
+    return [
+        ("topology.multiNodeGangs", "multi-node gangs"),
+        ("topology.placements", "multi-node whole runs"),
+        *((f"topology.withinOneBlock.{lv}", f"in one {lv} block") for lv in levels),
+        ("topology.multiNodeQueueDelaySeconds.p50", "multi-node delay p50"),
+        ("topology.multiNodeQueueDelaySeconds.p95", "multi-node delay p95"),
+    ]
+
+
 def summary_table(results: Sequence[RunResult]) -> str:
     """One column per policy, one row per figure of the summary."""
     header = ["", *(r.policy for r in results)]
     rows = [header]
-    for key, label in (*_ROWS, *_failure_rows(results)):
+    for key, label in (*_ROWS, *_failure_rows(results), *_topology_rows(results)):
         rows.append([label, *(_cell(_lookup(r.summary, key), key) for r in results)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
@@ -113,6 +129,8 @@ def _cell(value: Any, key: str) -> str:
         return "-"
     if key == "utilization":
         return f"{value * 100:.1f}%"
+    if ".withinOneBlock." in key:
+        return f"{value * 100:.0f}%"
     if key.endswith("Seconds") or "Seconds." in key:
         return format_seconds(float(value)) if key != "wallSeconds" else f"{value:.2f}"
     if isinstance(value, float):

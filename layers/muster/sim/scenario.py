@@ -45,6 +45,7 @@ from muster.sim.specs import (
     TraceSpec,
     WorkloadSpec,
 )
+from muster.sim.topology import Layout, node_topology, parse_layout, request, trace_requests
 from muster.sim.traces import expand_trace
 
 DEFAULT_UNTIL = 7 * 86400.0
@@ -65,6 +66,11 @@ class Scenario:
     seed: int = 0
     description: str = ""
     raw_settings: Mapping[str, Any] = field(default_factory=dict)
+    topology: Layout = ()  # `cluster.topology`: (level, nodes per block), widest first
+
+    def node_topology(self, index: int) -> tuple[tuple[str, str], ...]:
+        """The topology labels node `index` reports (none without `cluster.topology`)."""
+        return node_topology(self.topology, index)
 
     @property
     def total_gpus(self) -> int:
@@ -96,7 +102,7 @@ _TOP = {
     "faults",
     "trace",
 }
-_CLUSTER = {"nodes", "gpusPerNode", "gpuQuota"}
+_CLUSTER = {"nodes", "gpusPerNode", "gpuQuota", "topology"}
 _WORKLOAD = {
     "name",
     "queue",
@@ -108,6 +114,7 @@ _WORKLOAD = {
     "priority",
     "neverReady",
     "failure",
+    "topology",
 }
 _FAULT = {"at", "node", "repairAfter"}
 _TRACE = {
@@ -119,6 +126,7 @@ _TRACE = {
     "nodeMtbfHours",
     "repairAfter",
     "limit",
+    "topology",
 }
 
 
@@ -194,6 +202,10 @@ def parse_scenario(
             until=scenario.until,
             taken={w.name for w in scenario.workloads},
         )
+        if scenario.trace.topology:
+            extra = trace_requests(
+                extra, scenario.trace.topology, scenario.topology, scenario.gpus_per_node
+            )
         node_names = [f"node-{i}" for i in range(scenario.nodes)]
         scenario = replace(
             scenario,
@@ -220,7 +232,7 @@ def parse_scenario(
 def _read(doc: Mapping[str, Any], base_dir: Path, seed: int | None, name: str) -> Scenario:
     """Every field of the file, each mistake recorded with its path (see `collecting`)."""
     check_keys(doc, _TOP, "", "field")
-    nodes, per_node, quota = _cluster(doc)
+    nodes, per_node, quota, layout = _cluster(doc)
     settings, raw_settings = _settings(doc, quota)
     until = duration(doc, "until", DEFAULT_UNTIL, null_is_default=True)
     file_seed = whole_number(doc, "seed", 0, minimum=0)
@@ -243,11 +255,12 @@ def _read(doc: Mapping[str, Any], base_dir: Path, seed: int | None, name: str) -
         seed=file_seed if seed is None else seed,
         description=str(doc.get("description") or ""),
         raw_settings=dict(raw_settings),
+        topology=layout,
     )
 
 
-def _cluster(doc: Mapping[str, Any]) -> tuple[int, int, int]:
-    """`cluster`: its nodes, GPUs per node and GPU quota."""
+def _cluster(doc: Mapping[str, Any]) -> tuple[int, int, int, Layout]:
+    """`cluster`: its nodes, GPUs per node, GPU quota and network blocks."""
     cluster: Mapping[str, Any] = {}
     if "cluster" not in doc:
         problem("cluster: missing (e.g. cluster: {nodes: 4, gpusPerNode: 8})")
@@ -257,7 +270,7 @@ def _cluster(doc: Mapping[str, Any]) -> tuple[int, int, int]:
     nodes = whole_number(cluster, "nodes", 1, "cluster.", minimum=1, required=True)
     per_node = whole_number(cluster, "gpusPerNode", 8, "cluster.", minimum=1)
     quota = whole_number(cluster, "gpuQuota", nodes * per_node, "cluster.", minimum=0)
-    return nodes, per_node, quota
+    return nodes, per_node, quota, parse_layout(cluster.get("topology"), nodes)
 
 
 def _settings(doc: Mapping[str, Any], quota: int) -> tuple[Settings, Mapping[str, Any]]:
@@ -266,12 +279,27 @@ def _settings(doc: Mapping[str, Any], quota: int) -> tuple[Settings, Mapping[str
     if "gpuQuota" in raw_settings:
         problem("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
     settings = DEFAULT_SETTINGS
+    given = {k: v for k, v in raw_settings.items() if k != "gpuQuota"}
+    # `topologyLevels` need `capacityCheck`; the simulator turns the check on per policy
+    # (`gang+fit`), so the levels are read as the check would read them, and do nothing
+    # under the policies without it.
+    check = given.get("capacityCheck", False)
+    if check is False and _names_levels(given):
+        given["capacityCheck"] = True
     try:
-        settings = parse_settings({k: v for k, v in raw_settings.items() if k != "gpuQuota"})
+        settings = parse_settings(given)
+        if check is False:
+            settings = replace(settings, capacity_check=False)
     except SettingsError as exc:
         for error in exc.errors:
             problem(f"settings.{error}")
     return replace(settings, gpu_quota=quota), raw_settings
+
+
+def _names_levels(doc: Mapping[str, Any]) -> bool:
+    queues = doc.get("queues")
+    named = [doc, *(queues.values() if isinstance(queues, Mapping) else ())]
+    return any(isinstance(q, Mapping) and q.get("topologyLevels") for q in named)
 
 
 def _workloads(doc: Mapping[str, Any], per_node: int) -> list[WorkloadSpec]:
@@ -343,6 +371,7 @@ def _workload(raw: Any, path: str, per_node: int) -> WorkloadSpec:
         priority=whole_number(doc, "priority", 0, path, minimum=-(2**31)),
         never_ready=never is True,
         failure=failure,
+        topology=request(doc.get("topology"), f"{path}topology"),
     )
 
 
@@ -411,6 +440,7 @@ def _trace(raw: Any, base_dir: Path) -> TraceSpec:
         repair_after=duration(doc, "repairAfter", 3600.0, "trace.", null_is_default=True),
         limit=whole_number(doc, "limit", 0, "trace.", minimum=1) or None,
         broken_modes=modes,
+        topology=request(doc.get("topology"), "trace.topology"),
     )
 
 

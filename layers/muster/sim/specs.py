@@ -47,6 +47,7 @@ class WorkloadSpec:
     priority: int = 0
     never_ready: bool = False
     failure: str | None = None  # how a never-ready workload fails (FAILURES); None: NotReady
+    topology: str = ""  # its `muster.io/topology`, canonical ("required=<level>"; "" for none)
 
     def job(self) -> JobSpec:
         """What it asks the cluster for, in the simulator and the local mode alike."""
@@ -91,6 +92,7 @@ class TraceSpec:
     repair_after: float = 3600.0
     limit: int | None = None  # only the first N jobs
     broken_modes: Mapping[str, float] | None = None  # None: every broken job is NotReady
+    topology: str = ""  # the request of its multi-node gangs, canonical ("" for none)
 
 
 def seeded(seed: int, purpose: str) -> random.Random:

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from muster.sim.blocks import BlockCluster
 from muster.sim.kube import SimulatedCluster
 from muster.sim.scenario import Scenario
+from muster.sim.topology import spans_blocks
 
 
 @dataclass(slots=True)
@@ -93,6 +95,29 @@ def failure_summary(
             1 for name, t in tracking.items() if t.deactivated and name in healthy
         ),
         "deactivatedByReason": dict(sorted(reasons.items())),
+    }
+
+
+def topology_summary(
+    sc: Scenario, kube: BlockCluster, tracking: Mapping[str, Tracking]
+) -> dict[str, Any]:
+    """For a scenario with network blocks: of the multi-node gangs (more GPUs than one
+    node has), how many asked for a topology and how many started, the share of their
+    whole releases whose pods the cluster bound inside one block at each level, and
+    their queue delay."""
+    multi = {w.name for w in sc.workloads if w.gpus > sc.gpus_per_node}
+    delays = [
+        t.first_ready - t.submitted
+        for name, t in tracking.items()
+        if name in multi and t.first_ready is not None
+    ]
+    return {
+        "blocks": {level: size for level, size in sc.topology},
+        "multiNodeGangs": len(multi),
+        "asked": sum(1 for w in sc.workloads if w.topology and w.name in multi),
+        "started": len(delays),  # reached PodsReady: the queue delay is theirs
+        **spans_blocks(kube.spans, sc.topology, multi),
+        "multiNodeQueueDelaySeconds": _percentiles(delays),
     }
 
 
