@@ -152,7 +152,9 @@ def main(argv: list[str]) -> int:
     for trace in weeks:
         if only in (None, "fit"):
             sc = fit_scenario(trace, jobs)
-            lines = pair_table(trace.stem, "pods of 8 GPUs", [("gang", sc, "gang"), ("gang+fit", sc, "gang+fit")])
+            lines = pair_table(
+                trace.stem, "pods of 8 GPUs", [("gang", sc, "gang"), ("gang+fit", sc, "gang+fit")]
+            )
             print("\n".join(lines), flush=True)
         if only in (None, "faults"):
             plain = faults_scenario(trace, jobs, workload_faults=False)
