@@ -32,3 +32,18 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(enabled: bool):
         assert result.summary["finished"] == 1 and result.summary["deactivated"] == 1
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_run_without_a_record_has_the_same_summary_and_makes_no_log():
+    # GIVEN the same scenario run with its record and without
+    recorded = simulate(scenario(SMALL), "gang")
+    bare = simulate(scenario(SMALL), "gang", record=False)
+    # THEN the summaries agree but for the wall time, and so do the workloads' tracks
+    assert {k: v for k, v in bare.summary.items() if k != "wallSeconds"} == {
+        k: v for k, v in recorded.summary.items() if k != "wallSeconds"
+    }
+    assert bare.tracking == recorded.tracking
+    assert recorded.tracking["good"].finished is not None and recorded.tracking["bad"].deactivated
+    # AND the bare run made neither log entries nor GPU-use samples past the first
+    assert recorded.events and len(recorded.samples) > 1
+    assert bare.events == [] and len(bare.samples) == 1

@@ -55,6 +55,10 @@ class StepResult:
         self.admission_wanted = self.admission_wanted or other.admission_wanted
 
 
+class ForgottenWorkload(LookupError):
+    """An event for a workload the fleet dropped when it finished (`forget_finished`)."""
+
+
 def _no_jitter() -> float:
     return 0.0
 
@@ -66,6 +70,13 @@ class Fleet:
     With `defer_admission`, `apply` does not answer RunAdmission itself but sets
     `StepResult.admission_wanted`; a shell that batches the events of one instant
     (the simulator) then runs a single `admission_pass` after all of them.
+
+    With `forget_finished`, a workload that finished (and holds nothing) is dropped
+    with its pods: for a shell whose cluster says nothing more of a finished
+    workload (the simulator, whose completed jobs take their pods with them), so
+    that what is kept grows with the workloads in flight, not with all there were.
+    An event for a forgotten workload is refused (`ForgottenWorkload`), never
+    decided without what it would have been decided on.
     """
 
     def __init__(
@@ -74,9 +85,12 @@ class Fleet:
         draw: Callable[[], float] = _no_jitter,
         *,
         defer_admission: bool = False,
+        forget_finished: bool = False,
     ) -> None:
         self.defer_admission = defer_admission
         self.workloads: dict[str, Workload] = {}
+        self._forget = forget_finished
+        self._forgotten: set[str] = set()  # their keys
         self._draw = draw
         self._active: set[str] = set()
         # Deleted while holding quota, with pods still running: still charged.
@@ -184,6 +198,11 @@ class Fleet:
         )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
+        if self._forgotten and event.workload in self._forgotten:
+            raise ForgottenWorkload(
+                f"{type(event).__name__} for {event.workload!r}, which finished and was "
+                "forgotten (forget_finished)"
+            )
         if self._decide(self.workloads.get(event.workload), event, now, result):
             if self.defer_admission:
                 result.admission_wanted = True
@@ -233,6 +252,9 @@ class Fleet:
             self._not_ready.discard(w.key)
         if w.phase is Phase.PENDING or w.key in self._queue:
             self._queue.add(w)
+        if self._forget and w.phase is Phase.FINISHED and w.key not in self._outlived:
+            del self.workloads[w.key]
+            self._forgotten.add(w.key)
         return outlived and w.key not in self._outlived
 
     def _charge(self, old: Workload | None, w: Workload) -> None:

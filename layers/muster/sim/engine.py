@@ -20,6 +20,12 @@ A run is a few named steps, each a place to extend:
 - `RunLog` (`muster.sim.runlog`): the event log and the counts the summary
   (`muster.sim.summary`) is made of.
 
+What a run keeps grows with what is in flight, not with all there was: the core
+forgets a workload once it finished (a completed job's pods go with it, so the
+cluster says nothing more of it), and with `record` off (a caller that reads only
+the summary: a benchmark, a tuner's run) neither the event log nor the GPU-use
+samples are made.
+
 Policy `none` is plain Kubernetes: the same core with no quota, no deadlines and no
 blocking admits every workload when it is submitted, so the event log reads the
 same for both policies while nothing is ever evicted.
@@ -31,7 +37,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import (
@@ -75,7 +81,7 @@ from muster.sim.kube import GpuSample, SimulatedCluster, Wakeup
 from muster.sim.runlog import RunLog
 from muster.sim.scenario import Scenario
 from muster.sim.specs import seeded
-from muster.sim.summary import failure_summary, summarize
+from muster.sim.summary import Tracking, failure_summary, summarize
 
 POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
@@ -121,6 +127,8 @@ class RunResult:
     samples: list[GpuSample]
     total_gpus: int
     end: float
+    # Each workload's submission, first PodsReady, end (kept with `record` off too).
+    tracking: Mapping[str, Tracking] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- the run
@@ -134,17 +142,22 @@ class Simulation:
         scenario: Scenario,
         policy: str = "gang",
         progress: Callable[[float, float], None] | None = None,
+        *,
+        record: bool = True,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
         self.progress = progress
         jitter = seeded(scenario.seed, f"jitter:{policy}")
         self.core = Fleet(
-            policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
+            policy_settings(scenario, policy),
+            draw=jitter.random,
+            defer_admission=True,
+            forget_finished=True,
         )
-        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node, sampling=record)
         self.agenda = Agenda()
-        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
+        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures, keep=record)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
         self._until = scenario.until
         self._specs = {w.name: w for w in scenario.workloads}
@@ -216,7 +229,15 @@ class Simulation:
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
         return RunResult(
-            sc.name, self.policy, sc.seed, log.events, summary, kube.samples, kube.total_gpus, end
+            sc.name,
+            self.policy,
+            sc.seed,
+            log.events,
+            summary,
+            kube.samples,
+            kube.total_gpus,
+            end,
+            log.tracking,
         )
 
     def _plan(self) -> None:
@@ -404,6 +425,10 @@ def simulate(
     policy: str = "gang",
     *,
     progress: Callable[[float, float], None] | None = None,
+    record: bool = True,
 ) -> RunResult:
-    """Run `scenario` under `policy` ("gang", "gang+block" or "none")."""
-    return Simulation(scenario, policy, progress=progress).run()
+    """Run `scenario` under `policy` ("gang", "gang+block", "gang+fit" or "none").
+
+    With `record` off the result has the summary and `tracking` but no event log
+    and no GPU-use samples (nothing is made for them)."""
+    return Simulation(scenario, policy, progress=progress, record=record).run()
