@@ -34,7 +34,7 @@ def test_a_run_leaves_the_garbage_collector_as_it_found_it(enabled: bool):
         (gc.enable if was else gc.disable)()
 
 
-def test_a_run_without_a_record_has_the_same_summary_and_makes_no_log():
+def test_a_run_without_a_record_has_the_same_summary_and_makes_no_log() -> None:
     # GIVEN the same scenario run with its record and without
     recorded = simulate(scenario(SMALL), "gang")
     bare = simulate(scenario(SMALL), "gang", record=False)

@@ -58,7 +58,7 @@ def test_blocked_plan_is_the_same_without_ordering_the_queue():
     assert plan_admission(waiting, [admitted], settings, 0).blocked_by is None
 
 
-def test_a_forgetful_fleet_drops_a_finished_workload_and_refuses_its_later_events():
+def test_a_forgetful_fleet_drops_a_finished_workload_and_refuses_its_later_events() -> None:
     # GIVEN a fleet that forgets finished workloads, with one admitted and one queued
     fleet = Fleet(Settings(), forget_finished=True)
     fleet.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
@@ -74,7 +74,7 @@ def test_a_forgetful_fleet_drops_a_finished_workload_and_refuses_its_later_event
         fleet.apply(WorkloadFinished("a"), 6)
 
 
-def test_a_fleet_keeps_finished_workloads_unless_told_to_forget_them():
+def test_a_fleet_keeps_finished_workloads_unless_told_to_forget_them() -> None:
     fleet = Fleet(Settings())
     fleet.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
     fleet.apply(WorkloadFinished("a"), 5)

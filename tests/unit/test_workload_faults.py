@@ -11,6 +11,7 @@ from muster.core import (
     Evict,
     Phase,
     PodObserved,
+    Publish,
     Reactivate,
     Reason,
     RequeueDue,
@@ -358,3 +359,34 @@ def test_a_node_replacement_eviction_ends_the_streak() -> None:
     run.pods(crash, crash)
     run.timeout()
     assert run.workload.phase is Phase.REQUEUED
+
+
+def test_without_details_an_eviction_decides_the_same_and_leaves_out_its_diagnosis() -> None:
+    # GIVEN workloadFaults.limitCount 1 and a gang whose pods crash loop on every attempt,
+    # played with details; each timeout also decided without them from the same state
+    run = Run(settings(timeout="60s", workloadFaults={"limitCount": 1}))
+    for attempt in (1, 2):
+        run.admit()
+        run.pods(crash, crash)
+        assert run.w is not None and run.w.timer is not None
+        t = run.w.timer
+        run.now = t.deadline
+        event = DeadlineReached(KEY, t.attempt, t.kind, t.episode, t.incarnation)
+        bare = decide(run.w, event, run.s, run.now, details=False)
+        full = run.step(event)
+        # THEN the state and every effect agree, but the published details
+        assert bare.workload == full.workload and bare.outcome is full.outcome
+        assert [type(e) for e in bare.effects] == [type(e) for e in full.effects]
+        kept = [e for e in bare.effects if not isinstance(e, Publish)]
+        assert kept == [e for e in full.effects if not isinstance(e, Publish)]
+        assert full.workload.fault_evictions == attempt
+        # AND without them the eviction carries no diagnosis and no not-ready pods
+        (evicted,) = published(list(bare.effects), "Evicted")
+        (with_them,) = published(list(full.effects), "Evicted")
+        assert "diagnosis" in with_them.detail and "notReady" in with_them.detail
+        assert {
+            k: v for k, v in with_them.detail.items() if k not in ("diagnosis", "notReady")
+        } == (evicted.detail)
+    # AND the second, which deactivates it, says so without a summary
+    (gone,) = published(list(bare.effects), "Deactivated")
+    assert gone.detail == {"reason": "WorkloadFaults", "count": 1, "faultEvictions": 2}

@@ -77,6 +77,9 @@ class Fleet:
     that what is kept grows with the workloads in flight, not with all there were.
     An event for a forgotten workload is refused (`ForgottenWorkload`), never
     decided without what it would have been decided on.
+
+    With `details` off, evictions are published without their diagnosis and
+    not-ready pods (`decide`'s `details`), for a shell that reads neither.
     """
 
     def __init__(
@@ -86,10 +89,12 @@ class Fleet:
         *,
         defer_admission: bool = False,
         forget_finished: bool = False,
+        details: bool = True,
     ) -> None:
         self.defer_admission = defer_admission
         self.workloads: dict[str, Workload] = {}
         self._forget = forget_finished
+        self._details = details
         self._forgotten: set[str] = set()  # their keys
         self._draw = draw
         self._active: set[str] = set()
@@ -211,7 +216,7 @@ class Fleet:
 
     def _decide(self, w: Workload | None, event: Event, now: float, result: StepResult) -> bool:
         """Decide one event into `result`; True if the core asked for an admission pass."""
-        decision = decide(w, event, self._settings, now, draw=self._draw())
+        decision = decide(w, event, self._settings, now, draw=self._draw(), details=self._details)
         result.outcomes.append((event.workload, decision.outcome, decision.note))
         wants = False
         if decision.outcome is Outcome.APPLIED and decision.workload is not None:

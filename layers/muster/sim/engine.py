@@ -154,6 +154,9 @@ class Simulation:
             draw=jitter.random,
             defer_admission=True,
             forget_finished=True,
+            # An eviction's diagnosis is read only to classify it, when the scenario
+            # models failure modes; no log line carries it otherwise.
+            details=scenario.models_failures,
         )
         self.kube = SimulatedCluster(scenario.nodes, scenario.gpus_per_node, sampling=record)
         self.agenda = Agenda()
