@@ -77,7 +77,7 @@ from muster.sim.agenda import (
     RunDone,
     Submit,
 )
-from muster.sim.kube import GpuSample, SimulatedCluster, Wakeup
+from muster.sim.kube import GpuSample, PodChange, SimulatedCluster, Wakeup
 from muster.sim.runlog import RunLog
 from muster.sim.scenario import Scenario
 from muster.sim.specs import seeded
@@ -262,7 +262,10 @@ class Simulation:
     def _settle(self) -> None:
         """Play the current instant: its due items, then (if asked for) one admission
         pass, then the cluster's controllers and scheduler; again while that made
-        more due at this instant (a zero startup time, say)."""
+        more due at this instant (a zero startup time, say).
+
+        What the controllers and the scheduler did is reported once both have acted,
+        so a pod created and bound at once is reported once, bound."""
         agenda, kube, handlers = self.agenda, self.kube, self._handlers
         now, pop_due = agenda.now, agenda.pop_due
         while True:
@@ -272,8 +275,6 @@ class Simulation:
             if wanted:
                 self._admission_pass()
             kube.reconcile()
-            if kube.outbox:
-                self._drain()
             kube.bind_pending(now)
             if kube.outbox:
                 self._drain()
@@ -335,12 +336,13 @@ class Simulation:
     # ----------------------------------------------------------- what the cluster did
 
     def _drain(self) -> bool:
-        """Feed the cluster's pod changes to the core; put its wake-ups on the agenda."""
+        """Feed the cluster's pod changes to the core (each pod's latest of a batch);
+        put its wake-ups on the agenda."""
         kube, deliver = self.kube, self._deliver
         wanted = False
         while kube.outbox:
             batch, kube.outbox = kube.outbox, []
-            for item in batch:
+            for item in latest_reports(batch):
                 if isinstance(item, Wakeup):
                     self._wake_at(item)
                 else:
@@ -417,6 +419,29 @@ class Simulation:
             self._cancelled.discard(ident)
             return False
         return self._deliver(item)
+
+
+def latest_reports(batch: list[PodChange | Wakeup]) -> list[PodChange | Wakeup]:
+    """`batch` with each pod's reports replaced by its last, at the place of its first,
+    as the agent's outbox coalesces them: the core needs only a pod's latest state,
+    and its `seq` says it is the latest. Wake-ups are kept as they are."""
+    last: dict[str, PodChange] = {}
+    reports = 0
+    for item in batch:
+        if not isinstance(item, Wakeup):
+            last[item.uid] = item
+            reports += 1
+    if len(last) == reports:
+        return batch  # no pod reported twice (the usual case)
+    out: list[PodChange | Wakeup] = []
+    for item in batch:
+        if isinstance(item, Wakeup):
+            out.append(item)
+        else:
+            latest = last.pop(item.uid, None)
+            if latest is not None:
+                out.append(latest)
+    return out
 
 
 def _ignore(effect: Effect) -> None:
