@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -377,8 +378,12 @@ def test_without_details_an_eviction_decides_the_same_and_leaves_out_its_diagnos
         # THEN the state and every effect agree, but the published details
         assert bare.workload == full.workload and bare.outcome is full.outcome
         assert [type(e) for e in bare.effects] == [type(e) for e in full.effects]
-        kept = [e for e in bare.effects if not isinstance(e, Publish)]
-        assert kept == [e for e in full.effects if not isinstance(e, Publish)]
+        kept = [e for e in bare.effects if not isinstance(e, Publish | Evict)]
+        assert kept == [e for e in full.effects if not isinstance(e, Publish | Evict)]
+        (evict,) = [e for e in bare.effects if isinstance(e, Evict)]
+        (evict_full,) = [e for e in full.effects if isinstance(e, Evict)]
+        assert len(evict_full.not_ready) == 2 and evict.not_ready == ()
+        assert replace(evict_full, not_ready=()) == evict
         assert full.workload.fault_evictions == attempt
         # AND without them the eviction carries no diagnosis and no not-ready pods
         (evicted,) = published(list(bare.effects), "Evicted")

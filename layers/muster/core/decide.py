@@ -76,9 +76,9 @@ def decide(
 ) -> Decision:
     """Apply `event` to `workload` (None if unknown) at time `now`.
 
-    With `details` off, what is published leaves out what only a reader of the
-    details wants (an eviction's diagnosis and not-ready pods); the decision, the
-    state and every other effect are the same."""
+    With `details` off, an eviction leaves out what only a reader of its details
+    wants: its diagnosis and not-ready pods (in what is published, and in the
+    `Evict`); the decision, the state and every other effect are the same."""
     if workload is not None and workload.key != event.workload:
         return Decision(
             workload,

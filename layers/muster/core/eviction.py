@@ -286,9 +286,10 @@ def _evict_not_ready(
     Every such eviction records the diagnosis of the gang's not-ready pods; one in
     which they all failed on their own extends a streak, any other ends it, and
     the streak beyond `workloadFaults.limitCount` deactivates (`WorkloadFaults`).
-    `found` None: no details wanted, only the diagnosis's verdict is worked out.
+    `found` None: no details wanted, only the diagnosis's verdict is worked out (and
+    the `Evict` names no not-ready pods).
     """
-    not_ready = w.not_ready_pods()
+    not_ready = w.not_ready_pods() if found is not None else ()
     detail: dict[str, Any] = {
         "attempt": w.attempt,
         "reason": str(reason),
