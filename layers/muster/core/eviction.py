@@ -289,28 +289,14 @@ def _evict_not_ready(
     `found` None: no details wanted, only the diagnosis's verdict is worked out (and
     the `Evict` names no not-ready pods).
     """
-    not_ready = w.not_ready_pods() if found is not None else ()
-    detail: dict[str, Any] = {
-        "attempt": w.attempt,
-        "reason": str(reason),
-        "cause": str(cause),
-        "readyPods": w.ready_pods,
-        "gangSize": w.gang_size,
-    }
-    if found is not None:
-        classes = {d.pod: d for d in found.pods}
-        detail["notReady"] = [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]]
-        detail["diagnosis"] = found.to_dict()
+    not_ready, detail = _eviction_detail(w, reason, cause, found)
     fault = found.workload_fault if found is not None else fails_on_its_own(w)
     streak = w.fault_evictions + 1 if fault else 0
     fault_limited = qs.fault_limit_count is not None and streak > qs.fault_limit_count
     limited = fault_limited or _limit_reached(w, qs, now)
     limit_reason = Reason.WORKLOAD_FAULTS if fault_limited else Reason.REQUEUING_LIMIT_EXCEEDED
-    if fault_limited and found is not None:
-        detail["diagnosis"]["summary"] = (
-            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
-            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
-        )
+    if fault_limited:
+        _retries_stopped(detail, found, streak, qs)
     count = w.requeue_count + 1
     delay = backoff_delay(count, qs, draw)
     fired = (
@@ -360,8 +346,7 @@ def _evict_not_ready(
         gone: dict[str, Any] = {"reason": str(limit_reason), "count": w.requeue_count}
         if fault_limited:
             gone["faultEvictions"] = streak
-            if found is not None:
-                gone["summary"] = detail["diagnosis"]["summary"]
+            gone.update(_summary_of(detail))
         effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
         effects.append(RunAdmission("evicted"))
         return Decision(deactivated, tuple(effects), withdrawn=had_live_pods(w))
@@ -382,6 +367,44 @@ def _evict_not_ready(
     )
     effects.append(RunAdmission("evicted"))
     return Decision(requeued, tuple(effects), withdrawn=had_live_pods(w))
+
+
+def _eviction_detail(
+    w: Workload, reason: Reason, cause: Reason, found: Diagnosis | None
+) -> tuple[tuple[Pod, ...], dict[str, Any]]:
+    """The gang's not-ready pods and the eviction's log detail (without `found`: no
+    pods, and neither their details nor the diagnosis in it)."""
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "reason": str(reason),
+        "cause": str(cause),
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+    }
+    if found is None:
+        return (), detail
+    not_ready = w.not_ready_pods()
+    classes = {d.pod: d for d in found.pods}
+    detail["notReady"] = [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]]
+    detail["diagnosis"] = found.to_dict()
+    return not_ready, detail
+
+
+def _retries_stopped(
+    detail: dict[str, Any], found: Diagnosis | None, streak: int, qs: QueueSettings
+) -> None:
+    """The diagnosis's summary says the fault streak stopped the retries (when there is one)."""
+    if found is not None:
+        detail["diagnosis"]["summary"] = (
+            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
+            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
+        )
+
+
+def _summary_of(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The diagnosis's summary for the Deactivated event, if the eviction has one."""
+    found = detail.get("diagnosis")
+    return {"summary": found["summary"]} if found is not None else {}
 
 
 def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:
