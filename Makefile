@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-scale agent-image bench-faults-sim clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-scale agent-image bench-faults-sim bench-tune clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
@@ -33,8 +33,10 @@ help:
 	@echo "make agent-image   build the agent image and push it to the stack's repository (needs Docker; STACK=, REGION=)"
 	@echo "make bench-capacity  the admission pass's cost with capacityCheck: wall time (1,000 pending, 500 nodes), DynamoDB reads on moto"
 	@echo "make bench-fit     gang vs gang+block vs gang+fit on the deadlock, synthetic and contended Philly scenarios"
+	@echo "make bench-topology  one admission plan of 5,000 gangs on 2,000 nodes in blocks, with and without topology"
 	@echo "make bench-scale   gangs of 64-4,096 pods, 5,000 queued, 10,000 running reconciled, under AWS's limits, in virtual time"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
+	@echo "make bench-tune    the docs' 9-setting tuning grid on the Philly week, with and without pruning: wall and CPU time, runs pruned"
 	@echo "make clean      remove the virtual environment and build output"
 
 $(STAMP): pyproject.toml
@@ -92,7 +94,7 @@ lock: $(STAMP)
 		--generate-hashes --universal --python-version 3.12 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/agent.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-scale bench-faults-sim
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-scale bench-faults-sim bench-tune
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -127,6 +129,9 @@ bench-capacity: $(STAMP)
 bench-fit: $(STAMP)
 	$(BIN)/python benchmarks/fit_compare.py
 
+bench-topology: $(STAMP)
+	$(BIN)/python benchmarks/topology_plan.py
+
 bench-scale: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
 
@@ -136,6 +141,9 @@ agent-image: $(STAMP)
 	$(BIN)/muster agent-image $(if $(STACK),--stack $(STACK)) $(if $(REGION),--region $(REGION))
 bench-faults-sim: $(STAMP)
 	$(BIN)/python benchmarks/failure_aware.py
+
+bench-tune: $(STAMP)
+	$(BIN)/python benchmarks/tune.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

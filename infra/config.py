@@ -42,7 +42,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 @dataclass(frozen=True, slots=True)
 class AlarmThresholds:
-    """When the alarms fire; each is documented with its context key in the README."""
+    """When the alarms fire; each is documented, as `muster:alarmThresholds`, in
+    docs/install.md ("Context keys")."""
 
     dlq_messages: int = 1
     function_errors: int = 1
@@ -91,6 +92,8 @@ class MusterConfig:
     log_level: str = "INFO"
     sweep_minutes: int = c.DEFAULT_SWEEP_MINUTES
     network: NetworkConfig | None = None
+    tuner: bool = False  # `muster tune --on aws`'s distributed map (infra/tuner.py)
+    tuner_concurrency: int = c.DEFAULT_TUNER_CONCURRENCY
 
     @property
     def settings_json(self) -> str:
@@ -132,6 +135,8 @@ def _read(get: Callable[[str], Any]) -> MusterConfig:
         log_level=level,
         sweep_minutes=sweep,
         network=_network(get),
+        tuner=_boolean(get, c.CTX_TUNER, False),
+        tuner_concurrency=_tuner_concurrency(get),
     )
 
 
@@ -192,6 +197,16 @@ def _sweep_minutes(get: Callable[[str], Any]) -> int:
     if not 1 <= sweep <= 1440:
         problem(f"{c.CTX_SWEEP_MINUTES}: minutes between sweeps, from 1 to 1440, got {sweep}")
     return sweep
+
+
+def _tuner_concurrency(get: Callable[[str], Any]) -> int:
+    found = _integer(get, c.CTX_TUNER_CONCURRENCY, c.DEFAULT_TUNER_CONCURRENCY)
+    if not 1 <= found <= c.TUNER_MAX_CONCURRENCY:
+        problem(
+            f"{c.CTX_TUNER_CONCURRENCY}: settings simulated at once, from 1 to "
+            f"{c.TUNER_MAX_CONCURRENCY}, got {found}"
+        )
+    return found
 
 
 def _history_ttl(get: Callable[[str], Any]) -> int:

@@ -4,13 +4,20 @@ The stack, its constructs and the infrastructure tests all import these, so a
 rename happens in one place. The names the runtime shares (environment
 variables, stack outputs, metrics, event sources) come from `muster.contract`,
 the one pure module of the runtime's that infra imports besides the settings
-parser, and are available here under the same names.
+parser, and are available here under the same names; the optional tuner's come
+from `muster.aws.tune_map` (standard library only at import).
 """
 
 from __future__ import annotations
 
 from muster import contract
+from muster.aws import tune_map
 from muster.contract import *  # noqa: F403 - the shared names, as c.ENV_TABLE_NAME etc.
+
+# The optional tuner's names, kept out of the contract (and so of the control plane's layer).
+ENV_TUNER_BUCKET = tune_map.ENV_TUNER_BUCKET
+OUT_TUNER_BUCKET_NAME = tune_map.OUT_TUNER_BUCKET_NAME
+OUT_TUNER_STATE_MACHINE_ARN = tune_map.OUT_TUNER_STATE_MACHINE_ARN
 
 # ---------------------------------------------------------------- context keys (cdk.json)
 CTX_STACK_NAME = "muster:stackName"
@@ -27,6 +34,9 @@ CTX_AGENT_SERVICE_ACCOUNT = "muster:agentServiceAccount"
 CTX_HISTORY_TTL_DAYS = "muster:historyTtlDays"
 CTX_LOG_LEVEL = "muster:logLevel"
 CTX_SWEEP_MINUTES = "muster:sweepMinutes"
+# Optional: `muster tune --on aws`'s distributed map (infra/tuner.py).
+CTX_TUNER = "muster:tuner"
+CTX_TUNER_CONCURRENCY = "muster:tunerConcurrency"
 # Optional: the functions in the cluster's VPC (infra/network.py).
 CTX_VPC_ID = "muster:vpcId"
 CTX_SUBNET_IDS = "muster:subnetIds"
@@ -50,6 +60,7 @@ ID_AGENT_ROLE = "AgentRole"
 ID_EKS_ACCESS = "EksAccess"
 ID_AGENT_IMAGES = "AgentImages"
 ID_NETWORK = "Network"
+ID_TUNER = "Tuner"
 
 # The three control-plane functions, their queue and the folder of their code.
 INGEST = "ingest"
@@ -68,6 +79,16 @@ HANDLER = "handler.handler"
 PYTHON_RUNTIME = "python3.12"
 PYTHON_VERSION = "3.12"
 LAYER_PLATFORM = "manylinux2014_x86_64"
+
+# The tuner's function: one setting on one seed of a simulation (a week of a trace
+# takes seconds to minutes); its map runs at most this many at once by default.
+TUNER = "tuner"
+TUNER_STATE_MACHINE_SUFFIX = "Tuner"
+TUNER_MEMORY_MB = 3008
+TUNER_TIMEOUT_MINUTES = 15
+DEFAULT_TUNER_CONCURRENCY = 100
+TUNER_MAX_CONCURRENCY = 10_000  # Step Functions' own bound on a distributed map's children
+TUNER_RUN_DAYS = 30  # a run's files and results are kept this long
 
 # Function timeouts (seconds) and memory (MiB); each queue's visibility timeout is
 # VISIBILITY_FACTOR times its consumer's timeout plus its batching window, as AWS

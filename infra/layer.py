@@ -100,7 +100,13 @@ def lock_key(lock_file: Path = LOCK_FILE) -> str:
 
 
 def handler_files(functions_dir: Path = FUNCTIONS_DIR) -> list[Path]:
-    return sorted(functions_dir.glob("*/handler.py"))
+    """The control plane's handlers: every function's but the optional tuner's, whose
+    layer (the simulator's part of `muster`) is its own."""
+    return sorted(p for p in functions_dir.glob("*/handler.py") if p.parent.name != c.TUNER)
+
+
+def tuner_handler_files(functions_dir: Path = FUNCTIONS_DIR) -> list[Path]:
+    return [functions_dir / c.TUNER / "handler.py"]
 
 
 def imported_modules(package_dir: Path, entry_points: Iterable[Path]) -> set[str]:
@@ -143,10 +149,14 @@ def _module_path(package_dir: Path, module: str) -> Path | None:
 
 
 def layer_package_files(
-    package_dir: Path = PACKAGE_DIR, functions_dir: Path = FUNCTIONS_DIR
+    package_dir: Path = PACKAGE_DIR,
+    functions_dir: Path = FUNCTIONS_DIR,
+    entry_points: Iterable[Path] | None = None,
 ) -> list[Path]:
-    """The package's files the layer ships (relative): what the handlers import."""
-    modules = imported_modules(package_dir, handler_files(functions_dir))
+    """The package's files the layer ships (relative): what the handlers import
+    (`entry_points`, or the control plane's handlers)."""
+    entries = handler_files(functions_dir) if entry_points is None else list(entry_points)
+    modules = imported_modules(package_dir, entries)
     files = {_module_path(package_dir, m) for m in modules}
     shipped = sorted(path.relative_to(package_dir) for path in files if path is not None)
     if (package_dir / "py.typed").is_file():
@@ -155,11 +165,13 @@ def layer_package_files(
 
 
 def package_fingerprint(
-    package_dir: Path = PACKAGE_DIR, functions_dir: Path = FUNCTIONS_DIR
+    package_dir: Path = PACKAGE_DIR,
+    functions_dir: Path = FUNCTIONS_DIR,
+    entry_points: Iterable[Path] | None = None,
 ) -> str:
     """Hash of the shipped package files, so the layer changes when their code does."""
     digest = hashlib.sha256()
-    for relative in layer_package_files(package_dir, functions_dir):
+    for relative in layer_package_files(package_dir, functions_dir, entry_points):
         digest.update(str(relative).encode())
         digest.update((package_dir / relative).read_bytes())
     return digest.hexdigest()
@@ -260,13 +272,15 @@ class LayerBuilder:
     def wheelhouse(self) -> Path:
         return self.cache_dir / f"wheels-{self.key}"
 
-    def build(self, output_dir: Path) -> None:
-        """Write `python/` (dependencies + the functions' part of `muster`) into `output_dir`."""
+    def build(self, output_dir: Path, entry_points: Iterable[Path] | None = None) -> None:
+        """Write `python/` (dependencies + the functions' part of `muster`, or the part
+        `entry_points` import) into `output_dir`."""
         site = self.dependencies()
         target = output_dir / "python"
         shutil.copytree(site, target, dirs_exist_ok=True)
         package = target / self.package_dir.name
-        for relative in layer_package_files(self.package_dir, self.functions_dir):
+        shipped = layer_package_files(self.package_dir, self.functions_dir, entry_points)
+        for relative in shipped:
             (package / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(self.package_dir / relative, package / relative)
         compile_tree(self.runtime_python, package, root=target)
@@ -336,23 +350,30 @@ def default_builder() -> LayerBuilder:
 class _LocalBundling:
     """CDK's hook for bundling on the host instead of in a container."""
 
-    def __init__(self, builder: LayerBuilder) -> None:
-        self.builder = builder
+    def __init__(self, builder: LayerBuilder, entry_points: list[Path] | None = None) -> None:
+        self.builder, self.entry_points = builder, entry_points
 
     def try_bundle(self, output_dir: str, *_args: Any, **_kwargs: Any) -> bool:
-        self.builder.build(Path(output_dir))
+        self.builder.build(Path(output_dir), self.entry_points)
         return True
 
 
 class MusterLayer(Construct):
-    """The layer every function gets: the functions' part of `muster` and its dependencies."""
+    """The layer every control-plane function gets: the functions' part of `muster` and
+    its dependencies; with `entry_points`, the part those handlers import instead."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, builder: LayerBuilder | None = None
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        builder: LayerBuilder | None = None,
+        entry_points: list[Path] | None = None,
+        description: str = "muster package and its run-time dependencies",
     ) -> None:
         super().__init__(scope, construct_id)
         builder = builder or default_builder()
-        shipped = package_fingerprint(builder.package_dir, builder.functions_dir)
+        shipped = package_fingerprint(builder.package_dir, builder.functions_dir, entry_points)
         # A layer with bytecode and one of sources only are different assets.
         form = "bytecode" if builder.runtime_python else "sources"
         asset_hash = hashlib.sha256(f"{builder.key}:{shipped}:{form}".encode()).hexdigest()
@@ -366,10 +387,10 @@ class MusterLayer(Construct):
                 bundling=BundlingOptions(
                     # Never pulled: local bundling always succeeds or raises.
                     image=DockerImage.from_registry("public.ecr.aws/sam/build-python3.12"),
-                    local=_LocalBundling(builder),
+                    local=_LocalBundling(builder, entry_points),
                 ),
             ),
             compatible_runtimes=[lambda_.Runtime.PYTHON_3_12],
             compatible_architectures=[lambda_.Architecture.X86_64],
-            description="muster package and its run-time dependencies",
+            description=description,
         )

@@ -7,6 +7,8 @@ wildcard elsewhere still fails the synth.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
 
 from infra import constants as c
@@ -59,3 +61,39 @@ def acknowledge_findings(stack: Stack, *, table: CfnElement, timer_state_machine
                 Validations.of(scope).acknowledge(
                     Acknowledgment(id=f"AwsSolutions::{rule}", reason=reason)
                 )
+
+
+_TUNER_BUCKET_LOGS = (
+    "The tuner's bucket holds a tuning's own inputs and results for a month; its reads "
+    "and writes are the tuner function's and the state machine's, which log them."
+)
+
+_TUNER_OBJECTS = (
+    "A tuning's objects are named at run time (runs/<id>/...); each grant names its kind of "
+    "object in this bucket only: a run's scenario files, its items file, its results, the "
+    "map's results."
+)
+_TUNER_CHILDREN = (
+    "A distributed map's child executions are named at run time; "
+    "'execution:<tuner state machine>/*' names only this state machine's."
+)
+
+
+def acknowledge_tuner_findings(stack: Stack, tuner: Any) -> None:
+    """The optional tuner's findings (infra/tuner.py); wildcards for their resource only."""
+    bucket_id = stack.resolve(stack.get_logical_id(tuner.bucket.node.default_child))
+    scope = stack.node.find_child(c.ID_TUNER)
+    objects = ("runs/*/scenario/*", "runs/*/results/*", "runs/*/items.json", "map/*")
+    rules = [
+        ("AwsSolutions-S1", _TUNER_BUCKET_LOGS),
+        ("AwsSolutions-IAM5[Resource::*]", _XRAY),
+        ("AwsSolutions-L1", _RUNTIME),
+        *((f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{o}]", _TUNER_OBJECTS) for o in objects),
+        (
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
+            f"<AWS::AccountId>:execution:{tuner.state_machine_name}/*]",
+            _TUNER_CHILDREN,
+        ),
+    ]
+    for rule, reason in rules:
+        Validations.of(scope).acknowledge(Acknowledgment(id=f"AwsSolutions::{rule}", reason=reason))

@@ -15,12 +15,13 @@ from infra.functions import ControlPlaneFunctions, FunctionWiring
 from infra.images import AgentImageRepository
 from infra.layer import LayerBuilder, MusterLayer
 from infra.monitoring import Monitoring
-from infra.nag import acknowledge_findings
+from infra.nag import acknowledge_findings, acknowledge_tuner_findings
 from infra.network import FunctionNetwork, acknowledge_vpc_findings
 from infra.queues import Queues
 from infra.security import AgentRole, EksAccess
 from infra.table import StateTable
 from infra.timers import TimerStateMachine
+from infra.tuner import Tuner
 
 R = logs.RetentionDays
 RETENTION = dict(
@@ -189,9 +190,37 @@ class MusterStack(Stack):
                 network.created_security_group.security_group_id,
                 "The functions' security group (allow it on the cluster's API endpoint)",
             )
+        if config.tuner:
+            self._tuner(config, retention, removal, layer_builder)
         self._output(c.OUT_ALARM_TOPIC_ARN, monitoring.topic.topic_arn, "Topic the alarms notify")
         self._output(
             c.OUT_DASHBOARD_NAME, monitoring.dashboard.dashboard_name, "CloudWatch dashboard"
+        )
+
+    def _tuner(
+        self,
+        config: MusterConfig,
+        retention: logs.RetentionDays,
+        removal: RemovalPolicy,
+        layer_builder: LayerBuilder | None,
+    ) -> None:
+        """`muster tune --on aws`'s map, only with `muster:tuner` (infra/tuner.py)."""
+        tuner = Tuner(
+            self,
+            c.ID_TUNER,
+            concurrency=config.tuner_concurrency,
+            log_retention=retention,
+            removal_policy=removal,
+            layer_builder=layer_builder,
+        )
+        acknowledge_tuner_findings(self, tuner)
+        self._output(
+            c.OUT_TUNER_BUCKET_NAME, tuner.bucket.bucket_name, "Runs of muster tune --on aws"
+        )
+        self._output(
+            c.OUT_TUNER_STATE_MACHINE_ARN,
+            tuner.state_machine.state_machine_arn,
+            "The map of muster tune --on aws",
         )
 
     def _output(self, key: str, value: str, description: str) -> None:

@@ -46,6 +46,7 @@ from muster.core.model import (
 from muster.core.printable import printable
 from muster.core.reconcile import POD_SCOPE, SCOPES, SnapshotPart
 from muster.core.settings import within_runtime
+from muster.core.topology import NO_TOPOLOGY, Topology, event_request, event_topology
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +68,7 @@ MIN_AVAILABLE_ANNOTATION = "muster.io/min-available"
 TIMEOUT_ANNOTATION = "muster.io/timeout"
 PRIORITY_ANNOTATION = "muster.io/priority"
 SCHEDULING_GATE = "muster.io/admission"
+TOPOLOGY_ANNOTATION = "muster.io/topology"  # required=<level> or preferred=<level>
 
 # A PriorityClass's name is a DNS subdomain; its value a 32-bit integer.
 PRIORITY_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -187,6 +189,7 @@ def workload_detail(
     class_priority: int | None = None,
     shape: tuple[tuple[int, int], ...] = (),
     placement: str = "",
+    topology: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -213,6 +216,8 @@ def workload_detail(
         detail["podGpus"] = [{"pods": n, "gpus": g} for n, g in shape]
     if placement:
         detail["placement"] = placement
+    if topology:
+        detail["topology"] = topology
     return detail
 
 
@@ -281,6 +286,7 @@ def node_detail(
     unschedulable: str | None = None,
     foreign_gpus: int = 0,
     observed_at: datetime | None = None,
+    topology: Topology = (),
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
@@ -296,6 +302,8 @@ def node_detail(
         detail["schedulable"] = unschedulable is None
         detail["unschedulable"] = tenant_text(unschedulable or None, REASON_BYTES)
         detail["foreignGpus"] = foreign_gpus
+        if topology:
+            detail["topology"] = dict(topology)
     return detail
 
 
@@ -410,6 +418,7 @@ def parse_agent_detail(
                     "schedulable": boolean(detail, "schedulable", None),
                     "unschedulable": tenant_text(why, REASON_BYTES),
                     "foreign_gpus": whole_number(detail, "foreignGpus", 0, minimum=0),
+                    "topology": checked(NO_TOPOLOGY, event_topology, detail.get("topology")),
                 }
             event = NodeObserved(
                 node=checked("", lambda: check_name(text(detail, "node"), "node")),
@@ -539,6 +548,7 @@ def _workload_event(detail: Mapping[str, Any], seq: int) -> Event:
         placement=clip_utf8(
             checked(None, text, detail, "placement", required=False) or "", REASON_BYTES
         ),
+        topology=checked("", event_request, detail.get("topology")),
     )
 
 

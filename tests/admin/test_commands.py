@@ -178,6 +178,13 @@ def test_a_typo_names_the_field_exits_2_and_writes_nothing(
     code, _, err = run(capsys, "settings", "set", "requeuingStrategy.backoffMaxSeconds=10")
     assert code == 2 and "backoffMaxSeconds: 10 is below backoffBaseSeconds 60" in err
     assert aws.settings_record() is None
+    # AND a cap below what it caps, given at once or against a cap already set
+    code, _, err = run(capsys, "settings", "set", "timeout=10m", "maxTimeout=5m")
+    assert code == 2 and "maxTimeout: 5m is below timeout 10m" in err
+    assert aws.settings_record() is None
+    assert run(capsys, "settings", "set", "maxTimeout=15m")[0] == 0
+    code, _, err = run(capsys, "settings", "set", "timeout=20m")
+    assert code == 2 and "maxTimeout: 15m is below timeout 20m" in err
 
 
 def test_settings_set_from_a_file(

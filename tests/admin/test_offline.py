@@ -256,6 +256,10 @@ def test_output_that_cannot_be_written_is_bad_input_before_any_work(
     blocker.write_text("")
     trace = tmp_path / "trace.csv"
     trace.write_text("jobid,submitted_time,num_gpus,duration\n")
+    deadlock = str(REPO / "layers" / "muster" / "scenarios" / "deadlock.yaml")
+    folder = tmp_path / "a-folder"  # where a file would have to be
+    folder.mkdir()
+    export = ["history", "export", "--since", "1d", "--endpoint", "http://127.0.0.1:9"]
     for argv in (
         ["simulate", "--builtin", "deadlock", "--out", str(blocker / "out")],
         [
@@ -267,11 +271,17 @@ def test_output_that_cannot_be_written_is_bad_input_before_any_work(
         ],
         ["trace", "cut", str(trace), "--from", "2017-10-02", "-o", str(blocker / "cut.csv")],
         ["local", "--out", str(blocker / "out")],
+        ["tune", deadlock, "--grid", "timeout=5m", "--jobs", "1", "--out", str(blocker / "out")],
+        ["tune", deadlock, "--grid", "timeout=5m", "--jobs", "1", "--out", str(blocker)],
+        # before the history is read (no endpoint answers here)
+        [*export, "--out", str(blocker / "trace.csv")],
+        [*export, "--out", str(folder)],
     ):
         # WHEN a command is told to write there THEN one message, exit 2
         assert main(argv) == EXIT_BAD_INPUT, argv
         err = capsys.readouterr().err
-        assert "cannot write" in err and str(blocker) in err, (argv, err)
+        assert "cannot write" in err, (argv, err)
+        assert str(blocker) in err or str(folder) in err, (argv, err)
         assert "unexpected error" not in err and "Traceback" not in err
 
 

@@ -9,6 +9,7 @@ import pytest
 from muster.aws.config import ConfigError, RuntimeConfig
 from muster.aws.stepfunctions import execution_arn, execution_name
 from muster.core import (
+    Admit,
     Evict,
     Kind,
     LogEvent,
@@ -63,6 +64,8 @@ def test_workload_and_effects_round_trip():
         Requeue("ns/a", 2, 120.0, 9999.0),
         Publish(LogEvent.EVICTED, "ns/a", {"notReady": [{"pod": "p"}]}),
         RunAdmission("evicted"),
+        Admit("ns/g@podgroup", 2, Kind.POD_GROUP, size=8),
+        Admit("ns/a", 2, Kind.JOB, "uid-a"),
     ]
     assert [decode_effect(encode_effect(e)) for e in effects] == effects
 

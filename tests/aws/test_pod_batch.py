@@ -287,7 +287,25 @@ def _group_steps(rng: random.Random, gang: int) -> list[list[PodObserved]]:
     return steps
 
 
-@pytest.mark.parametrize("seed", range(12))
+def _with_spares(rng: random.Random, steps: list[list[PodObserved]], gang: int) -> None:
+    """Pods beyond the gang created once it runs (a tenant adding to it), and members
+    lost among them: the release has gated pods to choose from."""
+    seq = 100_000
+    for j in range(gang + rng.randrange(1, 4)):
+        seq += 1
+        steps[1].insert(
+            rng.randrange(len(steps[1]) + 1),
+            PodObserved(KEY, f"spare-{j}", seq, uid=f"s{j}", phase="Pending"),
+        )
+    for i in rng.sample(range(gang), rng.randrange(1, gang + 1)):
+        seq += 1
+        lost = PodObserved(
+            KEY, f"train-{i}", seq, uid=f"train-{i}-uid", phase="Running", deleted=True
+        )
+        steps[3].insert(rng.randrange(len(steps[3]) + 1), lost)
+
+
+@pytest.mark.parametrize("seed", range(18))
 def test_a_pod_group_s_events_counted_live_lead_where_the_whole_gang_would(seed: int) -> None:
     # GIVEN two control planes with the same waiting pod group: one whose store counts
     # live pods (its events go the light way), one whose store does not (every event
@@ -310,7 +328,10 @@ def test_a_pod_group_s_events_counted_live_lead_where_the_whole_gang_would(seed:
 
         rig.store.load = counted  # type: ignore[method-assign]
     # WHEN both take the same batches, with an admission pass after each
-    chunks = [c for step in _group_steps(rng, gang) for c in _chunks(rng, step) if c]
+    steps = _group_steps(rng, gang)
+    if seed >= 12:  # pods beyond the gang
+        _with_spares(rng, steps, gang)
+    chunks = [c for step in steps for c in _chunks(rng, step) if c]
     events = sum(len(c) for c in chunks)
     for chunk in chunks:
         for rig in (light, whole):

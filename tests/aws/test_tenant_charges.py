@@ -187,6 +187,29 @@ def test_a_pod_snapshot_without_the_outliving_pods_ends_the_holding(rig: Rig) ->
     assert rig.admit() == [SECOND]
 
 
+def test_an_eviction_that_finds_the_job_gone_keeps_its_quota_while_its_pods_run(
+    rig: Rig,
+) -> None:
+    cluster = rig.cluster
+    assert isinstance(cluster, PaddedCluster)
+    # GIVEN a 16-GPU gang of two pods, one bound and starting, one not bound yet
+    first_admitted_second_waiting(rig, pods=2)
+    rig.pod(FIRST, "first-0", 10, ready=False, node="n1")
+    rig.pod(FIRST, "first-1", 11, ready=False, node=None)
+    # AND the Job deleted with its pods orphaned, which the control plane has not heard
+    cluster.gone.add(FIRST)
+    # WHEN its startup deadline passes: the eviction finds the object gone (404)
+    rig.plane().handle(timed_out(rig, FIRST))
+    assert phase(rig, FIRST) is Phase.FINISHED
+    # THEN nobody withdrew its pods: its GPUs stay charged while they may run
+    assert rig.admit() == []
+    rig.pod(FIRST, "first-0", 20, ready=False, node="n1", deleted=True)
+    assert rig.admit() == []  # the pending one may still be bound
+    # AND once the last is gone, the next one is admitted
+    rig.pod(FIRST, "first-1", 21, ready=False, node=None, deleted=True)
+    assert rig.admit() == [SECOND]
+
+
 def test_a_job_deleted_with_its_pods_gone_frees_its_quota_at_once(rig: Rig) -> None:
     first_admitted_second_waiting(rig)
     rig.pod(FIRST, "first-0", 10, ready=True, node="n1")

@@ -73,6 +73,11 @@ SMALL = [
     ("layer.py", ["--runs", "1"], [r"ingest +median [\d.]+ ms", r"timer +median [\d.]+ ms"]),
     ("ledger_10k.py", ["--workloads", "50"], [r"ledger items: +\d+"]),
     (
+        "topology_plan.py",
+        ["--nodes", "64", "--workloads", "40"],
+        [r"required=network-node-layer-3 +admitted +\d+ of 40 on 64 nodes \(\d+ inside"],
+    ),
+    (
         "scale.py",
         ["--small", "--kinds", "Job"],
         [
@@ -104,6 +109,16 @@ ON_TRACES = [
         "failure_aware.py",
         ["--jobs", "1500"],
         [r"visible failures' wasted GPU-hours", r"healthy jobs deactivated: 0"],
+    ),
+    (
+        "tune.py",
+        ["--limit", "500", "--seeds", "1"],
+        [
+            r"without pruning: [\d.]+ s wall, [\d.]+ s CPU",
+            r"with pruning: +[\d.]+ s wall, [\d.]+ s CPU, [1-9] of 9 settings stopped",
+            r"dominated at \d+% of the trace",
+            r"the same with and without pruning: yes",
+        ],
     ),
 ]
 

@@ -121,7 +121,7 @@ def test_the_harness_notices_a_deleted_pod_coming_back(monkeypatch: pytest.Monke
     monkeypatch.setattr(pods_module, "pod_update", forgetful)
     # WHEN late redeliveries are frequent
     heavy = Perturbation(redelivery=0.3)
-    outcomes = [run_history(seed, perturbation=heavy) for seed in range(60)]
+    outcomes = [run_history(seed, perturbation=heavy) for seed in range(100, 160)]
     # THEN the harness sees pods in Muster that the cluster does not have
     assert any("in Muster" in p for o in outcomes for p in o.divergences)
 

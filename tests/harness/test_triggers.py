@@ -1,9 +1,10 @@
 """Histories with the triggers the plain ones never hold (pod groups run again and their
 members replaced, pods outliving their Job, kinds sharing a name, settings changed
 mid-flight, refused releases, throttled PutEvents entries, late node conditions,
-admission passes interleaved with other events): the view stays true, quota holds
-at every admission and release, nothing is stuck; and the harness notices a control
-plane that gets any of it wrong."""
+admission passes interleaved with other events, and a tenant's attacks: Jobs grown
+after admission, deleted with their pods orphaned, pods forged with a Job's labels):
+the view stays true, quota holds at every admission and release counting what runs,
+nothing is stuck; and the harness notices a control plane that gets any of it wrong."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import importlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from muster.core import Admit, parse_settings
 from muster.harness import run_history
-from muster.harness.histories import ALL_TOGGLES, TEAM, generate_triggers
+from muster.harness.histories import ALL_TOGGLES, TEAM, generate, generate_triggers
 from muster.harness.invariants import QuotaWatch
 from muster.runtime.memory import MemoryStore
 from muster.runtime.ports import Ledger
@@ -30,6 +32,11 @@ TRIGGERS = {
     "throttledEntries",
     "lateNodeConditions",
     "interleavedPasses",
+    "grownWhileReleased",
+    "grownWhileHeld",
+    "orphaningDeletes",
+    "forgedPods",
+    "forgedPodsReported",
     *(f"settings:{kind}" for kind in ALL_TOGGLES),
 }
 
@@ -55,6 +62,9 @@ def test_trigger_histories_hold_what_they_promise() -> None:
     actions = [a for h in histories for a in h.actions]
     kinds = {a.what for a in actions}
     assert kinds >= {"rerun", "replace", "refuse", "throttle", "interleave", "settings"}
+    assert kinds >= {"grow", "forge"}
+    assert any(a.what == "delete" and a.orphan and a.linger > 0 for a in actions)
+    assert {a.value for a in actions if a.what == "forge"} == {0, 1}  # bare, another Job's
     assert {a.job for a in actions if a.what == "settings"} >= {*ALL_TOGGLES, ""}
     assert any(a.what == "replace" and a.pods == 0 for a in actions)  # all members at once
     assert any(a.what == "delete" and a.linger > 0 for a in actions)
@@ -112,7 +122,7 @@ def test_the_harness_notices_deadlines_left_unarmed_by_a_settings_change(
     # "settings changed" request nor the sweeper acts on one)
     monkeypatch.setattr("muster.runtime.deadlines.owed_timer", lambda w, qs: None)
     # THEN gangs admitted under dryRun stay Admitted with no deadline
-    assert noticed(range(20), "with no deadline armed")
+    assert noticed(range(20, 60), "with no deadline armed")
 
 
 def test_the_harness_notices_a_pod_group_run_again_taken_for_the_last(
@@ -162,6 +172,54 @@ def test_the_harness_notices_a_cluster_that_keeps_what_was_evicted(
     assert noticed(range(20), "quota exceeded on the cluster")
 
 
+def test_the_plain_histories_hold_no_attack() -> None:
+    actions = [a for seed in range(30) for a in generate(seed).actions]
+    assert not [a for a in actions if a.what in ("grow", "forge") or a.orphan]
+
+
+def test_the_harness_notices_a_grown_job_kept_on_its_old_charge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a core that keeps a larger spec for the next eviction, as it once did
+    monkeypatch.setattr("muster.core.workloads.outgrows", lambda w, spec: False)
+    # THEN a Job runs more than it is charged for
+    assert noticed(range(20), "(grew, kept)")
+
+
+def test_the_harness_notices_an_orphaning_delete_that_frees_the_quota(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a core that frees a deleted workload's quota at once, its pods running or not
+    monkeypatch.setattr("muster.core.admission.outlived_by_pods", lambda w: False)
+    # THEN what runs on the cluster exceeds the quota
+    assert noticed(range(20), "quota exceeded on the cluster")
+
+
+def test_the_harness_notices_forged_pods_counted_by_their_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN an agent that takes a pod labelled with a Job's name for the Job's
+    from muster.core import Kind
+
+    def by_labels(pod: dict[str, Any]) -> tuple[Kind, str]:
+        m = pod["metadata"]
+        return Kind.JOB, f"{m['namespace']}/{m['labels']['job-name']}"
+
+    monkeypatch.setattr("muster.harness.forged.pod_workload", by_labels)
+    # THEN a bare forged pod counts Ready for the gang
+    assert noticed(range(20), "of forged:")
+
+
+def test_the_harness_notices_forged_pods_another_job_controls_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a core that credits a pod to the workload whoever controls it
+    pods = importlib.import_module("muster.core.pods")
+    monkeypatch.setattr(pods, "owned_by", lambda w, e: True)
+    # THEN a pod that another Job of the tenant controls counts Ready for the gang
+    assert noticed(range(20), "of forger-")
+
+
 def test_a_lowered_quota_keeps_earlier_holders_and_admits_nothing_new_over_it() -> None:
     # GIVEN 8 GPUs held, then the quota lowered from 12 to 4
     from muster.core import Kind, WorkloadObserved
@@ -173,9 +231,15 @@ def test_a_lowered_quota_keeps_earlier_holders_and_admits_nothing_new_over_it() 
 
     class Released:
         owners: dict[str, str] = {}
+        objects: dict[str, object] = {}
+        grown: list[object] = []
+        lingering: dict[str, object] = {}
 
-        def released_gpus(self) -> Counter[str]:
+        def released_gpus(self, heard: object) -> Counter[str]:
             return Counter(default=8)
+
+        def uncharged(self) -> int:
+            return 0
 
         def queue(self, key: str) -> str:
             return "default"

@@ -162,4 +162,4 @@ def test_where_the_app_sends_a_reader_exists(source: str) -> None:
     for doc, heading in pointers:
         headings = re.findall(r"^#+ (.+)$", (REPO_ROOT / doc).read_text(), flags=re.MULTILINE)
         assert any(h.startswith(heading) for h in headings), (source, doc, heading)
-    assert "README's" not in text
+    assert "README's" not in text and "in the README" not in text

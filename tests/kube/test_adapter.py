@@ -87,11 +87,14 @@ def pod(name: str, group: str = "grp", gates: list[str] | None = None) -> dict[s
     }
 
 
-def admit(kind: Kind, attempt: int = 1, key: str = "ml/train", *, record: bool = True) -> Admit:
-    """The admit effect, with the record the core committed before it (unless told not to)."""
+def admit(
+    kind: Kind, attempt: int = 1, key: str = "ml/train", *, record: bool = True, size: int = 2
+) -> Admit:
+    """The admit effect, with the record the core committed before it (unless told not to);
+    a pod group's for a gang of `size`."""
     if record:
         recorded(key, attempt, Phase.ADMITTED, kind)
-    return Admit(key, attempt, kind)
+    return Admit(key, attempt, kind, size=size if kind is Kind.POD_GROUP else 0)
 
 
 def evict(kind: Kind, attempt: int = 1, key: str = "ml/train", *, record: bool = True) -> Evict:
@@ -372,6 +375,77 @@ def test_admit_pod_group_skips_pods_already_released(k8s: Any, cluster: Kubernet
     ]
 
 
+def test_admit_pod_group_releases_its_gang_size_and_no_more(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a group admitted for a gang of 2 whose owner created 5 pods
+    for i in range(5):
+        k8s.objects[PODS, "ml", f"grp-{i}"] = pod(f"grp-{i}")
+    # WHEN its admission is carried out
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp", size=2))
+    # THEN only the first two by name lost the gate; the others stay held
+    gated = {
+        i: k8s.objects[PODS, "ml", f"grp-{i}"]["spec"]["schedulingGates"] != [] for i in range(5)
+    }
+    assert gated == {0: False, 1: False, 2: True, 3: True, 4: True}
+    # AND carried out again (a redelivery, a pod added meanwhile) it releases nothing more
+    k8s.objects[PODS, "ml", "grp-5"] = pod("grp-5")
+    before = len(requests(k8s))
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp", size=2))
+    assert [m for m, _, _ in requests(k8s)[before:]] == ["GET"]
+
+
+def test_admit_pod_group_releases_only_replacements_of_lost_members(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a released gang of 3: one member failed, one is terminating, one runs,
+    # and its controller made two gated replacements beside two extra gated pods
+    failed, terminating = pod("a-0", gates=[]), pod("a-1", gates=[])
+    failed["status"] = {"phase": "Failed"}
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+    k8s.objects[PODS, "ml", "a-0"], k8s.objects[PODS, "ml", "a-1"] = failed, terminating
+    k8s.objects[PODS, "ml", "a-2"] = pod("a-2", gates=[])
+    for name in ("b-0", "b-1", "c-0", "c-1"):
+        k8s.objects[PODS, "ml", name] = pod(name)
+    # WHEN the release is carried out
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp", size=3))
+    # THEN two pods are released, as many as were lost: the gang is 3 again
+    ungated = [p for m, p, body in requests(k8s) if m == "PATCH" and "spec" in body]
+    assert ungated == ["/api/v1/namespaces/ml/pods/b-0", "/api/v1/namespaces/ml/pods/b-1"]
+
+
+def test_admit_pod_group_never_releases_a_pod_asking_for_more_than_its_charge(
+    k8s: Any, cluster: KubernetesCluster
+) -> None:
+    # GIVEN a gang of 2 charged 1 GPU a pod, and a pod added later, first by name,
+    # that asks for 8 (the agent refuses the group, but the pod is in the listing)
+    def asking(name: str, gpus: str) -> dict[str, Any]:
+        p = pod(name)
+        p["spec"]["containers"] = [{"resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+        return p
+
+    k8s.objects[PODS, "ml", "a-odd"] = asking("a-odd", "8")
+    k8s.objects[PODS, "ml", "grp-0"] = asking("grp-0", "1")
+    k8s.objects[PODS, "ml", "grp-1"] = asking("grp-1", "1")
+    # WHEN the group is released
+    effect = admit(Kind.POD_GROUP, key="ml/grp", size=2)
+    cluster.admit(Admit(effect.workload, 1, Kind.POD_GROUP, size=2, gpus=2))
+    # THEN its two pods of 1 GPU run, and the 8-GPU pod stays gated
+    ungated = [p for m, p, body in requests(k8s) if m == "PATCH" and "spec" in body]
+    assert ungated == ["/api/v1/namespaces/ml/pods/grp-0", "/api/v1/namespaces/ml/pods/grp-1"]
+
+
+def test_a_release_without_a_size_takes_the_records(k8s: Any, cluster: KubernetesCluster) -> None:
+    # GIVEN a release stored before releases carried the gang size, and a record of 1
+    for i in range(3):
+        k8s.objects[PODS, "ml", f"grp-{i}"] = pod(f"grp-{i}")
+    effect = admit(Kind.POD_GROUP, key="ml/grp", size=0)
+    # WHEN it is carried out, THEN it releases the record's gang and no more
+    cluster.admit(effect)
+    ungated = [p for m, p, body in requests(k8s) if m == "PATCH" and "spec" in body]
+    assert ungated == ["/api/v1/namespaces/ml/pods/grp-0"]
+
+
 def test_an_action_for_an_earlier_object_under_the_name_does_not_touch_the_new_one(
     k8s: Any, cluster: KubernetesCluster
 ) -> None:
@@ -586,7 +660,7 @@ def test_the_marks_of_a_large_pod_group_go_on_its_first_pods_only(
     monkeypatch.setattr("muster.kube.adapter.MAX_RECORDED_PODS", 1)
     for name in ("grp-0", "grp-1", "grp-2"):
         k8s.objects[PODS, "ml", name] = pod(name)
-    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp"))
+    cluster.admit(admit(Kind.POD_GROUP, key="ml/grp", size=3))
     patched = [(p.rsplit("/", 1)[1], "metadata" in d) for m, p, d in requests(k8s) if m == "PATCH"]
     assert patched == [("grp-0", False), ("grp-0", True), ("grp-1", False), ("grp-2", False)]
 

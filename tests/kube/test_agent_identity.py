@@ -13,8 +13,9 @@ from muster.agent.mapping import (
     pod_view,
     pod_workload,
 )
-from muster.agent.watch import Change
+from muster.agent.watch import Change, Sync
 from muster.core import Fleet, Settings
+from muster.core.admission import holds_quota
 from muster.core.model import Kind, Phase, PodObserved, WorkloadFinished, WorkloadObserved
 from muster.core.reconcile import SnapshotPart
 from muster.kube.conventions import JOB_RESOURCE, NODE_RESOURCE, POD_RESOURCE
@@ -145,27 +146,76 @@ def test_bare_pods_labelled_with_a_jobs_name_do_not_make_its_gang_ready(
     assert agent.foreign_on == {"node-b": 5}
 
 
-def test_a_pod_orphaned_from_its_job_stops_counting(
+def test_pods_orphaned_by_their_jobs_deletion_stay_charged_until_they_end(
     aws: dict[str, Any],  # noqa: F811
     clock: Clock,  # noqa: F811
     sleeps: list[float],  # noqa: F811
 ) -> None:
-    # GIVEN a Job's Ready pod, reported as its own
+    # GIVEN an admitted Job of one 8-GPU pod, Running
     agent = make_agent(aws["events"], clock, sleeps)
-    agent.handle(Change(JOB_RESOURCE, "ADDED", eight_gpu_job("uid-x")))
-    pod = job_pod("x-0", "20", job_name="x", ready=True)
-    agent.handle(Change(POD_RESOURCE, "ADDED", pod))
+    fleet = Fleet(Settings())
+    x = job("x", rv="10", parallelism=1)
+    x["metadata"]["uid"] = "uid-x"
+    agent.handle(Change(JOB_RESOURCE, "ADDED", x))
+    agent.handle(Change(POD_RESOURCE, "ADDED", job_pod("x-0", "20", job_name="x", ready=True)))
     agent.flush(everything=True)
-    landed(aws)
-    # WHEN it loses its controller reference (`kubectl delete job --cascade=orphan`)
+    run_core([e for _, e in map(parse_agent_event, landed(aws))], fleet, clock())
+    fleet.admission_pass(clock())
+    assert fleet.get("ml/x").phase is Phase.RUNNING  # type: ignore[union-attr]
+    # WHEN it is deleted with `kubectl delete job --cascade=orphan`: the garbage
+    # collector removes the pod's controller reference, then the Job goes
     orphan = job_pod("x-0", "25", job_name="x", ready=True)
     del orphan["metadata"]["ownerReferences"]
     agent.handle(Change(POD_RESOURCE, "MODIFIED", orphan))
+    agent.handle(Change(JOB_RESOURCE, "DELETED", job("x", rv="26", parallelism=1)))
     agent.flush(everything=True)
-    # THEN the control plane hears it is gone from the Job, and the agent forgets it
-    [gone] = [e for _, e in map(parse_agent_event, landed(aws)) if isinstance(e, PodObserved)]
-    assert (gone.pod, gone.deleted, gone.seq) == ("x-0", True, 25)
-    assert "ml/x-0" not in agent.pods
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    run_core(events, fleet, clock())
+    # THEN the pod is not reported gone: the deleted workload keeps holding its quota
+    assert not [e for e in events if isinstance(e, PodObserved) and e.deleted]
+    gone = fleet.get("ml/x")
+    assert gone is not None and gone.phase is Phase.FINISHED and holds_quota(gone)
+    # WHEN the orphaned pod ends
+    done = job_pod("x-0", "30", job_name="x", phase="Succeeded")
+    del done["metadata"]["ownerReferences"]
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", done))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    run_core(events, fleet, clock())
+    # THEN its end is reported as the Job's pod, and the quota is free
+    [end] = [e for e in events if isinstance(e, PodObserved)]
+    assert (end.pod, end.phase, end.owner) == ("x-0", "Succeeded", "uid-x")
+    assert not holds_quota(fleet.get("ml/x"))  # type: ignore[arg-type]
+
+
+def test_a_relist_keeps_an_orphaned_pod_its_workloads(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN a Job's pod that lost its controller reference while it runs
+    agent = make_agent(aws["events"], clock, sleeps)
+    x = job("x", rv="10", parallelism=1)
+    x["metadata"]["uid"] = "uid-x"
+    agent.handle(Change(JOB_RESOURCE, "ADDED", x))
+    agent.handle(Change(POD_RESOURCE, "ADDED", job_pod("x-0", "20", job_name="x", ready=True)))
+    orphan = job_pod("x-0", "25", job_name="x", ready=True)
+    del orphan["metadata"]["ownerReferences"]
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", orphan))
+    # AND a pod labelled as the Job's that it never owned
+    forged = job_pod("fake-0", "27", job_name="x", ready=True)
+    del forged["metadata"]["ownerReferences"]
+    agent.handle(Change(POD_RESOURCE, "ADDED", forged))
+    agent.flush(everything=True)
+    landed(aws)
+    # WHEN the agent lists the pods again
+    agent.handle(Sync(POD_RESOURCE, [orphan, forged], "40"))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    # THEN the pod snapshot lists the orphaned pod as the Job's, and the forged one not
+    [listing] = [e for e in events if isinstance(e, SnapshotPart) and e.scope == "Pod"]
+    assert listing.pods == {"ml/x": {"x-0": "uid-x-0"}}
+    assert not [e for e in events if isinstance(e, PodObserved) and e.deleted]
 
 
 def test_pod_events_carry_their_owners_uid(

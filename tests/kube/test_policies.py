@@ -838,8 +838,8 @@ def test_the_control_plane_changes_nothing_of_a_pytorchjob_but_its_suspend_flag(
     new["spec"][field] = value
     verdict = evaluate("muster-controlplane-scope", request("UPDATE", new, old, user=CONTROL_PLANE))
     assert verdict.denials == [
-        "Muster's control plane may change only the suspend flag, its scheduling gate and "
-        "muster.io/* annotations"
+        "Muster's control plane may change only the suspend flag, its scheduling gate, "
+        "muster.io/* annotations and the topology labels of node selectors"
     ]
     assert update(old, pytorchjob(suspend=False), CONTROL_PLANE).allowed
 

@@ -38,13 +38,15 @@ def test_the_cluster_hands_over_each_failure_and_repair_once() -> None:
     clock, sent = Clock(), Sent()
     cluster = LocalCluster(scenario(STORY), sent, clock=clock)
     cluster.start()
+    # WHEN the steps come round a second after the failure and the repair are due
     clock.now = 6.0
     cluster.step()
-    assert cluster.take_node_changes() == [(6.0, "node-1", True)]
+    # THEN each is handed over once, at its time in the scenario (5 s, 15 s)
+    assert cluster.take_node_changes() == [(5.0, "node-1", True)]
     assert cluster.take_node_changes() == []
     clock.now = 16.0
     cluster.step()
-    assert cluster.take_node_changes() == [(16.0, "node-1", False)]
+    assert cluster.take_node_changes() == [(15.0, "node-1", False)]
     # and the agent's view of the node went to the bus as well
     assert any(getattr(e, "key", "") == "node:node-1" for e in sent.entries)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import textwrap
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from muster.local.moto_server import Endpoint, PortInUse, moto_server
@@ -174,3 +176,32 @@ def test_an_idle_runner_polls_less_once_allowed_to_sleep() -> None:
     assert slow <= 10
     # AND without an idle interval it keeps its fast pace (the scenario's behaviour)
     assert _idle_polls(0.0) > 3 * slow
+
+
+def test_warming_calls_each_function_once_in_its_environment_before_any_message() -> None:
+    # GIVEN two queues served by one function, and one by another that refuses an
+    # empty batch as the handlers' batch processing does
+    calls: list[tuple[str, int, str | None]] = []
+
+    def builds(event: dict[str, Any], context: Any) -> None:
+        calls.append((context.function_name, len(event["Records"]), os.environ.get("GREETING")))
+
+    def refuses(event: dict[str, Any], context: Any) -> None:
+        builds(event, context)
+        raise ValueError("an empty batch")
+
+    mappings = [
+        SourceMapping("ingest", "u1", "a1", 10, True, builds, {"GREETING": "hello"}),
+        SourceMapping("ingest", "u2", "a2", 10, True, builds, {"GREETING": "hello"}),
+        SourceMapping("timer", "u3", "a3", 10, True, refuses, {}),
+    ]
+    sqs = _EmptyQueues()
+    runner = LambdaRunner(sqs, mappings)
+    # WHEN the runner warms them
+    runner.warm()
+    # THEN each function was called once, with an empty batch, in its own environment
+    assert calls == [("ingest", 0, "hello"), ("timer", 0, None)]
+    assert "GREETING" not in os.environ
+    # AND nothing was received, and a refusal is no error of the run
+    assert sqs.receives == 0
+    assert runner.stats.errors == [] and runner.stats.batches == 0

@@ -10,6 +10,7 @@ plane reads them, and where the commands print.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -171,3 +172,29 @@ def test_status_shows_a_quarantine_error_inert() -> None:
     assert not any(
         "Reactivated" in line and "QUARANTINED" not in line for line in text.splitlines()
     )
+
+
+def test_an_api_server_error_quoting_tenant_text_is_escaped() -> None:
+    from muster.kube.adapter import _message
+    from muster.kube.http import ApiException
+
+    # GIVEN a refusal whose Status message quotes the object (an annotation's value)
+    body = json.dumps({"kind": "Status", "message": f"metadata.annotations: {ATTACK}"})
+    for exc in (ApiException(422, "Unprocessable Entity", body), ApiException(500, "x", ATTACK)):
+        # WHEN the adapter words the error the control plane records and prints
+        text = _message(exc)
+        # THEN nothing a terminal obeys is left, and the forged line stays on the same line
+        assert not CONTROL.search(text)
+        assert "\\x1b]52;c;" in text and "\\x1b[2J" in text
+        assert "oom\\n  2026-12-01 10:00:00Z  Reactivated" in text
+
+
+def test_a_kubernetes_event_message_is_escaped() -> None:
+    from muster.kube.events import KubeEvent, event_body
+
+    involved = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "namespace": "ml"}
+    event = KubeEvent("Warning", "PodsReadyTimeout", f"pod train-0: {ATTACK}")
+    body = event_body(involved=involved, event=event, key="k", at=1_800_000_000)
+    assert not CONTROL.search(body["message"])
+    assert body["message"].startswith("pod train-0: \\x1b]52;c;")
+    assert "\\x1b[2J\\x1b[H\\x9b2Joom\\n  2026-12-01 10:00:00Z  Reactivated" in body["message"]

@@ -324,9 +324,17 @@ def test_the_documented_schema_lists_exactly_the_fields_the_builders_emit() -> N
             class_priority=1000,
             shape=((4, 8),),
             placement="nodeSelector",
+            topology="required=network-node-layer-3",
         ),
         POD_OBSERVED: failing_pod(),
-        NODE_OBSERVED: node_detail(cluster="c", node="n", seq=1, gpus=8, foreign_gpus=2),
+        NODE_OBSERVED: node_detail(
+            cluster="c",
+            node="n",
+            seq=1,
+            gpus=8,
+            foreign_gpus=2,
+            topology=(("network-node-layer-3", "nn-1"),),
+        ),
         CLUSTER_SNAPSHOT: snapshot_details(
             cluster="c", scope="Pod", revision=1, snapshot="s", pods={"a/b": {"b-0": "u"}}
         )[0],

@@ -22,6 +22,7 @@ from muster.core import (
 )
 from muster.core.admission import holds_quota
 from muster.core.model import Pod, Workload
+from muster.core.workloads import ends_outliving
 
 from tests.unit.conftest import kinds, published, ready, settings, submit
 
@@ -167,10 +168,24 @@ def test_a_finished_or_never_admitted_workload_holds_nothing() -> None:
     pods = {"p0": Pod("p0", 2, "u", "Running", True, "n0")}
     bypass = Workload(KEY, "q", 1, gpus=8, phase=Phase.FINISHED, reason="Deleted", pods=pods)
     assert not holds_quota(bypass)
-    # nor pods of an evicted attempt
-    assert not holds_quota(
-        replace(bypass, attempt=1, pods={"p0": replace(pods["p0"], retired=True)})
-    )
+    # nor an admitted one whose pods have all ended or are gone
+    for ended in (replace(pods["p0"], phase="Succeeded"), replace(pods["p0"], deleted=True)):
+        assert not holds_quota(replace(bypass, attempt=1, pods={"p0": ended}))
+
+
+def test_a_deleted_workloads_pods_hold_its_quota_whatever_their_attempt_until_they_end() -> None:
+    # GIVEN an admitted workload deleted (its pods orphaned, or terminating)
+    pod = Pod("p0", 2, "u", "Running", True, "n0")
+    gone = Workload(KEY, "q", 1, gpus=8, phase=Phase.FINISHED, reason="Deleted", attempt=2)
+    # THEN a pod of an evicted attempt still running holds it (an eviction that met the
+    # object gone withdrew nothing), and so does a pending one (it may still be bound)
+    assert holds_quota(replace(gone, pods={"p0": replace(pod, retired=True, ready=False)}))
+    pending = replace(pod, phase="Pending", ready=False, node=None)
+    assert holds_quota(replace(gone, pods={"p0": pending}))
+    # AND the end of the last one ends the holding
+    before, after = pending, replace(pending, phase="Failed")
+    assert ends_outliving(gone, before, after)
+    assert not holds_quota(replace(gone, pods={"p0": after}))
 
 
 def test_the_planner_charges_what_is_held_after_an_admission_ended() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from muster.admin.deployment import Deployment, workload_key
 from muster.admin.errors import AdminError
 from muster.admin.render import ordered
+from muster.core import Phase
 
 
 def describe_view(deployment: Deployment, workload: str) -> dict[str, Any]:
@@ -22,4 +23,10 @@ def describe_view(deployment: Deployment, workload: str) -> dict[str, Any]:
             f"such as team/train@pytorchjob; `muster status` lists them)"
         )
     doc["history"] = ordered(doc["history"])
+    if doc["phase"] == Phase.PENDING.value:
+        from muster.admin.status import admission_outlook
+
+        why = admission_outlook(store, deployment.settings(store).effective())["waiting"]
+        if doc["workload"] in why:
+            doc["waiting"] = why[doc["workload"]]
     return doc

@@ -161,6 +161,13 @@ def state_lines(doc: Mapping[str, Any]) -> list[str]:
         lines.append(f"  gpus       {doc['gpus']}")
     if doc.get("deadline"):
         lines.append(f"  deadline   {timestamp(doc['deadline'])}")
+    if doc.get("topology"):
+        lines.append(f"  topology   {doc['topology']}")
+        if doc.get("domain"):
+            active = doc["phase"] in (Phase.ADMITTED, Phase.RUNNING, Phase.RECOVERING)
+            lines.append(f"  {'placed in ' if active else 'last in   '} {doc['domain']}")
+    if doc.get("waiting"):
+        lines.append(f"  waiting    {doc['waiting']}")
     return lines
 
 
@@ -274,6 +281,10 @@ def history_line(entry: Mapping[str, Any]) -> str:
         parts.append(f"ready={d['readyPods']}/{d['gangSize']}")
     if d.get("node"):
         parts.append(f"node={d['node']}")
+    if d.get("topology"):
+        parts.append(f"domain={d.get('domain') or 'anywhere'}")
+    if d.get("topologyIgnored"):
+        parts.append(f"(topology ignored: {d['topologyIgnored']})")
     if d.get("dryRun"):
         parts.append("dryRun")
     return " ".join(parts).rstrip()

@@ -19,7 +19,6 @@ from typing import Any
 from muster.agent.mapping import (
     meta,
     object_key,
-    pod_workload,
     workload_object_key,
     workload_view,
 )
@@ -186,8 +185,8 @@ class Agent(Memory):
     def _list_pods(self, items: list[dict[str, Any]], listing: Listing) -> None:
         for pod in items:
             listing.present.add(object_key(pod))
+            owner = self.workload_of(pod)
             self._pod(pod, deleted=False, force=True)
-            owner = pod_workload(pod)
             if owner is not None:
                 listing.pods.setdefault(owner[1], {})[str(meta(pod).get("name"))] = str(
                     meta(pod).get("uid") or ""

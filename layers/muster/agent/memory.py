@@ -36,6 +36,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -216,6 +217,7 @@ class Memory:
             class_priority=view.class_priority,
             shape=view.shape,
             placement=view.placement,
+            topology=view.topology,
         )
         self._put(f"workload:{view.key}", WORKLOAD_OBSERVED, detail)
 
@@ -248,8 +250,25 @@ class Memory:
 
     # ------------------------------------------------------------------ pods
 
-    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+    def workload_of(self, pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
+        """(kind, key) of the workload `pod` counts for: its controller's (`pod_workload`);
+        or, for a pod the agent knew as a Job's, JobSet's or PyTorchJob's that lost its
+        controller reference, still that one's until the pod ends. An orphaning delete
+        (`--cascade=orphan`) removes the reference before the object goes, and the
+        pod's GPUs stay what that workload was charged for while it runs. A pod never
+        known as the workload's (labels alone) stays nobody's."""
         owner = pod_workload(pod)
+        if owner is not None:
+            return owner
+        known = self.pods.get(object_key(pod))
+        if known is None or known[0] is Kind.POD_GROUP:
+            return None
+        if known[2].uid != str(meta(pod).get("uid") or ""):
+            return None
+        return known[0], known[1]
+
+    def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
+        owner = self.workload_of(pod)
         name = object_key(pod)
         if owner is None:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
@@ -264,8 +283,12 @@ class Memory:
         if kind is Kind.POD_GROUP:
             self._foreign_pod(name, pod, deleted=deleted, mine=True)
             self._group_member(workload, pod, seq, deleted=deleted, force=force)
-            if workload not in self.workloads and not deleted:
-                return  # the group is not valid (see the log); its pods mean nothing yet
+            refused = workload not in self.workloads or workload in self.invalid
+            if refused and not deleted and name not in self.pods:
+                # The group is not valid (see the log): a pod of it not yet reported
+                # waits until it is, so that the control plane never counts (and
+                # releases) pods the group's last valid view does not charge for.
+                return
         elif workload not in self.workloads or self.workloads[workload].kind is not kind:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
             if name in self.pods:
@@ -361,6 +384,8 @@ class Memory:
     ) -> None:
         view = pod_view(workload, pod, kind)
         known = self.pods.get(name)
+        if not view.owner and known is not None and known[2].uid == view.uid:
+            view = replace(view, owner=known[2].owner)  # orphaned: still its former owner's
         if deleted:
             self.pods.pop(name, None)
         elif not force and known is not None and known[2] == view:
@@ -402,11 +427,22 @@ class Memory:
         if view is not None:
             # Newer than every member's own version, so a re-derived view is never stale.
             seq = max([seq, *(self.seq(meta(p).get("resourceVersion")) for p in members.values())])
+            was_refused = group in self.invalid
             self._send_workload(view, seq, force=force)
+            if was_refused and group not in self.invalid:
+                self._withheld_members(group, members)
         if not members:
             # The pods were deleted (an eviction, or the user); the group stays known
             # to the control plane until its controller creates replacements.
             del self.groups[group]
+
+    def _withheld_members(self, group: str, members: Mapping[str, Mapping[str, Any]]) -> None:
+        """A group valid again: the pods held back while it was refused are reported."""
+        for pod in members.values():
+            name = object_key(pod)
+            if name not in self.pods:
+                seq = self.seq(meta(pod).get("resourceVersion"))
+                self._send_pod(Kind.POD_GROUP, group, name, pod, seq, deleted=False)
 
     def _forget_waiting(self) -> None:
         """Pods whose workload did not show up in time are not Muster's (or a relist heals)."""
@@ -452,6 +488,7 @@ class Memory:
             unschedulable=view.unschedulable,
             foreign_gpus=self.foreign_on.get(name, 0) if name in self.nodes else 0,
             observed_at=self._now(),
+            topology=view.topology,
         )
         self._put(f"node:{name}", NODE_OBSERVED, detail)
 

@@ -112,6 +112,21 @@ def output_folder_problem(folder: Path, option: str = "--out") -> str | None:
     return None
 
 
+def output_file_problem(path: Path, option: str = "--output") -> str | None:
+    """Why a command's output file cannot be written at `path` (its folder made if
+    missing), or None; asked before the work, as `output_folder_problem` is."""
+    if path.is_dir():
+        return f"cannot write {option} {path}: it is a folder"
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot write {option} {path}: {folder}: {exc.strerror or exc}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write {option} {path}: permission denied"
+    return None
+
+
 def write_output_file(path: Path, text: str, option: str = "--output") -> None:
     """Write a command's output file; a path that cannot be written is bad input."""
     try:

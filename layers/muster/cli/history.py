@@ -10,7 +10,12 @@ from typing import Any, TextIO
 from muster.admin.errors import BadInput
 from muster.admin.export import recent_trace
 from muster.cli import EXIT_OK
-from muster.cli.command import connect_to, deployment_arguments, reporting_handler
+from muster.cli.command import (
+    connect_to,
+    deployment_arguments,
+    output_file_problem,
+    reporting_handler,
+)
 from muster.core import DurationError, parse_duration
 from muster.sim.history_trace import parse_time, write_trace
 
@@ -33,6 +38,10 @@ def since_epoch(text: str, now: float) -> float:
 def export_command(args: argparse.Namespace, out: TextIO) -> int:
     now = time.time()
     since = since_epoch(args.since, now)
+    if args.out != "-":  # asked before the history is read
+        problem = output_file_problem(Path(args.out), "--out")
+        if problem is not None:
+            raise BadInput(problem)
     deployment = connect_to(args)
     rows = recent_trace(deployment, since, now)
     if args.out == "-":
@@ -43,7 +52,7 @@ def export_command(args: argparse.Namespace, out: TextIO) -> int:
         with path.open("w", newline="", encoding="utf-8") as handle:
             written = write_trace(rows, handle)
     except OSError as exc:
-        raise BadInput(f"--out {path}: {exc.strerror or exc}") from None
+        raise BadInput(f"cannot write --out {path}: {exc.strerror or exc}") from None
     outcomes: dict[str, int] = {}
     for r in rows:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1

@@ -9,27 +9,37 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from muster.cli import EXIT_BAD_INPUT, EXIT_OK
-from muster.sim.scenario import load_scenario
+from muster import contract
+from muster.aws.tune_map import TunerError, run_on_aws
+from muster.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from muster.cli.command import output_folder_problem
+from muster.sim.scenario import Scenario, load_scenario
 from muster.sim.specs import ScenarioError
 from muster.sim.tune import format_baseline, provenance, scenarios_to_run
 from muster.sim.tune_grid import (
     BASELINE_NAMES,
+    Run,
     Tuning,
+    assemble,
     baselines,
     combinations,
     parse_grid,
+    plan_grid,
     run_grid,
 )
 from muster.sim.tune_picture import plot_pareto
 from muster.sim.tune_ranking import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
+    Objective,
     format_table,
+    format_within_spread,
     rank,
+    within_spread,
     write_outputs,
 )
 
@@ -79,6 +89,23 @@ def register(subparsers: Any) -> None:
         help="run every setting on N seeds (--seed and the next ones) and show the spread "
         "(default: 3 when the scenario draws from its seed, else 1)",
     )
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="run every setting to the end, even once it is worse than the best finished "
+        "one that passes the guard rail (pruning never changes the recommendation)",
+    )
+    p.add_argument(
+        "--on",
+        choices=("local", "aws"),
+        default="local",
+        help="aws: run every setting on the stack's tuner (a Step Functions distributed "
+        "map; deploy it with -c muster:tuner=true), each to the end",
+    )
+    p.add_argument(
+        "--stack", default=contract.DEFAULT_STACK_NAME, help="the stack of the tuner (--on aws)"
+    )
+    p.add_argument("--region", help="AWS region of the stack (default: your AWS configuration's)")
     p.add_argument("--no-picture", action="store_true", help="skip the PNG")
     p.add_argument(
         "--progress", action="store_true", help="show the progress bar even when not a terminal"
@@ -91,36 +118,30 @@ def run_command(
 ) -> int:
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
-        if args.jobs < 1:
-            raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
-        if args.seeds is not None and args.seeds < 1:
-            raise ScenarioError(f"--seeds: expected at least 1, got {args.seeds}")
-        grid = parse_grid(args.grid)
-        scenario = load_scenario(args.scenario, seed=args.seed)
-        documents = [doc for _, doc in combinations(scenario, grid)]  # every one checked
-        documents += [b.document for b in baselines(scenario)]
-        scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
+        grid, scenario, scenarios = _inputs(args)
     except ScenarioError as exc:
         print(f"muster tune: {exc}", file=err)
         return EXIT_BAD_INPUT
     objective = OBJECTIVES[args.objective]
     bar = _RunBar(err) if (args.progress or err.isatty()) else None
-    tuning = run_grid(
-        scenarios, grid, policy=args.policy, jobs=args.jobs, progress=bar.update if bar else None
-    )
+    try:
+        tuning = _tune(args, scenarios, grid, objective.name, bar.update if bar else None)
+    except TunerError as exc:
+        if bar:
+            bar.close()
+        print(f"muster tune: {exc}", file=err)
+        return EXIT_FAILED
     if bar:
         bar.close()
     ranked = rank(tuning.runs, objective)
     print(_heading(scenario.name, tuning, objective.label), file=out)
-    print(format_table(ranked), file=out)
+    print(format_table(ranked, tuning.dominated), file=out)
     print(format_baseline(tuning.none), file=out)
-    best = next((r for r in ranked if r.guarded), None)
-    if best is None:
-        print("no setting passes the guard rail: nothing recommended", file=out)
-    else:
-        print(f"recommended: {best.label}{best.mark}", file=out)
+    best, close = _recommend(ranked, objective, out)
     if args.out is not None:
         where = provenance(args.scenario, scenario, tuning, args.grid, objective.name)
+        if best is not None:
+            where["withinSpread"] = [r.label for r in close]
         files = write_outputs(tuning, ranked, objective, args.out, provenance=where)
         if not args.no_picture:
             files.append(args.out / "pareto.png")
@@ -129,9 +150,79 @@ def run_command(
     return EXIT_OK
 
 
+def _inputs(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[str, list[Any]]], Scenario, list[Scenario]]:
+    """The grid, the scenario and the scenarios to run, every input checked before any
+    run (they may take minutes): a mistake raises `ScenarioError`."""
+    if args.jobs < 1:
+        raise ScenarioError(f"--jobs: expected at least 1, got {args.jobs}")
+    if args.seeds is not None and args.seeds < 1:
+        raise ScenarioError(f"--seeds: expected at least 1, got {args.seeds}")
+    grid = parse_grid(args.grid)
+    scenario = load_scenario(args.scenario, seed=args.seed)
+    documents = [doc for _, doc in combinations(scenario, grid)]  # every one checked
+    documents += [b.document for b in baselines(scenario)]
+    scenarios = scenarios_to_run(args.scenario, scenario, documents, args.seeds)
+    problem = None if args.out is None else output_folder_problem(args.out)
+    if problem is not None:
+        raise ScenarioError(problem)
+    return grid, scenario, scenarios
+
+
+def _tune(
+    args: argparse.Namespace,
+    scenarios: list[Scenario],
+    grid: list[tuple[str, list[Any]]],
+    objective: str,
+    progress: Callable[[int, int], None] | None,
+) -> Tuning:
+    """The tuning, run here in a pool of processes or on the stack's tuner."""
+    if args.on == "local":
+        return run_grid(
+            scenarios,
+            grid,
+            policy=args.policy,
+            jobs=args.jobs,
+            progress=progress,
+            prune=None if args.no_prune else objective,
+            source=args.scenario,
+        )
+    import boto3
+
+    # The map's runs do not share a bound as the pool's processes do: each runs to the end.
+    plan = plan_grid(scenarios, grid, policy=args.policy, source=args.scenario)
+    trace = scenarios[0].trace
+    results = run_on_aws(
+        plan.tasks,
+        args.scenario,
+        trace.path if trace is not None else None,
+        stack=args.stack,
+        session=boto3.session.Session(region_name=args.region),
+        progress=progress,
+    )
+    return assemble(plan, results)
+
+
+def _recommend(
+    ranked: list[Run], objective: Objective, out: TextIO
+) -> tuple[Run | None, list[Run]]:
+    """The best run that passes the guard rail (printed), and the others the seeds do
+    not tell apart from it."""
+    best = next((r for r in ranked if r.guarded), None)
+    if best is None:
+        print("no setting passes the guard rail: nothing recommended", file=out)
+        return None, []
+    print(f"recommended: {best.label}{best.mark}", file=out)
+    close = within_spread(best, ranked, objective)
+    if close:
+        print(format_within_spread(best, close, objective), file=out)
+    return best, close
+
+
 def _heading(name: str, tuning: Tuning, objective: str) -> str:
     seeds = tuning.seeds
-    grid = sum(1 for r in tuning.runs if r.in_grid)
+    grid = sum(1 for r in tuning.runs if r.in_grid) + sum(1 for d in tuning.dominated if d.in_grid)
     marks = ", ".join(
         f"[{', '.join(r.baselines)}] "
         + " and ".join(BASELINE_NAMES[n] for n in r.baselines)
@@ -147,6 +238,11 @@ def _heading(name: str, tuning: Tuning, objective: str) -> str:
         f"{name} ({on}): {grid} settings under {tuning.policy}, ranked by {objective}; "
         f"{marks}; (x) loses workloads that finish under none (deactivated, or never "
         "finished), on the worst seed"
+        + (
+            "; dominated: stopped once worse than the best that passes the guard rail"
+            if tuning.dominated
+            else ""
+        )
     )
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Effect, Evict, Workload
 from muster.core.settings import Settings, Timestamp
+from muster.core.topology import TopologySkip
+from muster.core.topology_fit import fit_in_domain
 from muster.core.workloads import admissible, inadmissible, outlived_by_pods
 
 
@@ -49,13 +51,22 @@ class AdmissionPlan:
 
     admit: tuple[str, ...] = ()
     blocked_by: str | None = None  # the admitted-not-ready workload holding the lock
-    skips: tuple[Skip | FitSkip, ...] = ()
+    skips: tuple[Skip | FitSkip | TopologySkip, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()  # (workload, why): `queueAccess` says no
     # (workload, why): admitted or considered on quota alone, the capacity check
     # could not judge it (placement rules it does not evaluate, sizes unknown).
     unchecked: tuple[tuple[str, str], ...] = ()
     # (workload, error): planning it failed; passed over, the others planned without it.
     failed: tuple[tuple[str, str], ...] = ()
+    # (workload, domain): the topology domain an admitted workload is kept in.
+    domains: tuple[tuple[str, str], ...] = ()
+
+    def domain_of(self, key: str) -> str:
+        """The topology domain chosen for `key` ("" for none)."""
+        for workload, domain in self.domains:
+            if workload == key:
+                return domain
+        return ""
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -322,7 +333,9 @@ class AdmissionQueue:
             self._refused[w.key] = order
             self._refused_workloads[w.key] = (w, refusal)
             return
-        seen: object = (pod_shape(w), bool(w.placement)) if self._settings.capacity_check else None
+        seen: object = (
+            (pod_shape(w), bool(w.placement), w.topology) if self._settings.capacity_check else None
+        )
         where = (w.queue, w.gpus, seen)
         self._indexed[w.key] = (where, order)
         insort(self._buckets.setdefault(where, []), (order, w))
@@ -357,7 +370,8 @@ class _Pass:
         self.used_cluster = usage.cluster
         self.used_queue = dict(usage.queues)
         self.chosen: list[str] = []
-        self.skips: list[Skip | FitSkip] = []
+        self.skips: list[Skip | FitSkip | TopologySkip] = []
+        self.domains: list[tuple[str, str]] = []
         self.refused: list[tuple[str, str]] = []
         self.unchecked: list[tuple[str, str]] = []
         self.failed: list[tuple[str, str]] = []
@@ -393,14 +407,19 @@ class _Pass:
                 self.skips.append(skip)
             return False
         if self.fitter is not None:
-            no_room, fallback = fit(
-                self.fitter, w, self.known, dry_run=self.settings.for_queue(w.queue).dry_run
-            )
+            qs = self.settings.for_queue(w.queue)
+            domain = ""
+            if w.topology:
+                no_room, fallback, domain = fit_in_domain(self.fitter, w, self.known, qs)
+            else:
+                no_room, fallback = fit(self.fitter, w, self.known, dry_run=qs.dry_run)
             if fallback is not None:
                 self.unchecked.append((w.key, fallback))
             if no_room is not None:
                 self.skips.append(no_room)
                 return False
+            if domain:
+                self.domains.append((w.key, domain))
         self.chosen.append(w.key)
         self.used_cluster += w.gpus
         self.used_queue[w.queue] = self.used_queue.get(w.queue, 0) + w.gpus
@@ -427,4 +446,5 @@ class _Pass:
             tuple(self.refused),
             tuple(self.unchecked),
             tuple(self.failed),
+            tuple(self.domains),
         )

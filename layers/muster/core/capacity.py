@@ -26,11 +26,12 @@ Everything here is pure: the shells build the view from node events (ordered by
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from muster.core.model import ACTIVE_PHASES, NodeObserved, Phase, Workload
+from muster.core.topology import DomainIndex, Topology, domain_level, indexed, reserve_in
 
 Shape = tuple[tuple[int, int], ...]  # (pods, GPUs each) groups
 Pods = tuple[tuple[int, int], ...]  # (pods, GPUs each), largest first, one group per size
@@ -46,6 +47,7 @@ class NodeCapacity:
     schedulable: bool = True  # new pods may land on it
     unschedulable: str | None = None  # why not: cordoned, NotReady, a taint, a health label
     foreign_gpus: int = 0  # held by pods Muster does not manage
+    topology: Topology = ()  # its topology labels, widest level first (`core.topology`)
 
     @property
     def free(self) -> int:
@@ -75,6 +77,7 @@ def observe_node(known: NodeCapacity | None, event: NodeObserved) -> NodeCapacit
         schedulable=schedulable,
         unschedulable=None if schedulable else why,
         foreign_gpus=max(0, event.foreign_gpus),
+        topology=event.topology,
     )
 
 
@@ -88,7 +91,7 @@ def superseded(kept: NodeCapacity | None, report: NodeCapacity) -> bool:
 
 def more_room(before: NodeCapacity | None, after: NodeCapacity) -> bool:
     """Whether a node's new report may let a queued gang in (less room lets nobody in)."""
-    return before is None or after.free > before.free
+    return before is None or after.free > before.free or after.topology != before.topology
 
 
 PACE_SECONDS = 5.0
@@ -230,12 +233,13 @@ class Holdings:
     each one changes instead of walking every active gang's pods at every pass.
     """
 
-    __slots__ = ("_held", "bound", "unplaced")
+    __slots__ = ("_held", "bound", "domains", "unplaced")
 
     def __init__(self) -> None:
         self.bound: dict[str, int] = {}  # node -> GPUs of Muster's live pods bound there
         self.unplaced: dict[str, tuple[float, str, Pods]] = {}  # key -> (admitted, key, pods)
         self._held: dict[str, dict[str, int]] = {}  # key -> its part of `bound`
+        self.domains: dict[str, str] = {}  # key -> the domain its unplaced pods are kept in
 
     def update(self, w: Workload) -> Iterable[str]:
         """Take `w` as it is now (holding nothing unless it is admitted); returns the
@@ -250,6 +254,7 @@ class Holdings:
                 else:
                     del bound[node]
         self.unplaced.pop(w.key, None)
+        self.domains.pop(w.key, None)
         if w.phase not in ACTIVE_PHASES:
             return before or ()
         shape = pod_shape(w)
@@ -269,6 +274,8 @@ class Holdings:
                 bound[node] = bound.get(node, 0) + gpus
         if placed < pod_count(sizes):
             self.unplaced[w.key] = (w.admitted_at or 0.0, w.key, after_first(sizes, placed))
+            if w.domain:
+                self.domains[w.key] = w.domain
         if not before:
             return held
         if held == before:
@@ -310,6 +317,12 @@ class Fitter:
     # Has any node reported its capacity (schedulable or not)? Without a report the
     # check cannot judge anyone, and gangs are admitted on quota alone.
     known: bool = True
+    # Each node's topology labels, by `names`, and their domains (`core.topology`).
+    topology: list[Topology] = field(default_factory=list)
+    domains: DomainIndex = field(default_factory=dict)
+    # (level, pods) that fit no domain of the level in this pass, with the most of
+    # them one domain held then: free GPUs only shrink, so the answer stands.
+    no_domain: dict[tuple[str, Pods], tuple[int, int]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -340,7 +353,11 @@ class Fitter:
     def within(cls, ordered: list[NodeCapacity], holdings: Holdings) -> Fitter:
         """`of`, from the schedulable nodes in order and Muster's holdings."""
         return cls.reserving(
-            [n.node for n in ordered], room(ordered, holdings.bound), holdings.unplaced.values()
+            [n.node for n in ordered],
+            room(ordered, holdings.bound),
+            holdings.unplaced.values(),
+            topology=[n.topology for n in ordered],
+            domains=holdings.domains,
         )
 
     @classmethod
@@ -351,12 +368,24 @@ class Fitter:
         unplaced: Iterable[tuple[float, str, Pods]],
         *,
         known: bool = True,
+        topology: list[Topology] | None = None,
+        domains: Mapping[str, str] | None = None,
+        index: DomainIndex | None = None,
     ) -> Fitter:
         """The nodes' free GPUs after bound pods (`room`), less the pods of gangs admitted
-        earlier and not placed yet, reserved in the order they were admitted."""
-        fitter = cls(names, list(free), known=known)
-        for _, _, rest in sorted(unplaced):
-            fitter.reserve(rest)
+        earlier and not placed yet, reserved in the order they were admitted (those
+        admitted into a topology domain, `domains`, inside it). `index`: the nodes'
+        domains grouped, kept by a caller whose nodes have not changed since."""
+        fitter = cls(names, list(free), known=known, topology=topology or [])
+        if index is not None:
+            fitter.domains = index
+        for _, key, rest in sorted(unplaced):
+            domain = domains.get(key) if domains else None
+            if domain and fitter.topology:
+                found = indexed(fitter.domains, fitter.topology, domain_level(domain))
+                reserve_in(fitter.free, found, domain, rest)
+            else:
+                fitter.reserve(rest)
         return fitter
 
     def reserve(self, sizes: Pods) -> None:

@@ -38,6 +38,7 @@ from muster.core.model import (
     Workload,
 )
 from muster.core.settings import Settings
+from muster.core.topology import DomainIndex, Topology
 from muster.core.workloads import outlived_by_pods
 
 
@@ -115,6 +116,8 @@ class Fleet:
         self._names: list[str] = []  # the names of `_schedulable`
         self._room: list[int] = []  # free GPUs after bound pods, by `_schedulable`
         self._room_at: dict[str, int] = {}  # node -> its place in `_schedulable`
+        self._topology: list[Topology] = []  # the topology labels, by `_schedulable`
+        self._domains: DomainIndex = {}  # their domains, grouped as passes need them
         self._holdings = Holdings()
 
     @property
@@ -184,7 +187,8 @@ class Fleet:
             again = False
             for key in plan.admit:
                 w = self.workloads[key]
-                again = self._decide(w, AdmissionGranted(key, w.attempt + 1), now, result) or again
+                grant = AdmissionGranted(key, w.attempt + 1, plan.domain_of(key))
+                again = self._decide(w, grant, now, result) or again
             if not again:
                 break
 
@@ -198,8 +202,16 @@ class Fleet:
             self._names = [n.node for n in ordered]
             self._room = room(ordered, holdings.bound)
             self._room_at = {name: i for i, name in enumerate(self._names)}
+            self._topology = [n.topology for n in ordered]
+            self._domains = {}
         return Fitter.reserving(
-            self._names, self._room, holdings.unplaced.values(), known=bool(self.nodes)
+            self._names,
+            self._room,
+            holdings.unplaced.values(),
+            known=bool(self.nodes),
+            topology=self._topology,
+            domains=holdings.domains,
+            index=self._domains,
         )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:

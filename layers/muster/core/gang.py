@@ -14,7 +14,6 @@ from typing import Any
 from muster.core.copying import replace
 from muster.core.diagnosis import fails_on_its_own
 from muster.core.model import (
-    ACTIVE_PHASES,
     NOT_READY_PHASES,
     Admit,
     Decision,
@@ -32,6 +31,7 @@ from muster.core.model import (
     TimerKind,
     Workload,
 )
+from muster.core.pod_groups import release_due
 from muster.core.settings import QueueSettings, Settings
 
 
@@ -108,9 +108,11 @@ def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
 
 def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     effects: list[Effect] = []
-    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and w.live_pods > before.live_pods:
-        # Replacement pods of an admitted group arrive gated: release them too.
-        effects.append(Admit(w.key, w.attempt, w.kind, w.uid))
+    if release_due(before, w):
+        # Replacement pods of an admitted group arrive gated: the release lifts the
+        # gates of as many as its gang lacks, never more (`pods_to_release`), inside
+        # the group's topology domain.
+        effects.append(Admit.of(w, w.attempt))
     if w.phase is Phase.ADMITTED and w.whole:
         return became_ready(w, effects, now)
     if w.phase is Phase.RECOVERING and w.whole:

@@ -209,6 +209,10 @@ class Workload:
     fault_evictions: int = 0
     fault_timer: Timer | None = None
     fault_episodes: int = 0  # fault timers armed within the current attempt
+    # Topology (`core.topology`): what it asks for ("required=<level>", "" for none),
+    # and the domain its current or last attempt was admitted into ("" for none).
+    topology: str = ""
+    domain: str = ""
 
     @property
     def ready_pods(self) -> int:
@@ -280,6 +284,7 @@ class WorkloadObserved:
     class_priority: int | None = None
     shape: tuple[tuple[int, int], ...] = ()  # (pods, GPUs each) groups of its pod templates
     placement: str = ""  # placement rules the capacity check cannot evaluate
+    topology: str = ""  # `muster.io/topology`, canonical ("required=<level>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +344,7 @@ class NodeObserved:
     schedulable: bool = True
     unschedulable: str | None = None
     foreign_gpus: int = 0
+    topology: tuple[tuple[str, str], ...] = ()  # (level, label value), widest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +370,7 @@ class AdmissionGranted:
 
     workload: str
     attempt: int
+    domain: str = ""  # the topology domain chosen for it ("" for none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +445,22 @@ class Admit:
     attempt: int
     kind: Kind
     uid: str = ""  # the object admitted: another object under the name is not released
+    # A pod group's admitted gang size and the GPUs it is charged for: at most that
+    # many of its pods are released, none asking for more than its share of the GPUs
+    # (`muster.core.pod_groups.pods_to_release`); 0 for a kind whose object is held.
+    size: int = 0
+    gpus: int = 0
+    domain: str = ""  # keep its pods inside this topology domain ("" for anywhere)
+    # Its topology request ("" for none): then Muster owns its pod templates' topology
+    # labels, set to the domain's (none when placed anywhere).
+    topology: str = ""
+
+    @staticmethod
+    def of(w: Workload, attempt: int) -> Admit:
+        """The release of attempt `attempt` of `w` (a pod group's: of its charge), inside
+        its topology domain."""
+        size, gpus = (w.gang_size, w.gpus) if w.kind is Kind.POD_GROUP else (0, 0)
+        return Admit(w.key, attempt, w.kind, w.uid, size, gpus, w.domain, w.topology)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,12 @@ simulator, a redelivery) derives the same one.
 A group's pods vanishing is not the group ending: its controller replaces them
 (after an eviction, or a rollout), so only its success ends it.
 
+An admitted group is released up to its gang size and no further
+(`pods_to_release`): its pods beyond the size stay gated, and after the admission
+only as many are released as its released pods that still run fall short of it
+(replacements of lost members). The size is the one admitted and charged for, so
+a group never runs more pods than its charge.
+
 Events come in any order, so the end of a run may be heard of after the next run
 began: after its pods (which an admitted group takes for replacements and releases)
 or its active report. The end still ends that run at its own revision, and the
@@ -19,7 +25,12 @@ pods newer than it start the next run at once (`next_run_begun`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from muster.core.model import (
+    ACTIVE_PHASES,
+    Admit,
     Kind,
     Phase,
     Pod,
@@ -87,3 +98,57 @@ def between_pods(w: Workload, e: WorkloadFinished) -> bool:
     """Whether a "deleted" pod group is only between pods: one with none to release
     (say all being replaced at its admission) waits for its controller's new ones."""
     return w.kind is Kind.POD_GROUP and e.reason is Reason.DELETED
+
+
+@dataclass(frozen=True, slots=True)
+class ListedMember:
+    """A pod of a group as the cluster lists it when the group's release is carried out."""
+
+    name: str
+    gated: bool  # it still carries Muster's scheduling gate
+    # Succeeded, Failed or terminating: it no longer counts toward the gang size (a
+    # terminating pod's replacement is released while the pod winds down).
+    ended: bool = False
+    gpus: int | None = 0  # the GPUs it asks for (None: a count no pod can have)
+
+
+def gpus_each(effect: Admit) -> int:
+    """The GPUs a released pod of the group may ask for: its share of the charge."""
+    return -(-effect.gpus // effect.size) if effect.size else 0
+
+
+def release_due(before: Workload, w: Workload) -> bool:
+    """Whether an admitted group's pods changing may leave some to release: new pods
+    (replacements arrive gated), or a pod lost while more pods than the gang were
+    live (gated ones beyond the gang may now replace it). `pods_to_release` says
+    how many, when the cluster lists them."""
+    if w.kind is not Kind.POD_GROUP or w.phase not in ACTIVE_PHASES:
+        return False
+    return live_change_releases(before.live_pods, w.live_pods, w.gang_size)
+
+
+def live_change_releases(before: int, after: int, gang_size: int) -> bool:
+    """`release_due` in counts of live pods (for shells that keep the count apart)."""
+    return after > before or (after < before and before > gang_size)
+
+
+def pods_to_release(
+    size: int, members: Iterable[ListedMember], each: int | None = None
+) -> tuple[str, ...]:
+    """The gated pods of an admitted group of gang size `size` to release, by name.
+
+    As many as the released pods that have not ended fall short of `size`, the
+    first gated ones by name: at the admission the gang's worth, afterwards only
+    replacements of lost members; pods beyond the size stay gated, whatever is
+    added to the group after it was charged. With `each`, a pod asking for more
+    GPUs than that (or for a count no pod can have) stays gated too: one created
+    after the group was charged never runs on the charge of a smaller one.
+    """
+    listed = list(members)
+    running = sum(1 for m in listed if not m.gated and not m.ended)
+    waiting = sorted(
+        m.name
+        for m in listed
+        if m.gated and not m.ended and (each is None or (m.gpus is not None and m.gpus <= each))
+    )
+    return tuple(waiting[: max(0, size - running)])

@@ -68,7 +68,12 @@ def observe_stored_pods(
         if e.pod not in changed and len(changed) >= limit:
             break
         change = observe_stored_pod(
-            w, current.get(e.pod), e, settings, counts_live=live_count is not None
+            w,
+            current.get(e.pod),
+            e,
+            settings,
+            counts_live=live_count is not None,
+            live_count=(live_count or 0) + live,
         )
         if change.whole_gang:
             whole_gang = True

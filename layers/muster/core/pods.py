@@ -26,6 +26,7 @@ from muster.core.model import (
     PodsListed,
     Workload,
 )
+from muster.core.pod_groups import live_change_releases
 from muster.core.settings import QueueSettings, Settings
 
 
@@ -161,13 +162,15 @@ def observe_stored_pod(
     settings: Settings,
     *,
     counts_live: bool = True,
+    live_count: int = 0,
 ) -> PodChange:
     """A pod event for a shell that stores each pod apart from its workload.
 
     `w` is the workload without its pods and `known` the one pod's record; the
     gang's transitions follow once the shell has written the pod and counted the
     gang again (`gang_may_have_moved`, then `decide` with `PodsCounted`).
-    `counts_live`: the store keeps the gang's count of live pods.
+    `counts_live`: the store keeps the gang's count of live pods, `live_count`
+    (before this event).
     """
     if w.kind is Kind.POD_GROUP and (not counts_live or w.phase is Phase.FINISHED):
         # A finished group's pods may be a new run's (`pod_groups.runs_again`).
@@ -179,8 +182,10 @@ def observe_stored_pod(
         return PodChange(outcome, pod, note, recount=outcome is Outcome.DUPLICATE)
     delta = _counts_ready(pod) - _counts_ready(known)
     live = _live(pod) - _live(known)
-    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and live > 0:
-        # An admitted group's new pod arrives gated: releasing it is the whole gang's.
+    releases = live_change_releases(live_count, live_count + live, w.gang_size)
+    if w.kind is Kind.POD_GROUP and w.phase in ACTIVE_PHASES and releases:
+        # An admitted group's new pod arrives gated, and a lost one may be replaced by
+        # a gated pod beyond its gang: releasing them is the whole gang's.
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
     grew = live > 0 and _waits_for_pods(w)
     faults = not delta and _fault_watch_moved(w, settings, known, pod)

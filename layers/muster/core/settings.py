@@ -43,6 +43,7 @@ from muster.core.fields import (
     whole_number,
     yaml_problem,
 )
+from muster.core.topology import levels_document, levels_need_capacity, parse_levels
 
 
 class SettingsError(FieldErrors):
@@ -82,6 +83,8 @@ class QueueSettings:
     # `workloadFaults`: stop retrying gangs whose pods fail on their own (off when unset).
     fault_limit_count: int | None = None
     fault_evict_after: float | None = None
+    # The topology levels its workloads may ask for (`core.topology`; none: no request honoured).
+    topology_levels: tuple[str, ...] = ()
 
     @property
     def effective_recovery_timeout(self) -> float:
@@ -293,6 +296,7 @@ _QUEUE_KEYS = {
     "gpuQuota",
     "dryRun",
     "nodeReplacementEviction",
+    "topologyLevels",
 }
 _GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "capacityCheck", "queues", "queueAccess"}
 _CLUSTER_WIDE = ("blockAdmission", "capacityCheck")
@@ -338,6 +342,9 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
     access = QueueAccess()
     with part():
         access = _parse_access(doc.get("queueAccess"))
+    capacity_check = boolean(doc, "capacityCheck", False, "")
+    if not capacity_check:
+        levels_need_capacity(doc, raw_queues)
     return Settings(
         defaults=defaults,
         block_admission=block,
@@ -345,7 +352,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         queues=queues,
         raw_queues=raw_queues,
         access=access,
-        capacity_check=boolean(doc, "capacityCheck", False, ""),
+        capacity_check=capacity_check,
     )
 
 
@@ -406,6 +413,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         ),
         fault_limit_count=fault_limit,
         fault_evict_after=evict_after,
+        topology_levels=parse_levels(doc, base.topology_levels, path),
     )
 
 
@@ -557,4 +565,4 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
         faults["evictAfter"] = format_duration(q.fault_evict_after)
     if faults:
         doc["workloadFaults"] = faults
-    return doc
+    return doc | levels_document(q.topology_levels)

@@ -33,13 +33,17 @@ def spec_of(x: WorkloadObserved | Workload) -> dict[str, Any]:
         "gpus": x.gpus,
         "timeoutOverride": x.timeout_override,
     }
-    return spec | _placement_spec(x.shape, x.placement)
+    return spec | _placement_spec(x.shape, x.placement, x.topology)
 
 
-def _placement_spec(shape: tuple[tuple[int, int], ...], placement: str) -> dict[str, Any]:
+def _placement_spec(
+    shape: tuple[tuple[int, int], ...], placement: str, topology: str
+) -> dict[str, Any]:
     """What the capacity check reads, only when reported (older specs compare equal)."""
-    return ({"shape": [list(g) for g in shape]} if shape else {}) | (
-        {"placement": placement} if placement else {}
+    return (
+        ({"shape": [list(g) for g in shape]} if shape else {})
+        | ({"placement": placement} if placement else {})
+        | ({"topology": topology} if topology else {})
     )
 
 
@@ -53,5 +57,6 @@ def with_spec(w: Workload, spec: Mapping[str, Any]) -> Workload:
         timeout_override=spec["timeoutOverride"],
         shape=tuple((int(n), int(g)) for n, g in spec.get("shape") or ()),
         placement=str(spec.get("placement") or ""),
+        topology=str(spec.get("topology") or ""),
         next_spec=None,
     )

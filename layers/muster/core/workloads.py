@@ -42,6 +42,8 @@ from muster.core.pod_groups import (
 )
 from muster.core.settings import QueueSettings, Settings
 from muster.core.spec import priority_of, spec_of, with_spec
+from muster.core.topology import admitted_detail
+from muster.core.topology import refusal as topology_refusal
 
 # Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
 INADMISSIBLE = "Inadmissible"
@@ -56,6 +58,10 @@ def inadmissible(w: Workload, settings: Settings) -> str | None:
     """
     if w.priority_class_missing:
         return f"PriorityClass {w.priority_class} does not exist"
+    if w.topology:
+        refused = topology_refusal(w.topology, w.queue, settings.for_queue(w.queue).topology_levels)
+        if refused is not None:
+            return refused
     return settings.refusal(w.queue, w.key, w.priority, w.priority_class)
 
 
@@ -144,6 +150,7 @@ def _admission_may_differ(before: Workload, after: Workload) -> bool:
         or after.gpus != before.gpus
         or after.shape != before.shape
         or after.placement != before.placement
+        or after.topology != before.topology
         or after.reason != before.reason
     )
 
@@ -163,6 +170,7 @@ def _submitted(e: WorkloadObserved, before: tuple[Effect, ...], settings: Settin
         queued_at=e.created_at,
         shape=e.shape,
         placement=e.placement,
+        topology=e.topology,
         **priority_of(e),
     )
     detail = {"queue": e.queue, "gangSize": e.gang_size, "gpus": e.gpus, "priority": new.priority}
@@ -263,8 +271,10 @@ def outlived_by_pods(w: Workload) -> bool:
 
     `kubectl delete --cascade=orphan` removes the object and leaves its pods running
     (a plain delete leaves them terminating for a while): their GPUs are in use
-    until they are gone, so the workload holds its quota until then. Pods of an
-    evicted attempt are retired, and a workload never admitted was never charged.
+    until they are gone, so the workload holds its quota until then; a pending one
+    too, as it may still be bound. Pods of an evicted attempt count as well: an
+    eviction that met the object gone withdrew nothing. A workload never admitted
+    was never charged.
     """
     return (
         w.phase is Phase.FINISHED
@@ -289,7 +299,9 @@ def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
 
 
 def _running(p: Pod) -> bool:
-    return p.live and p.node is not None
+    """Not ended, of whichever attempt: bound, its GPUs are in use; pending, it may
+    still be bound (an orphaned pod is scheduled as any other)."""
+    return not p.deleted and p.phase not in ("Succeeded", "Failed")
 
 
 def _ended_late(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> Decision:
@@ -328,6 +340,7 @@ def _report(w: Workload, seq: int) -> WorkloadObserved:
         class_priority=None if w.priority_class_missing else w.priority,
         shape=spec.shape,
         placement=spec.placement,
+        topology=spec.topology,
     )
 
 
@@ -377,15 +390,15 @@ def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> De
         dry_run_evicted=False,
         fault_timer=None,
         fault_episodes=0,
+        domain=e.domain,
     )
+    detail = {"attempt": e.attempt, "deadline": timer.deadline, "timeoutSeconds": timeout}
+    if w.topology:
+        detail |= admitted_detail(w.topology, e.domain, w.queue, qs.topology_levels)
     effects: list[Effect] = [
-        Admit(w.key, e.attempt, w.kind, w.uid),
+        Admit.of(admitted, e.attempt),
         StartTimer(w.key, timer),
-        Publish(
-            LogEvent.ADMITTED,
-            w.key,
-            {"attempt": e.attempt, "deadline": timer.deadline, "timeoutSeconds": timeout},
-        ),
+        Publish(LogEvent.ADMITTED, w.key, detail),
     ]
     if admitted.whole:
         # A pod group can be whole the moment its gate is lifted (e.g. pods already running).

@@ -10,11 +10,13 @@ in four seams, each usable alone:
 1. `histories`: random cluster histories (what users and the cluster do, and when;
    `generate_triggers` adds pod groups run again, pods outliving their Job, kinds
    sharing a name, settings changed mid-flight, refused releases, throttled
-   entries, late node conditions, interleaved admission passes);
+   entries, late node conditions, interleaved admission passes, and a tenant's
+   attacks: Jobs grown, deleted with their pods orphaned, pods forged);
 2. `perturb`: what the way to the control plane does to the agent's events
    (duplicates, reordering within a window, losses, agent gaps);
 3. `truth`: the simulator's cluster model as the truth (`cluster_truth`, with
-   `group_truth` for plain pod groups), the agent's event stream derived from it
+   `group_truth` for plain pod groups, `forged` for forged pods, which the agent's
+   own mapping judges), the agent's event stream derived from it
    (over the wire with `wire`), and the real `ControlPlane` (built in one place,
    from ports passed in) acting on it;
 4. `invariants`: Muster's view against the truth, and quota at every admission

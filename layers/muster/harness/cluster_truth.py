@@ -3,9 +3,11 @@ controllers, scheduler, kubelets) plus what it does not model: Job objects with
 uids (deleted, re-created under the same name, their pods terminating a while
 after the deletion), node conditions that flap without losing pods, and plain pod
 groups (pods under `muster.io/pod-group`, gated until released, kept by their own
-controller, run again under their name). It is also the control plane's
-`ClusterActions`, and every change it makes is an agent event stamped with one
-cluster-wide revision.
+controller, run again under their name); and a tenant's attacks: a Job's
+`parallelism` raised after admission, a Job deleted with its pods orphaned (they
+run on, then end), pods forged with a Job's labels (`forged`). It is also the
+control plane's `ClusterActions`, and every change it makes is an agent event
+stamped with one cluster-wide revision.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from muster.core import (
 )
 from muster.core.keys import MARKERS, parse_workload_key
 from muster.harness.clock import VirtualClock
+from muster.harness.forged import ForgedPods
 from muster.harness.group_truth import GroupObject, PodGroups
 from muster.harness.histories import Action, History
 from muster.harness.injectors import AdmitRefused
@@ -36,6 +39,7 @@ from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
 
 RUN_FOREVER = 1e12  # a Job of the history runs until it is deleted
+NEVER = 1 << 62  # a step of the watch's that never comes
 
 
 def pod_stem(key: str) -> str:
@@ -57,6 +61,10 @@ class JobObject:
     queue: str = "default"
     stem: str = ""  # its pods' names start so (another than its predecessor's, if that
     # one's pods still terminate when it is created)
+    charged: int = 0  # the GPUs the control plane admitted it with (set by the watch)
+    grown_seq: int = 0  # the revision of its last growth
+    heard_seq: int = 0  # ... the last one the control plane's record of it held
+    deletion_heard: int = NEVER  # the watch's step its record first read Finished at
 
 
 @dataclass
@@ -81,13 +89,17 @@ class Truth:
     objects: dict[str, JobObject] = field(default_factory=dict)
     by_sim: dict[str, JobObject] = field(default_factory=dict)
     pod_groups: PodGroups = field(init=False)
+    forged: ForgedPods = field(init=False)
     pods: dict[tuple[str, str], PodObserved] = field(default_factory=dict)
     nodes: dict[str, NodeObserved] = field(default_factory=dict)
     node_down: dict[str, int] = field(default_factory=dict)  # flapped node -> its NotReady rev
     lingering: dict[str, JobObject] = field(default_factory=dict)  # sim job -> deleted object
+    grown: list[JobObject] = field(default_factory=list)  # objects that grew
     refusing: set[str] = field(default_factory=set)  # the next release of these is refused
     refused_attempts: set[tuple[str, str, int]] = field(default_factory=set)  # key, uid, attempt
     owners: dict[str, str] = field(default_factory=dict)  # pod uid -> its object's uid
+    # pod uid -> the watch's step the control plane's record first held it bound at
+    told_bound: dict[str, int] = field(default_factory=dict)
     incarnations: int = 0
     relists: int = 0
     triggers: Counter[str] = field(default_factory=Counter)
@@ -96,6 +108,7 @@ class Truth:
     def __post_init__(self) -> None:
         self.pod_groups = PodGroups(self)
         self.sim = SimulatedCluster(self.history.nodes, self.history.gpus_per_node)
+        self.forged = ForgedPods(self, list(self.sim.node_names))
         for name in self.sim.node_names:
             self.rev += 1
             self.nodes[name] = self.node_event(name, True)
@@ -138,9 +151,12 @@ class Truth:
         obj.seq = self.rev
         self.send(self.workload_event(obj))
 
-    def delete(self, key: str, linger: float = 0.0) -> None:
+    def delete(self, key: str, linger: float = 0.0, orphan: bool = False) -> None:
         """Delete the object; with `linger`, its pods terminate that much later (they keep
-        reporting meanwhile, owned by the deleted object)."""
+        reporting meanwhile, owned by the deleted object). With `orphan` (`kubectl
+        delete --cascade=orphan`) they lose their owner reference first and run on
+        until `linger` has passed: the agent keeps them the workload's pods, as it knew
+        them (`muster.agent.memory.AgentMemory.workload_of`), so no event says it."""
         obj = self.objects.get(key)
         if obj is None or obj.deleted:
             return
@@ -149,9 +165,10 @@ class Truth:
         self.send(WorkloadFinished(key, Reason.DELETED, self.rev, uid=obj.uid))
         if linger and self.sim._jobs[obj.sim].pods:
             self.lingering[obj.sim] = obj
-            self.triggers["podsOutlivingTheirJob"] += 1
+            self.triggers["orphaningDeletes" if orphan else "podsOutlivingTheirJob"] += 1
             now = self.loop.now
-            self.loop.at(now + min(1.0, linger / 2), "cluster", partial(self.terminating, obj))
+            if not orphan:
+                self.loop.at(now + min(1.0, linger / 2), "cluster", partial(self.terminating, obj))
             self.loop.at(now + linger, "cluster", partial(self.terminated, obj.sim))
             return
         self.sim.suspend(obj.sim, self.loop.now)  # garbage collection of its pods
@@ -180,6 +197,33 @@ class Truth:
         return WorkloadObserved(
             obj.key, obj.queue, obj.pods, gpus=obj.gpus, kind=kind, seq=obj.seq, uid=obj.uid
         )
+
+    def grow(self, a: Action) -> None:
+        """The tenant raises the Job's `parallelism` by `a.pods` (to at most `a.value`
+        GPUs): a released Job's controller creates the new pods at once."""
+        obj = self.objects.get(a.job)
+        if obj is None or obj.deleted:
+            return
+        each = obj.gpus // obj.pods
+        pods = obj.pods + a.pods
+        while pods > obj.pods and pods * each > a.value:
+            pods -= 1
+        if pods == obj.pods:
+            return
+        running = self.sim._jobs[obj.sim].running
+        self.triggers["grownWhileReleased" if running else "grownWhileHeld"] += 1
+        obj.pods, obj.gpus = pods, pods * each
+        self.sim.resize(obj.sim, pods, self.loop.now)
+        self.rev += 1
+        obj.seq = obj.grown_seq = self.rev
+        if obj not in self.grown:
+            self.grown.append(obj)
+        self.send(self.workload_event(obj))
+        self.settle_sim()
+
+    def forge(self, a: Action) -> None:
+        obj = self.objects.get(a.job)
+        self.forged.forge(a, obj.uid if obj is not None else "")
 
     def refuse(self, key: str) -> None:
         """The API server (an admission webhook, say) refuses the next release of `key`."""
@@ -398,16 +442,60 @@ class Truth:
         found = self.groups.get(key) or self.objects.get(key)
         return found.queue if found is not None else "default"
 
-    def released_gpus(self) -> Counter[str]:
-        """GPUs of the released workloads, per queue."""
+    def released_gpus(self, heard: Callable[[JobObject], bool]) -> Counter[str]:
+        """GPUs in use per queue, counting what runs: each released workload's charge,
+        or all it asks for once the control plane has heard it grew (`heard`); and the
+        bound pods of deleted Jobs that still run (orphaned, or terminating), at most
+        their charge if it never heard they grew, but for those of a Job re-created
+        under the name meanwhile (`uncharged`)."""
         held: Counter[str] = Counter()
         for obj in self.objects.values():
             if not obj.deleted and self.sim._jobs[obj.sim].running:
-                held[obj.queue] += obj.gpus
+                grown = obj.grown_seq and heard(obj)
+                held[obj.queue] += obj.gpus if grown else (obj.charged or obj.gpus)
+        for sim, obj in self.lingering.items():
+            if not self.succeeded(obj):
+                bound = self.bound_gpus(sim, before=obj.deletion_heard)
+                if obj.grown_seq and obj.charged and not heard(obj):
+                    bound = min(bound, obj.charged)
+                held[obj.queue] += bound
         for g in self.groups.values():
             if g.released:
-                held[g.queue] += g.gpus
+                held[g.queue] += g.held_gpus
         return held
+
+    def succeeded(self, obj: JobObject) -> bool:
+        """Whether another object took the deleted `obj`'s name."""
+        current = self.objects.get(obj.key)
+        return current is not None and current is not obj
+
+    def bound_gpus(self, sim: str, before: int = NEVER) -> int:
+        """GPUs of the simulator job's bound pods whose records at the control plane held
+        them bound (what it never heard of, an agent gap say, it cannot charge), before
+        the watch's step `before`."""
+        pods = self.sim._jobs[sim].pods.values()
+        return sum(
+            p.gpus
+            for p in pods
+            if p.node is not None and not p.deleted and self.told_bound.get(p.uid, NEVER) < before
+        )
+
+    def uncharged(self) -> int:
+        """GPUs in use that the control plane charges nobody for, two known gaps
+        measured apart: the bound pods of a deleted Job (orphaned, or terminating) once
+        a Job is re-created under its name (the control plane keeps one record per
+        name, and the new object's replaces the old one's with its holding); and
+        those it heard were bound only after it heard of the deletion (the holding
+        ended then, and pods heard of later do not start it again)."""
+        total = 0
+        for sim, obj in self.lingering.items():
+            heard = self.bound_gpus(sim)
+            total += (
+                heard
+                if self.succeeded(obj)
+                else heard - self.bound_gpus(sim, before=obj.deletion_heard)
+            )
+        return total
 
     def own_pods(self, key: str) -> dict[str, PodObserved]:
         """The pods of the current object (or pod group run) under `key`, by name: not

@@ -31,6 +31,7 @@ from muster.core import (
     WorkloadObserved,
 )
 from muster.core.keys import MARKERS, parse_workload_key
+from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
 from muster.harness.clock import VirtualClock
 from muster.harness.histories import Action, History
 from muster.harness.injectors import AdmitRefused
@@ -54,6 +55,7 @@ class Member:
     node: str | None = None
     succeeded: bool = False
     respawn: float | None = None  # the controller's delay before its replacement
+    leaving: bool = False  # deleted, winding down (terminating)
 
 
 @dataclass
@@ -77,6 +79,7 @@ class GroupObject:
     serial: int = 0
     token: int = 0
     whole: bool = False
+    peak: int = 0  # the most released pods that ran at once
 
     @property
     def live(self) -> list[Member]:
@@ -89,6 +92,16 @@ class GroupObject:
     @property
     def gpus(self) -> int:
         return self.size * self.gpus_per_pod
+
+    @property
+    def running(self) -> int:
+        """Released pods that run or wait to (not leaving): at most the gang."""
+        return sum(1 for m in self.live if not m.gated and not m.leaving)
+
+    @property
+    def held_gpus(self) -> int:
+        """What the released group holds: its gang's GPUs, or more if it runs more."""
+        return max(self.size, self.running) * self.gpus_per_pod
 
 
 def stem(key: str) -> str:
@@ -173,11 +186,14 @@ class PodGroups:
     # ------------------------------------------------------------------ ClusterActions
 
     def ungate(self, effect: Admit) -> None:
-        """Lift the gate of every pod of the group (the adapter's way: none is gone)."""
+        """Lift the gates the core's rule chooses, up to the admitted size (the
+        adapter's way: none is gone)."""
         g, t = self.groups.get(effect.workload), self.truth
         if g is None or g.done or not g.live:
             raise WorkloadGone(effect.workload)
-        gated = [m for m in g.live if m.gated]
+        listed = [ListedMember(m.name, m.gated, m.leaving, g.gpus_per_pod) for m in g.live]
+        chosen = set(pods_to_release(effect.size, listed, gpus_each(effect)))
+        gated = [m for m in g.live if m.name in chosen]
         if not gated:
             return
         if t.refused(effect):
@@ -190,8 +206,19 @@ class PodGroups:
             t.sim.add_job(JobSpec(m.sim, 1, g.gpus_per_pod, g.startup, RUN_FOREVER, g.never_ready))
             t.sim.unsuspend(m.sim)
         t.settle_sim()
+        g.peak = max(g.peak, g.running)
         if new and t.watch is not None:
             t.watch.released(effect)
+
+    def add_spares(self, key: str, count: int) -> None:
+        """The group's owner adds `count` pods beyond its gang while it runs (its
+        controller keeps its gang's worth: these are not replaced once gone)."""
+        g = self.groups.get(key)
+        if g is None or g.done or not g.live:
+            return
+        self.truth.triggers["podsBeyondTheGang"] += count
+        for _ in range(count):
+            self._new_member(g)
 
     def evict(self, key: str) -> None:
         """Its pods are deleted; its controller creates gated ones."""
@@ -236,13 +263,16 @@ class PodGroups:
     def _remove(self, g: GroupObject, m: Member, respawn: float | None = None) -> None:
         """Delete a member (its replacement follows unless the run is done)."""
         m.respawn = respawn
+        m.leaving = True
         sim = self.truth.sim
         if m.sim and sim._jobs[m.sim].running:
             sim.suspend(m.sim, self.truth.loop.now)  # its deletion comes out of the simulator
         else:
             self._member_gone(g, m)
 
-    def _member_gone(self, g: GroupObject, m: Member) -> None:
+    def _member_gone(self, g: GroupObject, m: Member, *, newest: bool = False) -> None:
+        """`m` is deleted; with `newest`, the group's view that follows is as new as the
+        deletion, as the agent's is (`muster.agent.memory`'s `_group_member`)."""
         t = self.truth
         if g.members.pop(m.name, None) is None:
             return
@@ -254,7 +284,7 @@ class PodGroups:
             delay = g.respawn if m.respawn is None else m.respawn
             t.loop.at(t.loop.now + delay, "cluster", partial(self._respawn, g, g.runs))
         if g.members and last is not None:
-            self.send_view(g)
+            self.send_view(g, t.rev if newest else 0)
         self._progress(g)
 
     def pod_change(self, change: PodChange) -> None:
@@ -285,7 +315,8 @@ class PodGroups:
 
     def _progress(self, g: GroupObject) -> None:
         """A group makes progress while all its pods are Ready; it succeeds after `run`."""
-        whole = not g.done and len(g.live) == g.size and all(m.ready for m in g.live)
+        # (Without pods beyond the gang: all its pods Ready.)
+        whole = not g.done and sum(1 for m in g.live if m.ready) >= g.size
         if whole == g.whole:
             return
         g.whole = whole
@@ -300,29 +331,35 @@ class PodGroups:
         t = self.truth
         g.done = True
         g.whole = False
-        live = g.live
+        live = [m for m in g.live if not m.gated]
         for m in live:
             m.succeeded = True
         for m in live:
             t.sim.suspend(m.sim, t.loop.now)  # the pod ends; its GPUs are free
+        beyond = [m for m in g.live if m.gated]
+        for m in beyond:
+            self._member_gone(g, m, newest=True)  # they never ran: deleted with the run
         t.settle_sim()
-        self.send_view(g)
+        self.send_view(g, t.rev if beyond else 0)
 
     # ------------------------------------------------------------------ the agent's report
 
-    def send_view(self, g: GroupObject) -> None:
-        """The group as the agent reports it from its pods (nothing without pods)."""
-        event = self.report(g)
+    def send_view(self, g: GroupObject, at_least: int = 0) -> None:
+        """The group as the agent reports it from its pods (nothing without pods), at
+        revision `at_least` or its newest pod's."""
+        event = self.report(g, at_least)
         if event is None:
             return
         times = self.truth.send(event)
         if isinstance(event, WorkloadFinished) and times and g.end_delivered_at is None:
             g.end_delivered_at = min(times)
 
-    def report(self, g: GroupObject) -> WorkloadObserved | WorkloadFinished | None:
+    def report(
+        self, g: GroupObject, at_least: int = 0
+    ) -> WorkloadObserved | WorkloadFinished | None:
         if not g.members:
             return None
-        seq = max(self.truth.pods[(g.key, name)].seq for name in g.members)
+        seq = max(at_least, *(self.truth.pods[(g.key, name)].seq for name in g.members))
         if not g.live:
             return WorkloadFinished(g.key, Reason.SUCCEEDED, seq)
         return WorkloadObserved(g.key, g.queue, g.size, gpus=g.gpus, kind=Kind.POD_GROUP, seq=seq)

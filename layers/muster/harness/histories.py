@@ -24,12 +24,20 @@ class Action:
     The triggers (`generate_triggers`) add: `rerun` (a pod group run again under its
     name once its last run has ended), `replace` (a pod group's controller replaces
     `pods` of its members, all of them when 0, the new ones `delay` seconds later),
-    `refuse` (the API server refuses the next attempt's release of `job`, every try of
-    it), `throttle` (PutEvents answers `value`% of the entries ThrottlingException
-    until `until`), `interleave` (admission passes until `until` run while other
-    events are handled). `linger` on a `delete`: the object's pods terminate that
-    many seconds later; `late` on an `unflap` / `repair`: the node's NotReady is
-    delivered again after its Ready.
+    `spares` (the owner of a pod group adds `pods` pods beyond its gang:
+    `with_pods_beyond_the_gang`), `refuse` (the API server refuses the next attempt's
+    release of `job`, every try of it), `throttle` (PutEvents answers `value`% of the
+    entries ThrottlingException until `until`), `interleave` (admission passes until
+    `until` run while other events are handled). `linger` on a `delete`: the object's
+    pods terminate that many seconds later; `late` on an `unflap` / `repair`: the
+    node's NotReady is delivered again after its Ready.
+
+    The tenants' attacks (`with_attacks`) add: `grow` (`job`'s `parallelism` raised by
+    `pods` after its creation, maybe while it runs), `orphan` on a `delete` (`kubectl
+    delete --cascade=orphan`: its pods lose their owner reference and run on for
+    `linger` seconds), and `forge` (`pods` Ready pods labelled as `job`'s that it does
+    not own, for `delay` seconds: bare ones when `value` is 0, ones another Job of the
+    tenant controls when 1).
     """
 
     at: float
@@ -47,6 +55,7 @@ class Action:
     late: bool = False
     delay: float = 0.0
     value: int = 0
+    orphan: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +217,9 @@ def generate_triggers(
       before the horizon);
     - releases the API server refuses, PutEvents entries throttled;
     - a node's NotReady delivered again after its later Ready;
-    - admission passes interleaved with the handling of other events.
+    - admission passes interleaved with the handling of other events;
+    - a tenant's attacks (`with_attacks`): Jobs grown after admission, deleted with
+      their pods orphaned, and pods forged with a Job's labels.
     """
     rng = random.Random(seed * 15_485_863 + 11)
     base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
@@ -241,7 +252,39 @@ def generate_triggers(
     history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),), True)
     twins = (Kind.PYTORCHJOB, Kind.JOBSET, Kind.POD_GROUP)
     history = _with_twins(history, rng, rng.randint(1, 2), twins)
-    return with_settings_toggles(history, seed, ALL_TOGGLES)
+    return with_attacks(with_settings_toggles(history, seed, ALL_TOGGLES), seed)
+
+
+def with_attacks(history: History, seed: int) -> History:
+    """`history` with what a tenant may do to run more than it is charged for, on its
+    Jobs: `parallelism` raised after creation (while admitted, or not yet), a Job
+    deleted with `--cascade=orphan` (its pods run on a while, then end; sometimes
+    re-created meanwhile), and Ready pods labelled as a Job's that it does not own.
+    Drawn apart from the history's own draws, which stay as they were."""
+    rng = random.Random(seed * 32_452_843 + 13)
+    horizon = history.horizon
+    jobs = sorted({a.job for a in history.actions if a.what == "create" and "@" not in a.job})
+    quota = history.nodes * history.gpus_per_node
+    actions = list(history.actions)
+    for _ in range(rng.randint(1, 2)):
+        job = rng.choice(jobs)
+        at = rng.uniform(horizon * 0.1, horizon * 0.85)
+        actions.append(Action(at, "grow", job=job, pods=rng.randint(1, 2), value=quota))
+    for _ in range(rng.randint(0, 2)):
+        job = rng.choice(jobs)
+        at = rng.uniform(horizon * 0.15, horizon * 0.8)
+        actions.append(Action(at, "delete", job=job, linger=rng.uniform(20, 150), orphan=True))
+        if rng.random() < 0.5:
+            actions.append(_create(rng, job, at + rng.choice((1.0, 10.0, 40.0)), "create"))
+    for _ in range(rng.randint(1, 2)):
+        job = rng.choice(jobs)
+        at = rng.uniform(horizon * 0.05, horizon * 0.85)
+        pods, lasts = rng.randint(1, 5), rng.uniform(10, 200)
+        actions.append(
+            Action(at, "forge", job=job, pods=pods, delay=lasts, value=rng.randint(0, 1))
+        )
+    actions.sort(key=lambda a: a.at)
+    return replace(history, actions=tuple(actions))
 
 
 def _pod_group(rng: random.Random, key: str, horizon: float) -> list[Action]:
@@ -255,3 +298,24 @@ def _pod_group(rng: random.Random, key: str, horizon: float) -> list[Action]:
         at = rng.uniform(horizon * 0.05, horizon * 0.85)
         actions.append(Action(at, "replace", job=key, pods=pods, delay=rng.uniform(0.5, 15)))
     return actions
+
+
+def with_pods_beyond_the_gang(history: History, seed: int) -> History:
+    """`history` with pods added to its pod groups beyond their gang while they run (a
+    tenant adding members after the group was charged, which must stay gated): one
+    or two `spares` actions of 1 to 6 pods per group."""
+    rng = random.Random(seed * 7_919 + 5)
+    groups = sorted(
+        {
+            a.job
+            for a in history.actions
+            if a.what == "create" and parse_workload_key(a.job)[2] is Kind.POD_GROUP
+        }
+    )
+    actions = list(history.actions)
+    for key in groups:
+        for _ in range(rng.randint(1, 2)):
+            at = rng.uniform(0, history.horizon * 0.85)
+            actions.append(Action(at, "spares", job=key, pods=rng.randint(1, 6)))
+    actions.sort(key=lambda a: a.at)
+    return replace(history, actions=tuple(actions))

@@ -9,8 +9,13 @@
 - no GPUs are held by anything gone;
 - the quota is never exceeded, per queue and for the cluster: as the store sees
   it when an admission is committed, and as the cluster sees it whenever a
-  workload is released (`QuotaWatch`); once a quota is lowered, nothing new is
-  admitted while the holders exceed it (those admitted before may stay);
+  workload is released (`QuotaWatch`), counting what runs: the released
+  workloads (a grown one at its new size once the control plane heard of it),
+  and the pods of deleted Jobs that run on (orphaned, or terminating) once it
+  heard they were bound; once a quota is lowered, nothing new is admitted while
+  the holders exceed it (those admitted before may stay);
+- a Job that grew after its admission does not run on over its charge, and no
+  pod it does not own (forged with its labels) counts Ready for it;
 - nothing is stuck: every workload that is not finished has an armed deadline,
   a pending admission or requeue, or runs (`check_nothing_stuck`).
 """
@@ -26,6 +31,7 @@ from muster.core import (
     NOT_READY_PHASES,
     Admit,
     Phase,
+    PodObserved,
     Settings,
     Workload,
     admissible,
@@ -35,7 +41,7 @@ from muster.runtime.memory import MemoryStore
 from muster.runtime.planning import HoldingsReader, quota_holders
 
 if TYPE_CHECKING:
-    from muster.harness.cluster_truth import Truth
+    from muster.harness.cluster_truth import JobObject, Truth
 
 SettingsLog = list[tuple[float, Settings]]  # (from when, the settings in force)
 
@@ -117,6 +123,9 @@ class QuotaWatch(ReleaseWatch):
         self.admissions = 0
         self.releases = 0
         self.looked: dict[str, tuple[object, ...]] = {}  # the pods last looked at, per workload
+        # Releases made while pods of a deleted Job ran uncharged (`Truth.uncharged`).
+        self.beside_uncharged = 0
+        self.steps = 0  # what the control plane's records hold is noted step by step
 
     def _problem(self, what: str) -> None:
         if what not in self.problems:
@@ -143,14 +152,60 @@ class QuotaWatch(ReleaseWatch):
         since = now
         if snap is not None and snap.workload.attempt == effect.attempt:
             since = snap.workload.admitted_at or now
+            obj = self.truth.objects.get(effect.workload)
+            if obj is not None and obj.uid == snap.workload.uid:
+                obj.charged = snap.workload.gpus  # what it is charged for, whatever runs
         queues = [self.truth.queue(effect.workload)]
-        over = _over_since(self.truth.released_gpus(), self.log, lambda q: since, now, queues)
+        self.observe()
+        self.beside_uncharged += self.truth.uncharged() > 0
+        held = self.truth.released_gpus(self.heard)
+        over = _over_since(held, self.log, lambda q: since, now, queues)
         if over:
             self._problem(f"quota exceeded on the cluster: {effect.workload} released with {over}")
+
+    def observe(self, event: object = None) -> None:
+        """After every event handled (inside an interleaved pass too): note what the
+        control plane's records now hold of grown and deleted Jobs, and of a pod bound."""
+        self.steps += 1
+        if isinstance(event, PodObserved) and event.node and not event.deleted:
+            told = self.truth.told_bound
+            if event.uid not in told:
+                snap = self.store.load(event.workload)
+                pod = snap.workload.pods.get(event.pod) if snap is not None else None
+                if pod is not None and pod.uid == event.uid and pod.node is not None:
+                    told[event.uid] = self.steps
+        for obj in self.truth.grown:
+            self.heard(obj)
+        self._deletions_heard()
+
+    def _deletions_heard(self) -> None:
+        """When the control plane's record of each deleted Job whose pods run on first
+        read Finished (what it hears of them later is a known gap, `Truth.uncharged`)."""
+        for obj in self.truth.lingering.values():
+            if obj.deletion_heard <= self.steps:
+                continue
+            snap = self.store.load(obj.key)
+            if snap is None or snap.workload.uid != obj.uid:
+                continue
+            if snap.workload.phase is Phase.FINISHED:
+                obj.deletion_heard = self.steps
+
+    def heard(self, obj: JobObject) -> bool:
+        """Whether the control plane has heard of the Job's last growth: its record of
+        the object held the change (before it was Finished, whose revision is its end's)."""
+        if obj.heard_seq >= obj.grown_seq:
+            return True
+        snap = self.store.load(obj.key)
+        if snap is None or snap.workload.uid != obj.uid or snap.workload.phase is Phase.FINISHED:
+            return False
+        if snap.workload.spec_seq >= obj.grown_seq:
+            obj.heard_seq = obj.grown_seq
+        return obj.heard_seq >= obj.grown_seq
 
     def check(self) -> None:
         """After every step: what the store holds fits the quotas in force since the
         oldest holder was admitted, and counts only its own pods as Ready."""
+        self.observe()
         active = self.store.active()
         if not active:
             return
@@ -259,6 +314,8 @@ def _workload_problems(
         state = "runs" if job.running else "is suspended"
         return [f"{key}: the Job {state} but Muster has it {w.phase.value}"]
     problems = _pod_problems(key, truth, w, job.running)
+    if job.running and obj.gpus > w.gpus:
+        problems.append(f"{key}: runs {obj.gpus} GPUs on a charge of {w.gpus} (grew, kept)")
     problems += _timer_problems(key, w, timers)
     if w.reason == "WorkloadFaults" and not job.spec.never_ready:
         problems.append(f"{key}: a healthy Job deactivated as failing on its own")
@@ -292,8 +349,10 @@ def _group_problems(
         state = "released" if g.released else "gated"
         return [f"{key}: the group is {state} but Muster has it {w.phase.value}"]
     problems = _pod_problems(key, truth, w, g.released)
-    if g.released and any(m.gated for m in g.live):
+    if g.released and g.running < w.gang_size and any(m.gated for m in g.live):
         problems.append(f"{key}: admitted, but a replacement pod is still gated")
+    if g.peak > w.gang_size:
+        problems.append(f"{key}: {g.peak} pods released at once for a gang of {w.gang_size}")
     problems += _timer_problems(key, w, timers)
     if w.phase is Phase.REQUEUED and (key, w.requeue_count) not in requeues:
         problems.append(f"{key}: Requeued with no requeue message")

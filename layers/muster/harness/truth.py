@@ -348,6 +348,7 @@ class HistoryRun:
         drawn = self.triggers + self.truth.triggers
         drawn["throttledEntries"] = self.publishing.injected["throttle_entry"]
         drawn["interleavedPasses"] = self.interleaved
+        drawn["releasesBesideUnchargedPods"] = self.watch.beside_uncharged
         keys = set(self.truth.objects) | set(self.truth.groups)
         names = Counter(parse_workload_key(k)[:2] for k in keys)
         drawn["sharedNames"] = sum(1 for k in keys if names[parse_workload_key(k)[:2]] > 1)
@@ -404,6 +405,8 @@ class HistoryRun:
             self.plane.handle(event)
         except (EffectFailed, TooManyConflicts, WorkloadNotYetKnown):
             return False
+        finally:
+            self.watch.observe(event)
         return True
 
     def _act(self, a: Action) -> None:
@@ -412,7 +415,11 @@ class HistoryRun:
             case "create":
                 truth.create(a)
             case "delete":
-                truth.delete(a.job, a.linger)
+                truth.delete(a.job, a.linger, a.orphan)
+            case "grow":
+                truth.grow(a)
+            case "forge":
+                truth.forge(a)
             case "fail":
                 truth.fail(a.node)
             case "repair":
@@ -430,6 +437,8 @@ class HistoryRun:
                 truth.pod_groups.rerun(a.job, keep_old=a.pods > 0)
             case "replace":
                 truth.pod_groups.replace_members(a.job, a.pods, a.delay)
+            case "spares":
+                truth.pod_groups.add_spares(a.job, a.pods)
             case "refuse":
                 truth.refuse(a.job)
             case "throttle":

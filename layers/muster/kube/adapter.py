@@ -47,6 +47,8 @@ import urllib3
 from muster import contract
 from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
+from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
+from muster.core.printable import printable
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
@@ -60,6 +62,8 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
+from muster.kube.placement import pod_placement, spec_placement
+from muster.kube.resources import QuantityError, pod_gpus
 from muster.retry import Backoff, Refused, Transient, retry
 from muster.runtime.ports import WorkloadGone
 
@@ -248,6 +252,9 @@ class KubernetesCluster:
             if bool(current) is suspend:
                 return  # already done (a redelivered effect)
             body: dict[str, Any] = {"spec": _nest(resource.suspend_path, suspend)}
+            if isinstance(effect, Admit) and effect.topology:
+                # Its pods kept inside the domain it was admitted into (`kube.placement`).
+                body["spec"] |= spec_placement(effect.kind, obj.get("spec") or {}, effect.domain)
             version = obj.get("metadata", {}).get("resourceVersion")
             if version:  # optimistic concurrency: 409 if changed
                 body["metadata"] = {"resourceVersion": version}
@@ -309,13 +316,24 @@ class KubernetesCluster:
         if self._stale(effect):
             return
         # Terminating pods are being replaced by their controller: the group is not
-        # gone, and its replacements are released when they are observed.
-        pods = [p for p in members if not p["metadata"].get("deletionTimestamp")]
-        for index, pod in enumerate(pods):
+        # gone, and its replacements are released when they are observed. No more
+        # pods are released than the gang size admitted (the core's rule).
+        charge = effect if effect.size else self._admitted_charge(effect)
+        listed = (_listed_member(p) for p in members)
+        chosen = set(pods_to_release(charge.size, listed, gpus_each(charge)))
+        for index, pod in enumerate(members):
+            if pod["metadata"]["name"] not in chosen:
+                continue
             path = POD_RESOURCE.item(namespace, pod["metadata"]["name"])
             with contextlib.suppress(WorkloadGone):
                 # The view goes on the first pods only, as `record`'s does.
                 self._ungate_pod(effect, path, pod, mark=index < MAX_RECORDED_PODS)
+
+    def _admitted_charge(self, effect: Admit) -> Admit:
+        """The release with the charge of the committed record, for one written before
+        the effect carried it (none released without a record)."""
+        record = self.records(effect.workload)
+        return Admit.of(record, effect.attempt) if record is not None else effect
 
     def _ungate_pod(
         self, effect: Admit, path: str, pod: dict[str, Any], *, mark: bool = True
@@ -338,7 +356,10 @@ class KubernetesCluster:
                 return  # released already
             # Scheduling gates can only be removed; keep any other controller's gates.
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
-            body: dict[str, Any] = {"spec": {"schedulingGates": remaining}}
+            # Its domain's labels added while it is gated (`kube.placement`).
+            body: dict[str, Any] = {
+                "spec": {"schedulingGates": remaining} | pod_placement(effect.domain)
+            }
             version = current["metadata"].get("resourceVersion")
             if version:
                 body["metadata"] = {"resourceVersion": version}
@@ -418,11 +439,30 @@ def _nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     return body
 
 
-def _message(exc: ApiException) -> str:
+def _listed_member(pod: Mapping[str, Any]) -> ListedMember:
+    """A listed pod of a group as the release rule reads it."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    phase = (pod.get("status") or {}).get("phase")
     try:
-        return str(json.loads(exc.body or "").get("message", exc.body))
+        gpus: int | None = pod_gpus(pod)
+    except QuantityError:
+        gpus = None
+    return ListedMember(
+        name=pod["metadata"]["name"],
+        gated=any(g.get("name") == SCHEDULING_GATE for g in gates),
+        ended=bool(pod["metadata"].get("deletionTimestamp")) or phase in ("Succeeded", "Failed"),
+        gpus=gpus,
+    )
+
+
+def _message(exc: ApiException) -> str:
+    """The API server's message, escaped: it may quote the object, which is tenant text
+    (an annotation, a label), and it reaches quarantine errors and `muster status`."""
+    try:
+        text = str(json.loads(exc.body or "").get("message", exc.body))
     except (TypeError, ValueError, AttributeError):
-        return str(exc.body)
+        text = str(exc.body)
+    return printable(text)
 
 
 # --------------------------------------------------------------------------- factories

@@ -17,6 +17,7 @@ from muster.schema import (
     QUEUE_LABEL,
     SCHEDULING_GATE,
     TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
 
 # A plain pod group is the set of pods in one namespace that carry this label with
@@ -70,6 +71,7 @@ __all__ = [
     "RESOURCES",
     "SCHEDULING_GATE",
     "TIMEOUT_ANNOTATION",
+    "TOPOLOGY_ANNOTATION",
     "Resource",
     "split_key",
 ]

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from muster.core.model import LogEvent
+from muster.core.printable import printable
 
 REPORTING_COMPONENT = "muster.io/controlplane"
 MAX_NOT_READY_NAMED = 5
@@ -41,7 +42,8 @@ def describe(event: LogEvent, detail: Mapping[str, Any], workload: str = "") -> 
                 "Normal",
                 "Admitted",
                 f"Admitted by Muster (attempt {attempt}); all pods must be Ready by "
-                f"{_time(detail.get('deadline'))} (timeout {_seconds(detail.get('timeoutSeconds'))})",
+                f"{_time(detail.get('deadline'))} (timeout {_seconds(detail.get('timeoutSeconds'))})"
+                + (f"; placed in {detail['domain']}" if detail.get("domain") else ""),
             )
         case LogEvent.PODS_READY:
             text = f"All pods Ready ({detail.get('reason')}) in attempt {attempt}"
@@ -175,7 +177,8 @@ def event_body(
         "involvedObject": {k: v for k, v in involved.items() if v},
         "type": event.type,
         "reason": event.reason,
-        "message": event.message[:1024],
+        # Built from lifecycle details that may hold tenant text (a pod's message).
+        "message": printable(event.message)[:1024],
         "source": {"component": REPORTING_COMPONENT},
         "reportingComponent": REPORTING_COMPONENT,
         "reportingInstance": "muster",

@@ -6,6 +6,12 @@ faults) driven by the real clock instead of an event heap, behind the same
 `ClusterActions` port the Lambdas use against EKS. What an agent would see (pods,
 workloads, nodes) goes to the bus through the agent's own outbox and sender, as
 events built by `muster.schema`.
+
+The cluster keeps the scenario's clock: each of its steps (a submission, a pod
+Ready, a run's end, a node fault) happens at its own time counted from the
+scenario's start, however late the loop that carries it out comes round on a busy
+machine, so the next step is not pushed back by the lateness of the one before.
+Only what the control plane does (admission, eviction) happens when it is done.
 """
 
 from __future__ import annotations
@@ -71,6 +77,12 @@ class LocalCluster:
         self._seq = itertools.count(1)
         self._t0 = 0.0
         self._epoch0 = 0.0
+        # The cluster's own time: the latest instant it has played. It never goes back,
+        # so a step carried out late happens at its due time unless the control plane
+        # acted on the cluster since (then at that moment, after it).
+        self._moment = 0.0
+        self._wake = threading.Event()  # something new was scheduled
+        self._halted = threading.Event()
         self._specs = {w.name: w for w in scenario.workloads}
         self._order = {w.name: i for i, w in enumerate(scenario.workloads)}  # ties at one instant
         self._node_changes: list[tuple[float, str, bool]] = []  # (time, node, failed)
@@ -92,7 +104,7 @@ class LocalCluster:
         if self._capacity:
             # What the agent reports of every node when it starts: its GPUs, all free.
             for node in self.kube.node_names:
-                self._node_event(node, ready=True)
+                self._node_event(node, 0.0, ready=True)
 
     @property
     def started_at(self) -> float:
@@ -105,12 +117,49 @@ class LocalCluster:
     def step(self) -> None:
         """Carry out everything due by now, then send what the agent would send."""
         with self._lock:
-            now = self.now()
-            while self._heap and self._heap[0][0] <= now:
-                _, _, _, item = heapq.heappop(self._heap)
-                self._handle(item, now)
-            self._settle(now)
+            self._catch_up(self.now())
         self.flush()
+
+    def keep_time(self, idle: float = 1.0, tick: float = 0.05) -> threading.Thread:
+        """Step in a thread of its own, at each instant as it falls due and whenever
+        something new is scheduled, so that no other work of the run delays the cluster
+        (at least every `idle` seconds; every `tick` while events wait out the
+        outbox's window). `halt` stops it."""
+
+        def loop() -> None:
+            while not self._halted.is_set():
+                self.step()
+                self._wake.wait(self._until_due(idle, tick))
+                self._wake.clear()
+
+        thread = threading.Thread(target=loop, name="local-cluster", daemon=True)
+        thread.start()
+        return thread
+
+    def halt(self) -> None:
+        self._halted.set()
+        self._wake.set()
+
+    def _until_due(self, idle: float, tick: float) -> float:
+        with self._lock:
+            wait = self._heap[0][0] - self.now() if self._heap else idle
+            if self._outbox.pending:
+                wait = min(wait, tick)
+        return max(0.0, min(wait, idle))
+
+    def _catch_up(self, now: float) -> None:
+        """Play every instant due by `now`, each at its own time on the scenario's clock
+        (what it schedules is due from then, not from now), as the simulator plays its
+        instants: the instant's items, then the controllers and the scheduler."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at = max(heap[0][0], self._moment)
+            self._moment = at
+            while heap and heap[0][0] <= at:
+                _, _, _, item = heapq.heappop(heap)
+                self._handle(item, at)
+            self._settle(at)
+        self._moment = max(self._moment, now)
 
     def take_node_changes(self) -> list[tuple[float, str, bool]]:
         """The node failures and repairs since the last call: (time, node, failed)."""
@@ -127,17 +176,22 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ ClusterActions
 
+    # What the control plane does happens now, on a cluster that has played everything
+    # due by now first.
+
     def admit(self, effect: Admit) -> None:
         with self._lock:
+            self._catch_up(self.now())
             name = self._known(effect.workload)
             self.kube.unsuspend(name)
-            self._settle(self.now())
+            self._settle(self._moment)
 
     def evict(self, effect: Evict) -> None:
         with self._lock:
+            self._catch_up(self.now())
             name = self._known(effect.workload)
-            self.kube.suspend(name, self.now())
-            self._settle(self.now())
+            self.kube.suspend(name, self._moment)
+            self._settle(self._moment)
 
     def record(self, workload: str, kind: Kind, view: Mapping[str, str]) -> None:
         with self._lock:
@@ -154,13 +208,14 @@ class LocalCluster:
 
     def _push(self, at: float, tie: int, item: tuple[Any, ...]) -> None:
         heapq.heappush(self._heap, (at, tie, next(self._counter), item))
+        self._wake.set()
 
     def _handle(self, item: tuple[Any, ...], now: float) -> None:
         what = item[0]
         if what == "submit":
             w = self._specs[item[1]]
             self.kube.add_job(w.job())
-            self._workload_event(w.name, "Active")
+            self._workload_event(w.name, "Active", now)
         elif what == "ready":
             self.kube.pod_ready(item[1], item[2], now)
         elif what == "fault":
@@ -169,14 +224,14 @@ class LocalCluster:
             if self.kube.complete(item[1], item[2], now):
                 self._drain(now)
                 self.finished.add(item[1])
-                self._workload_event(item[1], "Succeeded")
+                self._workload_event(item[1], "Succeeded", now)
         elif what == "fail":
-            self._node_event(item[1], ready=False)
+            self._node_event(item[1], now, ready=False)
             self.kube.fail_node(item[1], now)
             self._node_changes.append((now, item[1], True))
         elif what == "repair":
             self.kube.repair_node(item[1], now)
-            self._node_event(item[1], ready=True)
+            self._node_event(item[1], now, ready=True)
             self._node_changes.append((now, item[1], False))
 
     def _settle(self, now: float) -> None:
@@ -224,7 +279,7 @@ class LocalCluster:
         )
         self._outbox.put(Entry(f"pod:{change.pod}", POD_OBSERVED, detail), now)
 
-    def _workload_event(self, name: str, status: str) -> None:
+    def _workload_event(self, name: str, status: str, now: float) -> None:
         w = self._specs[name]
         detail = workload_detail(
             cluster=self.cluster_name,
@@ -238,11 +293,11 @@ class LocalCluster:
             seq=next(self._seq),
             created_at=self._when(w.submit_at),
             status=status,
-            observed_at=self._when(self.now()),
+            observed_at=self._when(now),
         )
-        self._outbox.put(Entry(f"workload:{name}", WORKLOAD_OBSERVED, detail), self.now())
+        self._outbox.put(Entry(f"workload:{name}", WORKLOAD_OBSERVED, detail), now)
 
-    def _node_event(self, node: str, *, ready: bool) -> None:
+    def _node_event(self, node: str, now: float, *, ready: bool) -> None:
         detail = node_detail(
             cluster=self.cluster_name,
             node=node,
@@ -250,6 +305,6 @@ class LocalCluster:
             ready=ready,
             gpus=self.kube.gpus_per_node if self._capacity else None,
             unschedulable=None if ready else "NotReady",
-            observed_at=self._when(self.now()),
+            observed_at=self._when(now),
         )
-        self._outbox.put(Entry(f"node:{node}", NODE_OBSERVED, detail), self.now())
+        self._outbox.put(Entry(f"node:{node}", NODE_OBSERVED, detail), now)

@@ -97,7 +97,7 @@ def moto_server(host: str = "127.0.0.1", port: int | None = None) -> Iterator[En
     os.environ["MOTO_PORT"] = str(port)  # Step Functions tasks call back here
     _enable_state_machine_execution()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    # moto says, once per resource, that it skips policies and alarms (the README says so once).
+    # moto says, once per resource, that it skips policies and alarms (docs/local.md says so once).
     logging.getLogger("moto").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
     server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)

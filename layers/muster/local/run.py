@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -216,7 +217,6 @@ def run_local(
         board = Board(endpoint, _output(result.outputs, "TableName"), on_board, scale)
 
         def advance() -> None:
-            cluster.step()
             # The events first, then the phases they moved the workloads to.
             for entry in _read_tap(sqs, tap, cluster.started_at, scale, failures):
                 # The diagnosis is shown live; the files keep the simulator's fields.
@@ -235,9 +235,12 @@ def run_local(
             board.poll(cluster.now())
             time.sleep(tick)
 
+        clock: threading.Thread | None = None
+        runner.warm()
         runner.start(interval=tick)
         try:
             cluster.start()
+            clock = cluster.keep_time(idle=HOLD_POLL)
             while open_workloads and cluster.now() <= scaled.until:
                 advance()
             board.poll(cluster.now(), final=True)  # where the last events left everyone
@@ -255,7 +258,10 @@ def run_local(
             if hold is None:
                 raise
         finally:
+            cluster.halt()
             runner.stop()
+            if clock is not None:
+                clock.join(timeout=10)
             wiring.use_cluster(None)
         result.runner_errors = list(runner.stats.errors)
     result.events.sort(key=lambda e: e["t"])

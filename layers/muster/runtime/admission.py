@@ -220,7 +220,8 @@ class AdmissionPass:
             for key, why in plan.unchecked:
                 if key == plan.admit[0]:
                     log.info("admitted on quota alone", extra={"workload": key, "why": why})
-            self._admit(self.fresh[plan.admit[0]], ledger, settings, now)
+            first = plan.admit[0]
+            self._admit(self.fresh[first], ledger, settings, now, plan.domain_of(first))
         raise TooManyConflicts("admission pass did not settle")
 
     def _catch_up(self, ledger: Ledger) -> bool:
@@ -332,7 +333,9 @@ class AdmissionPass:
         if self.queue is not None:
             self.queue.discard(key)
 
-    def _admit(self, planned: Workload, ledger: Ledger, settings: Settings, now: float) -> None:
+    def _admit(
+        self, planned: Workload, ledger: Ledger, settings: Settings, now: float, domain: str = ""
+    ) -> None:
         """Admit `planned` if it is still as planned; else plan again (a conflict) or skip it."""
         plane, key = self.plane, planned.key
         try:
@@ -351,7 +354,7 @@ class AdmissionPass:
             self.conflicts += 1
             self._learn(key, workload_state(snap.workload))
             return
-        grant = AdmissionGranted(key, snap.workload.attempt + 1)
+        grant = AdmissionGranted(key, snap.workload.attempt + 1, domain)
         decision = decide(snap.workload, grant, settings, now, draw=plane.draw())
         if decision.outcome is not Outcome.APPLIED or decision.workload is None:
             self._exclude(key)

@@ -105,7 +105,8 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
                 "attempt": effect.attempt,
                 "kind": effect.kind.value,
                 "uid": effect.uid,
-            }
+                **({"size": effect.size, "gpus": effect.gpus} if effect.size else {}),
+            } | ({"domain": effect.domain, "topology": effect.topology} if effect.topology else {})
         case Evict():
             return {
                 "type": "Evict",
@@ -148,7 +149,16 @@ def encode_effect(effect: Effect) -> dict[str, Any]:
 def decode_effect(doc: dict[str, Any]) -> Effect:
     kind = doc["type"]
     if kind == "Admit":
-        return Admit(doc["workload"], int(doc["attempt"]), Kind(doc["kind"]), doc.get("uid", ""))
+        return Admit(
+            doc["workload"],
+            int(doc["attempt"]),
+            Kind(doc["kind"]),
+            doc.get("uid", ""),
+            int(doc.get("size", 0)),
+            int(doc.get("gpus", 0)),
+            str(doc.get("domain") or ""),
+            str(doc.get("topology") or ""),
+        )
     if kind == "Evict":
         return Evict(
             doc["workload"],

@@ -280,7 +280,9 @@ class ControlPlane:
         w = light.workload
         settings = self.settings()
         counts_live = light.live_count is not None
-        change = observe_stored_pod(w, light.pod, event, settings, counts_live=counts_live)
+        change = observe_stored_pod(
+            w, light.pod, event, settings, counts_live=counts_live, live_count=light.live_count or 0
+        )
         if change.whole_gang:
             return None
         if change.outcome is not Outcome.APPLIED:
@@ -438,7 +440,10 @@ class ControlPlane:
             try:
                 self._do(w, version or 0, index, effect)
             except WorkloadGone:
+                # Withdrawn by nobody: its pods may run on (orphaned, or terminating),
+                # so the holding ends once they are heard gone, as a deleted workload's.
                 gone = True
+                continue
             except Exception as exc:
                 if version is None:
                     raise

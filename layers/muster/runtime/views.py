@@ -60,7 +60,14 @@ def describe(store: WorkloadStore, key: str) -> dict[str, Any] | None:
         ],
         "diagnosis": (diagnose(w).to_dict() if w.phase in ACTIVE_PHASES and not w.whole else None),
         "history": store.history(key),
-    }
+    } | _topology(w)
+
+
+def _topology(w: Workload) -> dict[str, Any]:
+    """What it asks of the topology and the domain it was admitted into, when it asks."""
+    if not w.topology:
+        return {}
+    return {"topology": w.topology, "domain": w.domain or None}
 
 
 def current_workloads(store: WorkloadStore) -> list[Workload]:

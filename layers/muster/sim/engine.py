@@ -127,6 +127,7 @@ class RunResult:
     samples: list[GpuSample]
     total_gpus: int
     end: float
+    stopped_at: float | None = None  # when `stop` ended the run early (its figures so far)
     # Each workload's submission, first PodsReady, end (kept with `record` off too).
     tracking: Mapping[str, Tracking] = field(default_factory=dict)
 
@@ -142,12 +143,19 @@ class Simulation:
         scenario: Scenario,
         policy: str = "gang",
         progress: Callable[[float, float], None] | None = None,
+        stop: Callable[[Simulation], bool] | None = None,
+        stop_every: float | None = None,
         *,
         record: bool = True,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
         self.progress = progress
+        # Asked after the first instant and then every `stop_every` simulated seconds
+        # (default: 1/200 of the horizon) whether to end the run there. It only reads:
+        # a run it never stops is the run without it.
+        self.stop = stop
+        self._stop_every = stop_every if stop_every is not None else scenario.until / 200
         jitter = seeded(scenario.seed, f"jitter:{policy}")
         self.core = Fleet(
             policy_settings(scenario, policy),
@@ -200,6 +208,7 @@ class Simulation:
         self._plan()
         agenda, log, until = self.agenda, self.log, self._until
         last_report = 0.0
+        stop, next_check, stopped_at = self.stop, 0.0, None
         # A run makes no reference cycles as it goes, only ever more live objects (the
         # log, the core's workloads): the cyclic collector, left on, would walk them
         # all again and again for nothing to free.
@@ -211,10 +220,15 @@ class Simulation:
                 if self.progress is not None and agenda.now - last_report >= until / 200:
                     last_report = agenda.now
                     self.progress(agenda.now, until)
+                if stop is not None and agenda.now >= next_check:
+                    next_check = agenda.now + self._stop_every
+                    if stop(self):
+                        stopped_at = agenda.now
+                        break
         finally:
             if collecting:
                 gc.enable()
-        end = agenda.now if log.open_workloads == 0 else until
+        end = agenda.now if log.open_workloads == 0 or stopped_at is not None else until
         self.kube.finish_accounting(end)
         summary = summarize(
             self.scenario,
@@ -240,6 +254,7 @@ class Simulation:
             kube.samples,
             kube.total_gpus,
             end,
+            stopped_at,
             log.tracking,
         )
 
@@ -453,10 +468,16 @@ def simulate(
     policy: str = "gang",
     *,
     progress: Callable[[float, float], None] | None = None,
+    stop: Callable[[Simulation], bool] | None = None,
+    stop_every: float | None = None,
     record: bool = True,
 ) -> RunResult:
-    """Run `scenario` under `policy` ("gang", "gang+block", "gang+fit" or "none").
+    """Run `scenario` under `policy` ("gang", "gang+block", "gang+fit" or "none");
+    `stop`, asked every `stop_every` simulated seconds, may end it early
+    (`RunResult.stopped_at`).
 
     With `record` off the result has the summary and `tracking` but no event log
     and no GPU-use samples (nothing is made for them)."""
-    return Simulation(scenario, policy, progress=progress, record=record).run()
+    return Simulation(
+        scenario, policy, progress=progress, stop=stop, stop_every=stop_every, record=record
+    ).run()

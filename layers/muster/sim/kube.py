@@ -34,7 +34,7 @@ Ready; held: bound to any pod) so that every policy is measured the same way.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -212,6 +212,23 @@ class SimulatedCluster:
         for pod in j.pods.values():
             self._delete_pod(j, pod)
         j.pods.clear()
+        self._sample(now)
+
+    def resize(self, job: str, pods: int, now: float) -> None:
+        """The job now asks for `pods` pods (its `parallelism` changed); a released one's
+        controller creates the missing pods at the next `reconcile` (only growth)."""
+        j = self._job(job)
+        if pods <= j.spec.pods:
+            raise ClusterError(f"job {job!r} may only grow, from {j.spec.pods} pods")
+        self._account(now)
+        if j.whole:  # no longer whole: what it used stops being useful
+            self._useful -= j.gpus
+            self._useful_by[j.category] -= j.gpus
+            self._stop_progress(j, now)
+        j.spec = replace(j.spec, pods=pods)
+        j.gpus = pods * j.spec.gpus_per_pod
+        if j.running:
+            self._to_reconcile.append(job)
         self._sample(now)
 
     def reconcile(self) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from muster.sim.engine import RunResult
+from muster.sim.figures import format_seconds
 from muster.sim.kube import NODE_FAILED, NODE_REPAIRED, GpuSample
 
 _ROWS: tuple[tuple[str, str], ...] = (
@@ -113,20 +114,10 @@ def _cell(value: Any, key: str) -> str:
     if key == "utilization":
         return f"{value * 100:.1f}%"
     if key.endswith("Seconds") or "Seconds." in key:
-        return _human(float(value)) if key != "wallSeconds" else f"{value:.2f}"
+        return format_seconds(float(value)) if key != "wallSeconds" else f"{value:.2f}"
     if isinstance(value, float):
         return f"{value:,.1f}"
     return f"{value:,}"
-
-
-def _human(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:g}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 def binned(
@@ -334,7 +325,7 @@ def _eviction_strip(
         color="#9d0208",
         linewidth=0,
     )
-    handles.setdefault(f"evictions per {_human(width)}", drawn)
+    handles.setdefault(f"evictions per {format_seconds(width)}", drawn)
     top = max(counts)
     ax.set_ylim(0, max(top, 1) * 1.25)
     ax.set_yticks([0, top] if top else [0])

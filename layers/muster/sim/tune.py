@@ -11,12 +11,16 @@ figures are their means, with the spread. Beside the grid run the baselines
 a healthy workload (deactivate it, or leave it unfinished) on any seed are never
 recommended. The runs are ranked by the objective; the best one that passes the
 guard rail is written as a settings document for `muster settings set --file` and
-the CDK context, with where it came from. docs/simulator.md ("Tuning") describes
-the objectives and the guard rail.
+the CDK context, with where it came from. A setting whose objective can only grow
+(wasted GPU-hours, evictions) stops once it is past the best finished one that
+passes the guard rail, and is listed as dominated: it could only have ranked
+below it. docs/simulator.md ("Tuning") describes the objectives, the guard rail
+and the pruning.
 
-The grid and its runs are `muster.sim.tune_grid`, the ranking and files
-`muster.sim.tune_ranking`, the picture `muster.sim.tune_picture`; the command is
-`muster.cli.tune`.
+The grid and its runs are `muster.sim.tune_grid`, one run as a JSON item
+`muster.sim.tune_item`, the pool and its bound `muster.sim.tune_pool`, the ranking
+and files `muster.sim.tune_ranking`, the picture `muster.sim.tune_picture`; the
+command is `muster.cli.tune`.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from muster import __version__
+from muster.sim.figures import format_seconds
 from muster.sim.scenario import Scenario, load_scenario
 from muster.sim.tune_grid import Run, Tuning, draws_from_seed
-from muster.sim.tune_ranking import format_seconds
 
 SEEDS_WHEN_RANDOM = 3
 

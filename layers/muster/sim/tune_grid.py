@@ -8,17 +8,18 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import multiprocessing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from muster.core import Settings, SettingsError, parse_settings
-from muster.sim.engine import simulate
 from muster.sim.scenario import Scenario
 from muster.sim.specs import ScenarioError
+from muster.sim.tune_item import make_item
+from muster.sim.tune_pool import NONE, PRUNABLE, Task, run_tasks
 
 UNSET = "unset"
 
@@ -224,12 +225,6 @@ def combinations(
     return out
 
 
-def with_settings(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
-    """The same scenario (same workloads and draws) under another settings document."""
-    settings = replace(parse_settings(doc), gpu_quota=scenario.gpu_quota)
-    return replace(scenario, settings=settings, raw_settings=dict(doc))
-
-
 # ---------------------------------------------------------------------- baselines
 
 
@@ -270,62 +265,50 @@ def effective_choice(
 
 # ---------------------------------------------------------------------- running
 
-_scenarios: Sequence[Scenario] = ()  # each worker's copy (one per seed), set once by `_init`
 
+@dataclass(frozen=True, slots=True)
+class Dominated:
+    """A setting stopped once its objective passed the best finished setting's that
+    passes the guard rail: it can only have ended worse, so it is never recommended."""
 
-def _init(scenarios: Sequence[Scenario]) -> None:
-    global _scenarios
-    _scenarios = scenarios
+    index: int
+    choice: tuple[tuple[str, Any], ...]
+    document: dict[str, Any]
+    at: float  # the fraction of the scenario's horizon its furthest run reached
+    seeds: tuple[int, ...] = ()
+    in_grid: bool = True
 
-
-Task = tuple[int, int, str, dict[str, Any]]  # (seed's place, run's index, policy, settings)
-Outcome = tuple[int, int, dict[str, Any], list[str], list[str]]
-
-
-def _run_one(task: Task) -> Outcome:
-    """(seed's place, index, summary, workloads deactivated, workloads finished) of one run."""
-    seed_at, index, policy, doc = task
-    result = simulate(with_settings(_scenarios[seed_at], doc), policy)
-    deactivated = sorted({e["workload"] for e in result.events if e["event"] == "Deactivated"})
-    finished = sorted({e["workload"] for e in result.events if e["event"] == "Finished"})
-    return seed_at, index, result.summary, deactivated, finished
-
-
-NONE = -1  # the index of plain Kubernetes' run
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{path}={show_value(value)}" for path, value in self.choice)
 
 
 @dataclass(slots=True)
 class Tuning:
     """Every setting's runs (the grid's in grid order, then baselines not in it), and
-    plain Kubernetes' on the same seeds."""
+    plain Kubernetes' on the same seeds; the settings stopped as dominated apart."""
 
     runs: list[Run]
     none: Run
     seeds: tuple[int, ...]
     policy: str
+    dominated: list[Dominated] = field(default_factory=list)
 
     @property
     def baseline_runs(self) -> list[Run]:
         return [r for r in self.runs if r.baselines]
 
 
-def run_grid(
-    scenarios: Scenario | Sequence[Scenario],
-    grid: Sequence[tuple[str, list[Any]]],
-    *,
-    policy: str = "gang",
-    jobs: int = 1,
-    progress: Callable[[int, int], None] | None = None,
-    with_baselines: bool = True,
-) -> Tuning:
-    """Every combination's runs on every seed (the same scenario file expanded under
-    each), the baselines beside them, and plain Kubernetes (`none`) on each seed: a
-    workload it finishes is healthy on that seed."""
-    runs_on = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios)
-    first = runs_on[0]
+Setting = tuple[tuple[tuple[str, Any], ...], dict[str, Any], str, tuple[str, ...]]
+
+
+def _settings(
+    first: Scenario, grid: Sequence[tuple[str, list[Any]]], policy: str, with_baselines: bool
+) -> tuple[list[Setting], int]:
+    """(choice, document, policy, baseline names) of every setting to run, and how
+    many of them are the grid's (the first ones)."""
     combos = combinations(first, grid)
-    settings: list[tuple[tuple[tuple[str, Any], ...], dict[str, Any], str, tuple[str, ...]]]
-    settings = [(choice, doc, policy, ()) for choice, doc in combos]
+    settings: list[Setting] = [(choice, doc, policy, ()) for choice, doc in combos]
     effective = [_effective(doc, policy) for _, doc in combos]
     for base in baselines(first) if with_baselines else ():
         same = _effective(base.document, "gang")
@@ -336,45 +319,112 @@ def run_grid(
         else:
             shown = effective_choice(base.document, grid)
             settings.append((shown, base.document, "gang", base.names))
-    tasks: list[Task] = []
-    for at in range(len(runs_on)):
-        tasks += [(at, i, p, doc) for i, (_, doc, p, _) in enumerate(settings)]
-        tasks.append((at, NONE, "none", dict(runs_on[at].raw_settings)))
-    results: dict[tuple[int, int], tuple[dict[str, Any], list[str], list[str]]] = {}
-    done = 0
-    if jobs <= 1:
-        _init(runs_on)
-        outcomes: Iterable[Outcome] = map(_run_one, tasks)
-        pool = None
-    else:
-        pool = multiprocessing.get_context().Pool(
-            min(jobs, len(tasks)), initializer=_init, initargs=(runs_on,)
-        )
-        outcomes = pool.imap_unordered(_run_one, tasks)
-    try:
-        for at, index, summary, deactivated, finished in outcomes:
-            results[(at, index)] = (summary, deactivated, finished)
-            done += 1
-            if progress is not None:
-                progress(done, len(tasks))
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
+    return settings, len(combos)
+
+
+def run_order(settings: Sequence[Setting]) -> list[int]:
+    """The settings' indexes in the order they run: the baselines first (what runs
+    today is the first bound to beat), then the grid from its last combination to
+    its first (grids are written from the tightest value to the loosest, and loose
+    settings are the likeliest to pass the guard rail and so to bound the others)."""
+    first = [i for i, s in enumerate(settings) if s[3]]
+    return first + [i for i in reversed(range(len(settings))) if not settings[i][3]]
+
+
+@dataclass(frozen=True, slots=True)
+class GridPlan:
+    """Every run of a tuning as items, before any runs: what a pool or a distributed
+    map is handed, and what `assemble` turns their results into."""
+
+    scenarios: list[Scenario]  # one per seed, in the seeds' order
+    settings: list[Setting]
+    in_grid: int  # the first `in_grid` settings are the grid's
+    tasks: list[Task]
+    policy: str
+
+
+def plan_grid(
+    scenarios: Scenario | Sequence[Scenario],
+    grid: Sequence[tuple[str, list[Any]]],
+    *,
+    policy: str = "gang",
+    with_baselines: bool = True,
+    prune: str | None = None,
+    source: str | Path | None = None,
+) -> GridPlan:
+    """Plain Kubernetes' run on each seed, then every setting's (in `run_order`) on
+    each seed, as items naming `source`, the scenario file."""
+    runs_on = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios)
+    settings, in_grid = _settings(runs_on[0], grid, policy, with_baselines)
+    pruning = {"objective": prune} if prune in PRUNABLE else None
+    tasks: list[Task] = [
+        (at, make_item(source, sc.seed, "none", dict(sc.raw_settings), NONE))
+        for at, sc in enumerate(runs_on)
+    ]
+    for i in run_order(settings):
+        _, doc, run_policy, names = settings[i]
+        for at, sc in enumerate(runs_on):
+            item_prune = None if names else pruning
+            tasks.append((at, make_item(source, sc.seed, run_policy, doc, i, item_prune)))
+    return GridPlan(runs_on, settings, in_grid, tasks, policy)
+
+
+def assemble(plan: GridPlan, results: Mapping[tuple[int, int], Mapping[str, Any]]) -> Tuning:
+    """The tuning from every task's result by (seed's place, index): a workload that
+    plain Kubernetes finishes on a seed is healthy on it."""
+    runs_on, in_grid = plan.scenarios, plan.in_grid
     seeds = tuple(sc.seed for sc in runs_on)
-    healthy = [frozenset(results[(at, NONE)][2]) for at in range(len(runs_on))]
-    runs = []
-    for i, (choice, doc, _, names) in enumerate(settings):
+    healthy = [frozenset(results[(at, NONE)]["finished"]) for at in range(len(runs_on))]
+    runs, dominated = [], []
+    for i, (choice, doc, _, names) in enumerate(plan.settings):
+        outs = [results[(at, i)] for at in range(len(runs_on))]
+        stopped = [o["dominatedAt"] for o in outs if o["summary"] is None]
+        if stopped:
+            at = max(stopped)
+            dominated.append(Dominated(i, choice, doc, at, seeds, in_grid=i < in_grid))
+            continue
         trials = []
-        for at, seed in enumerate(seeds):
-            summary, deactivated, finished = results[(at, i)]
-            lost_deactivated = healthy[at] & frozenset(deactivated)
-            unfinished = healthy[at] - frozenset(finished) - lost_deactivated
-            trials.append(Trial(seed, summary, len(lost_deactivated), len(unfinished)))
-        runs.append(Run(i, choice, doc, tuple(trials), names, in_grid=i < len(combos)))
-    none_trials = tuple(Trial(seed, results[(at, NONE)][0]) for at, seed in enumerate(seeds))
-    none = Run(NONE, (), dict(first.raw_settings), none_trials, in_grid=False)
-    return Tuning(runs, none, seeds, policy)
+        for at, (seed, out) in enumerate(zip(seeds, outs, strict=True)):
+            lost_deactivated = healthy[at] & frozenset(out["deactivated"])
+            unfinished = healthy[at] - frozenset(out["finished"]) - lost_deactivated
+            trials.append(Trial(seed, out["summary"], len(lost_deactivated), len(unfinished)))
+        runs.append(Run(i, choice, doc, tuple(trials), names, in_grid=i < in_grid))
+    none_trials = tuple(
+        Trial(seed, results[(at, NONE)]["summary"]) for at, seed in enumerate(seeds)
+    )
+    none = Run(NONE, (), dict(runs_on[0].raw_settings), none_trials, in_grid=False)
+    return Tuning(runs, none, seeds, plan.policy, dominated)
+
+
+def run_grid(
+    scenarios: Scenario | Sequence[Scenario],
+    grid: Sequence[tuple[str, list[Any]]],
+    *,
+    policy: str = "gang",
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    with_baselines: bool = True,
+    prune: str | None = None,
+    source: str | Path | None = None,
+) -> Tuning:
+    """Every combination's runs on every seed (the same scenario file expanded under
+    each), the baselines beside them, and plain Kubernetes (`none`) on each seed, in
+    a pool of `jobs` processes. With `prune` (an objective that only grows:
+    `wasted`, `evictions`), a grid setting stops once it is worse than the best
+    finished one that passes the guard rail (`muster.sim.tune_pool`).
+    `source` is the scenario file, named in each item."""
+    plan = plan_grid(
+        scenarios, grid, policy=policy, with_baselines=with_baselines, prune=prune, source=source
+    )
+    results = run_tasks(
+        plan.tasks,
+        plan.scenarios,
+        settings=len(plan.settings),
+        jobs=jobs,
+        objective=prune,
+        progress=progress,
+    )
+    return assemble(plan, results)
 
 
 def draws_from_seed(

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from muster.sim.figures import format_seconds
 from muster.sim.tune_grid import BASELINE_NAMES, Run, Tuning, queue_p95_of, wasted_of
-from muster.sim.tune_ranking import describe, format_seconds, pareto
+from muster.sim.tune_ranking import describe, pareto
 
 HOUR = 3600.0
 

@@ -16,10 +16,13 @@ from typing import Any
 import yaml
 
 from muster.core import parse_settings
+from muster.sim.figures import format_seconds, format_spread
 from muster.sim.tune_grid import (
     BASELINE_NAMES,
     UNSET_VALUE,
+    Dominated,
     Run,
+    Trial,
     Tuning,
     jct_p95_of,
     queue_p95_of,
@@ -33,19 +36,31 @@ class Objective:
     name: str
     label: str
     key: Callable[[Run], float]
+    trial: Callable[[Trial], float]  # the figure on one seed
 
 
 OBJECTIVES: dict[str, Objective] = {
     o.name: o
     for o in (
-        Objective("wasted", "wasted GPU-hours", lambda r: r.wasted),
-        Objective("queue-delay", "queue delay p95 (s)", lambda r: r.queue_delay_p95),
-        Objective("jct", "JCT p95 (s)", lambda r: r.jct_p95),
-        Objective("evictions", "evictions", lambda r: r.evictions),
+        Objective("wasted", "wasted GPU-hours", lambda r: r.wasted, lambda t: wasted_of(t.summary)),
+        Objective(
+            "queue-delay",
+            "queue delay p95 (s)",
+            lambda r: r.queue_delay_p95,
+            lambda t: queue_p95_of(t.summary),
+        ),
+        Objective("jct", "JCT p95 (s)", lambda r: r.jct_p95, lambda t: jct_p95_of(t.summary)),
+        Objective(
+            "evictions",
+            "evictions",
+            lambda r: r.evictions,
+            lambda t: float(t.summary["evictions"]),
+        ),
         Objective(
             "deactivated-healthy",
             "deactivated healthy workloads",
             lambda r: float(r.deactivated_healthy),
+            lambda t: float(t.deactivated_healthy),
         ),
     )
 }
@@ -69,6 +84,42 @@ def rank(runs: Sequence[Run], objective: Objective) -> list[Run]:
             r.index,
         ),
     )
+
+
+def within_spread(best: Run, ranked: Sequence[Run], objective: Objective) -> list[Run]:
+    """The other settings that pass the guard rail whose objective, from its lowest to
+    its highest over the seeds, overlaps the recommendation's: the seeds do not tell
+    them apart. Empty on one seed."""
+    if len(best.trials) < 2:
+        return []
+    low, high = _range(best, objective)
+    found = []
+    for r in ranked:
+        if r is best or not r.guarded:
+            continue
+        lo, hi = _range(r, objective)
+        if lo <= high and low <= hi:
+            found.append(r)
+    return found
+
+
+def _range(r: Run, objective: Objective) -> tuple[float, float]:
+    values = [objective.trial(t) for t in r.trials]
+    return min(values), max(values)
+
+
+def format_within_spread(best: Run, close: Sequence[Run], objective: Objective) -> str:
+    """The recommendation's caveat when other settings are within its spread."""
+    shown = "; ".join(f"{r.label}{r.mark} ({_objective_range(r, objective)})" for r in close)
+    return (
+        f"within the spread of the recommendation ({_objective_range(best, objective)}), "
+        f"the seeds do not tell it apart from: {shown}"
+    )
+
+
+def _objective_range(r: Run, objective: Objective) -> str:
+    low, high = _range(r, objective)
+    return f"{objective.label} {_number(low)} to {_number(high)}"
 
 
 def pareto(runs: Sequence[Run]) -> list[Run]:
@@ -118,15 +169,23 @@ def table_rows(ranked: Sequence[Run]) -> list[list[str]]:
     return rows
 
 
-def format_table(ranked: Sequence[Run]) -> str:
+def format_table(ranked: Sequence[Run], dominated: Sequence[Dominated] = ()) -> str:
+    """The ranking, then the settings stopped as dominated (listed, never ranked)."""
     rows = [list(_COLUMNS), *table_rows(ranked)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    widths[1] = max([widths[1], *(len(d.label) for d in dominated)])
     lines = []
     for row in rows:
         cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1])]
         cells += [c.rjust(w) for c, w in zip(row[2:], widths[2:], strict=True)]
         lines.append("  ".join(cells).rstrip())
+    for d in dominated:
+        lines.append(f"{'-'.rjust(widths[0])}  {d.label.ljust(widths[1])}  {format_dominated(d)}")
     return "\n".join(lines)
+
+
+def format_dominated(d: Dominated) -> str:
+    return f"dominated at {d.at * 100:.0f}% of the trace"
 
 
 def _with_spread(
@@ -140,17 +199,6 @@ def _with_spread(
     if len(values) == 1:
         return fmt(mean)
     return f"{fmt(mean)}±{fmt((max(values) - min(values)) / 2)}"
-
-
-def format_spread(values: Sequence[float]) -> str:
-    """Seconds over several seeds as `mean±half-range` in the mean's unit, e.g. `7.9±0.1h`."""
-    if not all(math.isfinite(v) for v in values):
-        return "-"
-    mean = math.fsum(values) / len(values)
-    half = (max(values) - min(values)) / 2
-    unit, per = ("h", 3600.0) if mean >= 3600 else ("m", 60.0) if mean >= 60 else ("s", 1.0)
-    digits = 0 if unit == "s" else 1
-    return f"{mean / per:.{digits}f}±{half / per:.{digits}f}{unit}"
 
 
 def describe(r: Run) -> str:
@@ -201,7 +249,7 @@ def write_outputs(
     out.mkdir(parents=True, exist_ok=True)
     table = out / "ranking.csv"
     with table.open("w", newline="", encoding="utf-8") as handle:
-        write_csv(ranked, handle)
+        write_csv(ranked, handle, tuning.dominated)
     written = [table]
     best = next((r for r in ranked if r.guarded), None)
     if best is not None:
@@ -221,15 +269,18 @@ def write_outputs(
     return written
 
 
-def write_csv(ranked: Sequence[Run], handle: Any) -> None:
-    """One row per setting: means over the seeds, with their lowest and highest."""
+def write_csv(ranked: Sequence[Run], handle: Any, dominated: Sequence[Dominated] = ()) -> None:
+    """One row per setting: means over the seeds, with their lowest and highest; a
+    setting stopped as dominated has no figures, and the fraction of the horizon
+    (`dominatedAt`) its furthest run reached."""
     writer = csv.writer(handle)
+    choice = (ranked[0].choice if ranked else dominated[0].choice) if ranked or dominated else ()
     writer.writerow(
         [
             "rank",
             "guardRail",
             "baseline",
-            *(path for path, _ in ranked[0].choice),
+            *(path for path, _ in choice),
             "wastedGpuHours",
             "wastedGpuHoursMin",
             "wastedGpuHoursMax",
@@ -244,6 +295,7 @@ def write_csv(ranked: Sequence[Run], handle: Any) -> None:
             "unfinishedHealthy",
             "finished",
             "seeds",
+            "dominatedAt",
         ]
     )
     for n, r in enumerate(ranked, start=1):
@@ -261,7 +313,14 @@ def write_csv(ranked: Sequence[Run], handle: Any) -> None:
                 r.unfinished_healthy,
                 _number(r.finished),
                 " ".join(str(t.seed) for t in r.trials),
+                "",
             ]
+        )
+    blank = [""] * 13
+    for d in dominated:
+        seeds = " ".join(str(s) for s in d.seeds)
+        writer.writerow(
+            ["", "dominated", "", *(show_value(v) for _, v in d.choice), *blank, seeds, d.at]
         )
 
 
@@ -348,17 +407,6 @@ def read_provenance(text: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def format_seconds(value: float) -> str:
-    """Seconds in the unit a reader takes in at a glance ("-" for never)."""
-    if not math.isfinite(value):
-        return "-"
-    if value >= 3600:
-        return f"{value / 3600:.1f}h"
-    if value >= 60:
-        return f"{value / 60:.1f}m"
-    return f"{value:.0f}s"
 
 
 def _without_nulls(doc: Mapping[str, Any]) -> dict[str, Any]:

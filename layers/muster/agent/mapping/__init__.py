@@ -1,8 +1,10 @@
 """From Kubernetes objects to what Muster needs to know about them (pure functions).
 
 One module per kind of object (`workloads`, `pods`, `nodes`); `objects` holds
-what they all read, `resources` what a pod asks for (quantities, which resources
-are GPUs, the scheduler's sum).
+what they all read. What a pod asks for (quantities, which resources are GPUs,
+the scheduler's sum) is `muster.kube.resources`, which the Kubernetes adapter
+reads too (a pod group's release never lifts the gate of a pod asking for more
+GPUs than the group is charged for each).
 """
 
 from muster.agent.mapping.nodes import SCHEDULABLE_HEALTH, NodeView, node_view
@@ -16,15 +18,6 @@ from muster.agent.mapping.objects import (
     workload_object_key,
 )
 from muster.agent.mapping.pods import PodView, compact_pod, pod_owner, pod_view, pod_workload
-from muster.agent.mapping.resources import (
-    GPU_RESOURCE_PREFIXES,
-    GPU_RESOURCES,
-    QuantityError,
-    is_gpu_resource,
-    node_gpus,
-    parse_quantity,
-    pod_gpus,
-)
 from muster.agent.mapping.workloads import (
     FINISHED_CONDITIONS,
     PriorityClasses,
@@ -34,6 +27,15 @@ from muster.agent.mapping.workloads import (
     pod_shape_of,
     with_priority_class,
     workload_view,
+)
+from muster.kube.resources import (
+    GPU_RESOURCE_PREFIXES,
+    GPU_RESOURCES,
+    QuantityError,
+    is_gpu_resource,
+    node_gpus,
+    parse_quantity,
+    pod_gpus,
 )
 
 __all__ = [

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from muster.agent.mapping.objects import TOLERATED_TAINTS, labels
-from muster.agent.mapping.resources import node_gpus
+from muster.core.topology import Topology, node_topology
 from muster.kube.conventions import NODE_HEALTH_LABEL
+from muster.kube.resources import node_gpus
 
 # HyperPod's health label values on which new pods may still land.
 SCHEDULABLE_HEALTH = frozenset({"Schedulable", "SchedulablePreferred"})
@@ -20,8 +21,9 @@ class NodeView:
 
     ready: bool
     health: str | None
-    gpus: int = 0  # allocatable GPUs (`muster.agent.mapping.resources`)
+    gpus: int = 0  # allocatable GPUs (`muster.kube.resources`)
     unschedulable: str | None = None  # why new pods may not land on it; None: they may
+    topology: Topology = ()  # its topology labels (`muster.core.topology`), widest first
 
 
 def node_view(node: Mapping[str, Any], tolerated: frozenset[str] | None = None) -> NodeView:
@@ -55,4 +57,4 @@ def node_view(node: Mapping[str, Any], tolerated: frozenset[str] | None = None) 
                 value = taint.get("value")
                 why = f"taint {key}{'=' + str(value) if value else ''}:{effect}"
                 break
-    return NodeView(ready, health, node_gpus(allocatable), why)
+    return NodeView(ready, health, node_gpus(allocatable), why, node_topology(labels(node)))

@@ -69,7 +69,10 @@ def compact_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
                 {"resources": c.get("resources") or {}} for c in spec.get("containers") or []
             ],
             "initContainers": [
-                {"resources": c.get("resources") or {}} for c in spec.get("initContainers") or []
+                # A sidecar (`restartPolicy: Always`) adds up with the containers.
+                {"resources": c.get("resources") or {}}
+                | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
+                for c in spec.get("initContainers") or []
             ],
         }
         | {

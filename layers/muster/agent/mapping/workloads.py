@@ -26,17 +26,19 @@ from muster.agent.mapping.objects import (
     parse_k8s_time,
     workload_object_key,
 )
-from muster.agent.mapping.resources import QuantityError, pod_gpus
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
+from muster.core.topology import LABEL_KEYS, parse_request
 from muster.kube.conventions import (
     JOBSET_NAME_LABEL,
     MIN_AVAILABLE_ANNOTATION,
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
 )
+from muster.kube.resources import QuantityError, pod_gpus
 from muster.schema import MAX_POD_GROUPS, MAX_WORKLOAD_PODS
 
 # Which condition on each kind says the workload has ended, and how.
@@ -72,6 +74,7 @@ class WorkloadView:
     # its pod templates the check does not evaluate ("" when none).
     shape: tuple[tuple[int, int], ...] = ()
     placement: str = ""
+    topology: str = ""  # `muster.io/topology`, canonical ("" for none)
     # Why the workload cannot be reported as it is ("" when it can).
     refused: str = ""
 
@@ -102,6 +105,7 @@ def workload_view(
     else:
         refused = _too_large(pods, groups)
     gang = _min_available(notes_of(obj), pods, problems)
+    topology = _topology(notes_of(obj), problems)
     return WorkloadView(
         key=workload_object_key(kind, obj),
         kind=kind,
@@ -116,7 +120,8 @@ def workload_view(
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
         shape=pod_shape_of(groups),
-        placement=placement_rules(templates, tolerated),
+        placement=placement_rules(templates, tolerated, owned=bool(topology)),
+        topology=topology,
         refused=refused,
     )
 
@@ -207,12 +212,19 @@ def pod_group_view(
     Also None when every pod has finished without the group succeeding (its
     succeeded pods being deleted after its end, say): active means pods that run
     or wait, so that an active group after its end is a new run of its name.
+
+    The group is charged from all its members that have not finished (all of them
+    once none is left): they must agree on what the charge is made of (the gang
+    size, the GPUs each pod asks for, the queue, the priority, the PriorityClass,
+    the timeout), or the group is refused with the first difference, never
+    charged from one pod while the others ask for more.
     """
     members = sorted(pods, key=lambda p: str(meta(p).get("name")))
     if not members:
         return None
-    first = members[0]
     problems: list[str] = []
+    deciding = [p for p in members if _unfinished(p)] or members
+    first, each, refused = _agreed(deciding)
     size = _group_size(first, problems)
     created = [t for t in (parse_k8s_time(meta(p).get("creationTimestamp")) for p in members) if t]
     status = _group_status(members, size)
@@ -221,10 +233,7 @@ def pod_group_view(
     # The API server has resolved the pods' class (the default one included) and value.
     name, value = _class_name(first), (first.get("spec") or {}).get("priority")
     resolved = isinstance(value, int) and not isinstance(value, bool) and bool(name)
-    try:
-        each, refused = pod_gpus(first), _too_large(size, [])
-    except QuantityError as exc:
-        each, refused = 0, f"its pods ask for {exc}"
+    topology = _topology(notes_of(first), problems)
     return WorkloadView(
         key=key,
         kind=Kind.POD_GROUP,
@@ -240,8 +249,76 @@ def pod_group_view(
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
         shape=pod_shape_of([(size, each)]),
-        placement=placement_rules([first], tolerated),
-        refused=refused,
+        placement=placement_rules(deciding, tolerated, owned=bool(topology)),
+        topology=topology,
+        refused=refused or _too_large(size, []),
+    )
+
+
+# What a pod group's charge is made of besides its GPUs, in `_charge_terms`' order.
+_CHARGE_TERMS = (
+    MIN_AVAILABLE_ANNOTATION,
+    QUEUE_LABEL,
+    PRIORITY_ANNOTATION,
+    TIMEOUT_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+    "priorityClassName",
+    "priority",
+)
+
+
+def _charge_terms(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """How a member says each of `_CHARGE_TERMS`, and its containers (whose GPUs the
+    scheduler's formula reads)."""
+    notes, spec = notes_of(pod), pod.get("spec") or {}
+    return (
+        notes.get(MIN_AVAILABLE_ANNOTATION),
+        labels(pod).get(QUEUE_LABEL),
+        notes.get(PRIORITY_ANNOTATION),
+        notes.get(TIMEOUT_ANNOTATION),
+        notes.get(TOPOLOGY_ANNOTATION),
+        spec.get("priorityClassName"),
+        spec.get("priority"),
+        spec.get("containers"),
+        spec.get("initContainers"),
+    )
+
+
+def _agreed(members: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], int, str]:
+    """(the first member, the GPUs each member asks for, why the group is refused or "").
+
+    Every member is read (its GPUs by the scheduler's formula, exactly), and the
+    first that differs from the first member on any term of the charge refuses
+    the group, naming both pods. Members of one template say the same, and their
+    GPUs are read once.
+    """
+    first = members[0]
+    try:
+        each = pod_gpus(first)
+    except QuantityError as exc:
+        return first, 0, f"its pods ask for {exc}"
+    said = _charge_terms(first)
+    terms = len(_CHARGE_TERMS)
+    for pod in members[1:]:
+        found = _charge_terms(pod)
+        if found == said:
+            continue
+        for what, expected, got in zip(_CHARGE_TERMS, said[:terms], found[:terms], strict=True):
+            if got != expected:
+                return first, 0, _disagree(what, first, expected, pod, got)
+        try:
+            gpus = pod_gpus(pod)
+        except QuantityError as exc:
+            return first, 0, f"its pods ask for {exc}"
+        if gpus != each:
+            return first, 0, _disagree("GPUs per pod", first, each, pod, gpus)
+    return first, each, ""
+
+
+def _disagree(what: str, a: Mapping[str, Any], said: Any, b: Mapping[str, Any], found: Any) -> str:
+    return (
+        f"its pods disagree on {what}: {meta(a).get('name')} has {said!r}, "
+        f"{meta(b).get('name')} has {found!r}; every pod of a group must ask for the same"
     )
 
 
@@ -323,7 +400,10 @@ def pod_shape_of(groups: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
 
 
 def placement_rules(
-    templates: Iterable[Mapping[str, Any]], tolerated: frozenset[str] | None = None
+    templates: Iterable[Mapping[str, Any]],
+    tolerated: frozenset[str] | None = None,
+    *,
+    owned: bool = False,
 ) -> str:
     """The placement rules of pod templates the capacity check does not evaluate.
 
@@ -331,13 +411,17 @@ def placement_rules(
     a template that narrows or widens where its pods go (a node selector, an
     affinity, spread constraints, tolerations of other taints) makes
     the check fall back to quota for the workload. Returns "" when there are none.
+    With `owned` (the workload asks for a topology), a node selector of topology
+    labels alone is the one Muster set for its domain, not a rule of its own.
     """
     known = TOLERATED_TAINTS if tolerated is None else tolerated
     found: set[str] = set()
     for template in templates:
         spec = template.get("spec") or {}
         for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
-            if spec.get(key):
+            if spec.get(key) and not (
+                key == "nodeSelector" and owned and _topology_only(spec[key])
+            ):
                 found.add(key)
         for toleration in spec.get("tolerations") or []:
             if (toleration or {}).get("key") not in known:
@@ -370,6 +454,22 @@ def _timeout(notes: Mapping[str, str], problems: list[str]) -> str | None:
         problems.append(f"{TIMEOUT_ANNOTATION}: {exc}")
         return None
     return text
+
+
+def _topology_only(selector: object) -> bool:
+    """A node selector of topology labels alone (the one Muster sets for a domain)."""
+    return isinstance(selector, Mapping) and selector.keys() <= LABEL_KEYS
+
+
+def _topology(notes: Mapping[str, str], problems: list[str]) -> str:
+    text = notes.get(TOPOLOGY_ANNOTATION)
+    if text is None:
+        return ""
+    try:
+        return str(parse_request(str(text)))
+    except ValueError as exc:
+        problems.append(f"{TOPOLOGY_ANNOTATION}: {exc}")
+        return ""
 
 
 def _int_annotation(notes: Mapping[str, str], name: str, problems: list[str]) -> int | None:

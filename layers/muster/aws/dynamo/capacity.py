@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from muster.aws.dynamo.table import NODES_PK, Table, is_conflict, number, string
 from muster.core.capacity import NodeCapacity
+from muster.core.topology import LEVELS
 from muster.schema import NODE_DELETED
 
 
@@ -26,6 +27,11 @@ def _node_of(item: Mapping[str, Any]) -> NodeCapacity:
         schedulable=bool(item["schedulable"]["BOOL"]),
         unschedulable=item["unschedulable"]["S"] if "unschedulable" in item else None,
         foreign_gpus=int(item["foreignGpus"]["N"]),
+        topology=tuple(
+            (level, item["topology"]["M"][level]["S"])
+            for level in LEVELS
+            if level in item.get("topology", {}).get("M", {})
+        ),
     )
 
 
@@ -49,6 +55,11 @@ class NodeItems(Table):
             sets.append("unschedulable = :why")
         else:
             removes.append("unschedulable")
+        if node.topology:
+            values[":topology"] = {"M": {level: string(v) for level, v in node.topology}}
+            sets.append("topology = :topology")
+        else:
+            removes.append("topology")
         if node.unschedulable == NODE_DELETED:
             at = time.time() if now is None else now
             values[":expires"] = number(int(at) + self.tombstone_ttl)

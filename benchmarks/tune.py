@@ -1,0 +1,116 @@
+"""The tuner's time on the Philly week, with and without pruning (`make bench-tune`).
+
+The docs' grid (docs/simulator.md, "Choosing settings"): `timeout` 2m, 5m, 15m x
+`requeuingStrategy.backoffLimitCount` unset, 3, 10 on examples/philly-week.yaml
+(80 nodes of 8 GPUs, one 1-GPU pod per GPU, 2% broken jobs, node faults), on
+three seeds, beside the baselines and plain Kubernetes, in a pool of `--jobs`
+processes (default: the cores). It runs twice, pruned and not, and prints for
+each the wall time and the CPU time (this process and its pool), the runs
+stopped as dominated and where, and whether the two recommend the same setting
+with the same figures. CPU time is what a run costs whatever else the machine
+runs; the wall time is printed beside it with the load average.
+
+The trace is looked for in `MUSTER_TRACES`, the first argument, or the first
+`shared/traces` folder beside the repository or above it. `--limit N` plays
+only the trace's first N jobs and `--seeds K` runs K seeds (the test command's
+small run: `--limit 1500 --seeds 1`).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from muster.sim.locate import traces_dir
+from muster.sim.scenario import Scenario, parse_scenario
+from muster.sim.tune_grid import Tuning, parse_grid, run_grid
+from muster.sim.tune_ranking import OBJECTIVES, rank
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "philly-week.yaml"
+GRID = ["timeout=2m,5m,15m", "requeuingStrategy.backoffLimitCount=unset,3,10"]
+
+
+def find_traces(argv: list[str]) -> Path:
+    if len(argv) > 1 and not argv[1].startswith("--"):
+        return Path(argv[1])
+    return traces_dir(ROOT) or ROOT.parent / "shared" / "traces"
+
+
+def _option(argv: list[str], name: str, default: int | None) -> int | None:
+    if name in argv:
+        return int(argv[argv.index(name) + 1])
+    return default
+
+
+def scenarios(trace_dir: Path, limit: int | None, seeds: int) -> list[Scenario]:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["trace"]["path"] = str(trace_dir / Path(doc["trace"]["path"]).name)
+    if limit is not None:
+        doc["trace"]["limit"] = limit
+    first = int(doc.get("seed", 0))
+    return [
+        parse_scenario(doc, base_dir=EXAMPLE.parent, seed=first + i, name=EXAMPLE.stem)
+        for i in range(seeds)
+    ]
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    pool = resource.getrusage(resource.RUSAGE_CHILDREN)  # the pool's processes, once joined
+    return own.ru_utime + own.ru_stime + pool.ru_utime + pool.ru_stime
+
+
+def timed(runs_on: list[Scenario], jobs: int, prune: str | None) -> tuple[Tuning, float, float]:
+    started, cpu = time.perf_counter(), _cpu()
+    tuning = run_grid(runs_on, parse_grid(GRID), jobs=jobs, prune=prune)
+    return tuning, time.perf_counter() - started, _cpu() - cpu
+
+
+def main(argv: list[str]) -> int:
+    trace_dir = find_traces(argv)
+    limit = _option(argv, "--limit", None)
+    seeds = _option(argv, "--seeds", 3) or 3
+    jobs = _option(argv, "--jobs", os.cpu_count() or 1) or 1
+    runs_on = scenarios(trace_dir, limit, seeds)
+    jobs_in = f"first {limit:,} jobs" if limit else "every job"
+    print(
+        f"muster tune on the Philly week ({jobs_in}, {len(runs_on[0].workloads):,} workloads), "
+        f"9 settings x {seeds} seeds beside the baselines and none, {jobs} processes; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        flush=True,
+    )
+    objective = OBJECTIVES["wasted"]
+    full, full_wall, full_cpu = timed(runs_on, jobs, None)
+    runs = (len(full.runs) + 1) * seeds
+    slowest = max(float(t.summary["wallSeconds"]) for r in full.runs for t in r.trials)
+    print(
+        f"without pruning: {full_wall:.1f} s wall, {full_cpu:.1f} s CPU, {runs} runs "
+        f"(slowest single run {slowest:.1f} s)",
+        flush=True,
+    )
+    pruned, pruned_wall, pruned_cpu = timed(runs_on, jobs, "wasted")
+    print(
+        f"with pruning:    {pruned_wall:.1f} s wall, {pruned_cpu:.1f} s CPU, "
+        f"{len(pruned.dominated)} of {len(full.runs)} settings stopped as dominated",
+        flush=True,
+    )
+    for d in pruned.dominated:
+        print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
+    print(
+        f"ratio pruned / full: wall {pruned_wall / full_wall:.2f}, CPU {pruned_cpu / full_cpu:.2f}"
+    )
+    best = [next((r for r in rank(t.runs, objective) if r.guarded), None) for t in (full, pruned)]
+    same = best[0] is not None and best[1] is not None and best[0].index == best[1].index
+    same = same and best[0] is not None and best[1] is not None and best[0].wasted == best[1].wasted
+    shown = best[0].label if best[0] is not None else "nothing"
+    print(f"recommendation: {shown}; the same with and without pruning: {'yes' if same else 'NO'}")
+    return 0 if same or best == [None, None] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
