@@ -6,10 +6,16 @@
   cluster of examples/philly-week-contended.yaml (no broken jobs, queues of
   thousands): wall time and events per second;
 - a month of a 500-node cluster from the synthetic generator
-  (examples/synthetic-month-500.yaml): wall time.
+  (examples/synthetic-month-500.yaml): wall time and peak memory;
+- with `--full PATH`, a whole Philly CSV (the full trace's 82,247 jobs) under
+  `gang` on the 80-node cluster of examples/philly-week.yaml, until 14 days after
+  its last submission: CPU time and peak memory.
 
 Each line gives the CPU time and the wall time; the targets are judged on the CPU
-time, which does not grow with what else the machine runs.
+time, which does not grow with what else the machine runs. Runs are made without
+a record (`simulate(record=False)`: no event log, no GPU-use samples), as a caller
+that reads only the summary makes them; each line also gives the process's peak
+resident memory so far (runs go from small to large, so the last is the largest's).
 
 The traces are looked for in `MUSTER_TRACES`, the first argument, or the first
 `shared/traces` folder beside the repository or above it; without them the Philly
@@ -19,6 +25,8 @@ under `gang`.
 
 from __future__ import annotations
 
+import math
+import resource
 import sys
 import time
 from pathlib import Path
@@ -32,6 +40,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_EVENTS_PER_SECOND = 100_000
 TARGET_WEEK_SECONDS = 10.0
 TARGET_MONTH_SECONDS = 120.0
+TARGET_FULL_SECONDS = 360.0
+TARGET_PEAK_MB = 1024.0  # the month, and the full trace
+
+
+def peak_mb() -> float:
+    """The process's peak resident memory so far, in MB (Linux reports KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def find_traces(argv: list[str]) -> Path:
@@ -47,7 +62,24 @@ def philly_week(example: str, trace: Path) -> Scenario:
     return parse_scenario(doc, base_dir=path.parent, name=path.stem)
 
 
-def run(label: str, scenario: Scenario, policy: str, target: float | None = None) -> float:
+def philly_full(trace: Path) -> Scenario:
+    """A whole Philly CSV on the week's cluster, until 14 days after its last submission."""
+    scenario = philly_week("philly-week.yaml", trace)
+    last = max(w.submit_at for w in scenario.workloads)
+    path = ROOT / "examples" / "philly-week.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["trace"]["path"] = str(trace)
+    doc["until"] = f"{math.ceil(last / 86400) + 14}d"
+    return parse_scenario(doc, base_dir=path.parent, name=trace.stem)
+
+
+def run(
+    label: str,
+    scenario: Scenario,
+    policy: str,
+    target: float | None = None,
+    memory_target: float | None = None,
+) -> float:
     """One run; returns events per CPU second.
 
     Both the wall time and the process's CPU time are printed: on a shared machine
@@ -56,7 +88,7 @@ def run(label: str, scenario: Scenario, policy: str, target: float | None = None
     the CPU time.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = simulate(scenario, policy)
+    result = simulate(scenario, policy, record=False)
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     events = result.summary["simulatedEvents"]
@@ -64,9 +96,15 @@ def run(label: str, scenario: Scenario, policy: str, target: float | None = None
     verdict = ""
     if target is not None:
         verdict = "  (target < {:.0f} s: {})".format(target, "met" if cpu < target else "MISSED")
+    peak = peak_mb()
+    memory = f"{peak:,.0f} MB peak"
+    if memory_target is not None:
+        memory += " (target < {:,.0f} MB: {})".format(
+            memory_target, "met" if peak < memory_target else "MISSED"
+        )
     print(
         f"{label} [{policy}]: {events:,} simulated events, {cpu:.2f} s CPU ({wall:.2f} s wall) "
-        f"= {rate:,.0f} events per CPU second{verdict}",
+        f"= {rate:,.0f} events per CPU second{verdict}; {memory}",
         flush=True,
     )
     return rate
@@ -106,7 +144,11 @@ def main(argv: list[str]) -> int:
             f"synthetic-month-500: {len(month.workloads):,} jobs on {month.nodes} nodes "
             f"generated in {time.perf_counter() - started:.1f} s"
         )
-        run("  synthetic-month-500", month, "gang", TARGET_MONTH_SECONDS)
+        run("  synthetic-month-500", month, "gang", TARGET_MONTH_SECONDS, TARGET_PEAK_MB)
+    if "--full" in argv:
+        full = philly_full(Path(argv[argv.index("--full") + 1]))
+        print(f"{full.name}: {len(full.workloads):,} jobs until {full.until / 86400:.0f} days")
+        run(f"  {full.name}", full, "gang", TARGET_FULL_SECONDS, TARGET_PEAK_MB)
     return 0
 
 

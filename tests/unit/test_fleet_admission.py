@@ -1,11 +1,18 @@
-"""Cluster: deferred admission for shells that batch an instant, and the pass's short cuts."""
+"""Cluster: deferred admission for shells that batch an instant, the pass's short cuts, and
+forgetting finished workloads."""
 
 from __future__ import annotations
 
+import pytest
 from muster.core import (
     Admit,
     Fleet,
+    ForgottenWorkload,
+    LogEvent,
+    Outcome,
+    Publish,
     Settings,
+    WorkloadFinished,
     WorkloadObserved,
     parse_settings,
     plan_admission,
@@ -49,3 +56,28 @@ def test_blocked_plan_is_the_same_without_ordering_the_queue():
     # nothing admissible (still backing off): not reported as blocked
     waiting = [Workload("b", "q", 1, gpus=1, requeue_at=50.0)]
     assert plan_admission(waiting, [admitted], settings, 0).blocked_by is None
+
+
+def test_a_forgetful_fleet_drops_a_finished_workload_and_refuses_its_later_events() -> None:
+    # GIVEN a fleet that forgets finished workloads, with one admitted and one queued
+    fleet = Fleet(Settings(), forget_finished=True)
+    fleet.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
+    fleet.apply(WorkloadObserved("b", "q", 1, gpus=1), 0)
+    assert fleet.get("a") is not None
+    # WHEN `a` finishes
+    step = fleet.apply(WorkloadFinished("a"), 5)
+    # THEN it is logged as finished and dropped, `b` stays
+    assert [e.event for e in step.effects if isinstance(e, Publish)] == [LogEvent.FINISHED]
+    assert fleet.get("a") is None and [w.key for w in fleet] == ["b"]
+    # AND a later event for it is refused rather than decided on nothing
+    with pytest.raises(ForgottenWorkload, match="'a'"):
+        fleet.apply(WorkloadFinished("a"), 6)
+
+
+def test_a_fleet_keeps_finished_workloads_unless_told_to_forget_them() -> None:
+    fleet = Fleet(Settings())
+    fleet.apply(WorkloadObserved("a", "q", 1, gpus=1), 0)
+    fleet.apply(WorkloadFinished("a"), 5)
+    kept = fleet.get("a")
+    assert kept is not None and kept.phase is Phase.FINISHED
+    assert fleet.apply(WorkloadFinished("a"), 6).outcomes[0][1] is Outcome.DUPLICATE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from muster.core import (
     Evict,
     Phase,
     PodObserved,
+    Publish,
     Reactivate,
     Reason,
     RequeueDue,
@@ -358,3 +360,38 @@ def test_a_node_replacement_eviction_ends_the_streak() -> None:
     run.pods(crash, crash)
     run.timeout()
     assert run.workload.phase is Phase.REQUEUED
+
+
+def test_without_details_an_eviction_decides_the_same_and_leaves_out_its_diagnosis() -> None:
+    # GIVEN workloadFaults.limitCount 1 and a gang whose pods crash loop on every attempt,
+    # played with details; each timeout also decided without them from the same state
+    run = Run(settings(timeout="60s", workloadFaults={"limitCount": 1}))
+    for attempt in (1, 2):
+        run.admit()
+        run.pods(crash, crash)
+        assert run.w is not None and run.w.timer is not None
+        t = run.w.timer
+        run.now = t.deadline
+        event = DeadlineReached(KEY, t.attempt, t.kind, t.episode, t.incarnation)
+        bare = decide(run.w, event, run.s, run.now, details=False)
+        full = run.step(event)
+        # THEN the state and every effect agree, but the published details
+        assert bare.workload == full.workload and bare.outcome is full.outcome
+        assert [type(e) for e in bare.effects] == [type(e) for e in full.effects]
+        kept = [e for e in bare.effects if not isinstance(e, Publish | Evict)]
+        assert kept == [e for e in full.effects if not isinstance(e, Publish | Evict)]
+        (evict,) = [e for e in bare.effects if isinstance(e, Evict)]
+        (evict_full,) = [e for e in full.effects if isinstance(e, Evict)]
+        assert len(evict_full.not_ready) == 2 and evict.not_ready == ()
+        assert replace(evict_full, not_ready=()) == evict
+        assert full.workload.fault_evictions == attempt
+        # AND without them the eviction carries no diagnosis and no not-ready pods
+        (evicted,) = published(list(bare.effects), "Evicted")
+        (with_them,) = published(list(full.effects), "Evicted")
+        assert "diagnosis" in with_them.detail and "notReady" in with_them.detail
+        assert {
+            k: v for k, v in with_them.detail.items() if k not in ("diagnosis", "notReady")
+        } == (evicted.detail)
+    # AND the second, which deactivates it, says so without a summary
+    (gone,) = published(list(bare.effects), "Deactivated")
+    assert gone.detail == {"reason": "WorkloadFaults", "count": 1, "faultEvictions": 2}

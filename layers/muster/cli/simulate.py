@@ -67,7 +67,14 @@ def run_command(
         results: list[RunResult] = []
         for policy in policies:
             bar = _ProgressBar(err, f"{scenario.name} [{policy}]") if show_progress else None
-            results.append(simulate(scenario, policy, progress=bar.update if bar else None))
+            results.append(
+                simulate(
+                    scenario,
+                    policy,
+                    progress=bar.update if bar else None,
+                    record=args.out is not None,  # the log and samples only for the files
+                )
+            )
             if bar:
                 bar.close()
         title = f"{scenario.name} (seed {scenario.seed})"

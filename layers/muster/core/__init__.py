@@ -16,7 +16,7 @@ from muster.core.admission import (
 from muster.core.decide import decide
 from muster.core.durations import DurationError, format_duration, parse_duration
 from muster.core.eviction import backoff_delay, owed_timer
-from muster.core.fleet import Fleet, StepResult
+from muster.core.fleet import Fleet, ForgottenWorkload, StepResult
 from muster.core.gang import reassess
 from muster.core.model import (
     ACTIVE_PHASES,
@@ -89,6 +89,7 @@ __all__ = [
     "Event",
     "Evict",
     "Fleet",
+    "ForgottenWorkload",
     "Kind",
     "LogEvent",
     "NodeObserved",

@@ -72,8 +72,13 @@ def decide(
     now: float,
     *,
     draw: float = 0.0,
+    details: bool = True,
 ) -> Decision:
-    """Apply `event` to `workload` (None if unknown) at time `now`."""
+    """Apply `event` to `workload` (None if unknown) at time `now`.
+
+    With `details` off, an eviction leaves out what only a reader of its details
+    wants: its diagnosis and not-ready pods (in what is published, and in the
+    `Evict`); the decision, the state and every other effect are the same."""
     if workload is not None and workload.key != event.workload:
         return Decision(
             workload,
@@ -98,8 +103,8 @@ def decide(
             return observe_node(workload, event, qs, now)
         case DeadlineReached():
             if event.kind is TimerKind.FAULT:
-                return fault_deadline(workload, event, qs, now, draw)
-            return readiness_deadline(workload, event, qs, now, draw)
+                return fault_deadline(workload, event, qs, now, draw, details=details)
+            return readiness_deadline(workload, event, qs, now, draw, details=details)
         case RequeueDue():
             return requeue_due(workload, event, now)
         case AdmissionGranted():

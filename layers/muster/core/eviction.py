@@ -16,6 +16,7 @@ from muster.core.diagnosis import (
     PodDiagnosis,
     classify,
     diagnose,
+    fails_on_its_own,
 )
 from muster.core.gang import incarnation
 from muster.core.model import (
@@ -57,11 +58,22 @@ def backoff_delay(count: int, qs: QueueSettings, draw: float = 0.0) -> float:
 
 
 def readiness_deadline(
-    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+    w: Workload,
+    e: DeadlineReached,
+    qs: QueueSettings,
+    now: float,
+    draw: float,
+    *,
+    details: bool = True,
 ) -> Decision:
+    """The readiness deadline ran out: evict the gang if it is still not whole.
+
+    With `details` off the eviction's log detail leaves out its diagnosis and
+    not-ready pods (for a shell that reads neither); what is decided is the same.
+    """
     timer = w.timer
     if timer is None and _owed_signal(w, e, qs):
-        return owed_deadline(w, qs, now, draw)
+        return owed_deadline(w, qs, now, draw, details=details)
     if timer is None or (timer.attempt, timer.kind, timer.episode) != (
         e.attempt,
         e.kind,
@@ -71,7 +83,8 @@ def readiness_deadline(
     if e.incarnation and e.incarnation != timer.incarnation:
         return Decision(w, outcome=Outcome.STALE, note="timer of an earlier object of this name")
     cause = Reason.WAIT_FOR_START if e.kind is TimerKind.STARTUP else Reason.WAIT_FOR_RECOVERY
-    return _evict_not_ready(w, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+    found = diagnose(w) if details else None
+    return _evict_not_ready(w, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, found)
 
 
 def owed_timer(w: Workload, qs: QueueSettings) -> Timer | None:
@@ -113,7 +126,9 @@ def _owed_signal(w: Workload, e: DeadlineReached, qs: QueueSettings) -> bool:
     return owed_timer(w, qs) is not None
 
 
-def owed_deadline(w: Workload, qs: QueueSettings, now: float, draw: float) -> Decision:
+def owed_deadline(
+    w: Workload, qs: QueueSettings, now: float, draw: float, *, details: bool = True
+) -> Decision:
     """Act on the deadline a settings change brought back: evict now if it passed,
     else arm its timer for the time that remains. IGNORED when none is owed."""
     timer = owed_timer(w, qs)
@@ -123,7 +138,8 @@ def owed_deadline(w: Workload, qs: QueueSettings, now: float, draw: float) -> De
     owed = replace(w, dry_run_evicted=False)
     if timer.deadline <= now:
         cause = Reason.WAIT_FOR_START if w.phase is Phase.ADMITTED else Reason.WAIT_FOR_RECOVERY
-        return _evict_not_ready(owed, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, diagnose(w))
+        found = diagnose(w) if details else None
+        return _evict_not_ready(owed, qs, now, draw, Reason.PODS_READY_TIMEOUT, cause, found)
     episodes = timer.episode if timer.kind is TimerKind.RECOVERY else w.recovery_episodes
     armed = replace(owed, timer=timer, rearms=w.rearms + 1, recovery_episodes=episodes)
     return Decision(armed, (StartTimer(w.key, timer),))
@@ -226,7 +242,13 @@ def outgrew_admission(
 
 
 def fault_deadline(
-    w: Workload, e: DeadlineReached, qs: QueueSettings, now: float, draw: float
+    w: Workload,
+    e: DeadlineReached,
+    qs: QueueSettings,
+    now: float,
+    draw: float,
+    *,
+    details: bool = True,
 ) -> Decision:
     """`workloadFaults.evictAfter` ran out: evict early if every not-ready pod still fails
     on its own (the timer's stop may not have arrived; correctness never depends on it)."""
@@ -243,7 +265,9 @@ def fault_deadline(
             note="the gang's pods no longer all fail on their own",
         )
     cause = Reason.WAIT_FOR_START if w.phase is Phase.ADMITTED else Reason.WAIT_FOR_RECOVERY
-    return _evict_not_ready(w, qs, now, draw, Reason.WORKLOAD_FAULT, cause, found)
+    return _evict_not_ready(
+        w, qs, now, draw, Reason.WORKLOAD_FAULT, cause, found if details else None
+    )
 
 
 def _evict_not_ready(
@@ -253,7 +277,7 @@ def _evict_not_ready(
     draw: float,
     reason: Reason,
     cause: Reason,
-    found: Diagnosis,
+    found: Diagnosis | None,
 ) -> Decision:
     """Evict a gang that is not whole: requeue it with backoff, or deactivate it.
 
@@ -262,27 +286,17 @@ def _evict_not_ready(
     Every such eviction records the diagnosis of the gang's not-ready pods; one in
     which they all failed on their own extends a streak, any other ends it, and
     the streak beyond `workloadFaults.limitCount` deactivates (`WorkloadFaults`).
+    `found` None: no details wanted, only the diagnosis's verdict is worked out (and
+    the `Evict` names no not-ready pods).
     """
-    not_ready = w.not_ready_pods()
-    classes = {d.pod: d for d in found.pods}
-    detail: dict[str, Any] = {
-        "attempt": w.attempt,
-        "reason": str(reason),
-        "cause": str(cause),
-        "readyPods": w.ready_pods,
-        "gangSize": w.gang_size,
-        "notReady": [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]],
-        "diagnosis": found.to_dict(),
-    }
-    streak = w.fault_evictions + 1 if found.workload_fault else 0
+    not_ready, detail = _eviction_detail(w, reason, cause, found)
+    fault = found.workload_fault if found is not None else fails_on_its_own(w)
+    streak = w.fault_evictions + 1 if fault else 0
     fault_limited = qs.fault_limit_count is not None and streak > qs.fault_limit_count
     limited = fault_limited or _limit_reached(w, qs, now)
     limit_reason = Reason.WORKLOAD_FAULTS if fault_limited else Reason.REQUEUING_LIMIT_EXCEEDED
     if fault_limited:
-        detail["diagnosis"]["summary"] = (
-            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
-            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
-        )
+        _retries_stopped(detail, found, streak, qs)
     count = w.requeue_count + 1
     delay = backoff_delay(count, qs, draw)
     fired = (
@@ -332,7 +346,7 @@ def _evict_not_ready(
         gone: dict[str, Any] = {"reason": str(limit_reason), "count": w.requeue_count}
         if fault_limited:
             gone["faultEvictions"] = streak
-            gone["summary"] = detail["diagnosis"]["summary"]
+            gone.update(_summary_of(detail))
         effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
         effects.append(RunAdmission("evicted"))
         return Decision(deactivated, tuple(effects), withdrawn=had_live_pods(w))
@@ -353,6 +367,44 @@ def _evict_not_ready(
     )
     effects.append(RunAdmission("evicted"))
     return Decision(requeued, tuple(effects), withdrawn=had_live_pods(w))
+
+
+def _eviction_detail(
+    w: Workload, reason: Reason, cause: Reason, found: Diagnosis | None
+) -> tuple[tuple[Pod, ...], dict[str, Any]]:
+    """The gang's not-ready pods and the eviction's log detail (without `found`: no
+    pods, and neither their details nor the diagnosis in it)."""
+    detail: dict[str, Any] = {
+        "attempt": w.attempt,
+        "reason": str(reason),
+        "cause": str(cause),
+        "readyPods": w.ready_pods,
+        "gangSize": w.gang_size,
+    }
+    if found is None:
+        return (), detail
+    not_ready = w.not_ready_pods()
+    classes = {d.pod: d for d in found.pods}
+    detail["notReady"] = [_pod_detail(p, classes.get(p.name)) for p in not_ready[:20]]
+    detail["diagnosis"] = found.to_dict()
+    return not_ready, detail
+
+
+def _retries_stopped(
+    detail: dict[str, Any], found: Diagnosis | None, streak: int, qs: QueueSettings
+) -> None:
+    """The diagnosis's summary says the fault streak stopped the retries (when there is one)."""
+    if found is not None:
+        detail["diagnosis"]["summary"] = (
+            f"{found.sentence()}; retries stopped: {streak} evictions in a row failed this "
+            f"way (workloadFaults.limitCount {qs.fault_limit_count})"
+        )
+
+
+def _summary_of(detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The diagnosis's summary for the Deactivated event, if the eviction has one."""
+    found = detail.get("diagnosis")
+    return {"summary": found["summary"]} if found is not None else {}
 
 
 def _limit_reached(w: Workload, qs: QueueSettings, now: float) -> bool:

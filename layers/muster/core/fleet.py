@@ -56,6 +56,10 @@ class StepResult:
         self.admission_wanted = self.admission_wanted or other.admission_wanted
 
 
+class ForgottenWorkload(LookupError):
+    """An event for a workload the fleet dropped when it finished (`forget_finished`)."""
+
+
 def _no_jitter() -> float:
     return 0.0
 
@@ -67,6 +71,16 @@ class Fleet:
     With `defer_admission`, `apply` does not answer RunAdmission itself but sets
     `StepResult.admission_wanted`; a shell that batches the events of one instant
     (the simulator) then runs a single `admission_pass` after all of them.
+
+    With `forget_finished`, a workload that finished (and holds nothing) is dropped
+    with its pods: for a shell whose cluster says nothing more of a finished
+    workload (the simulator, whose completed jobs take their pods with them), so
+    that what is kept grows with the workloads in flight, not with all there were.
+    An event for a forgotten workload is refused (`ForgottenWorkload`), never
+    decided without what it would have been decided on.
+
+    With `details` off, evictions are published without their diagnosis and
+    not-ready pods (`decide`'s `details`), for a shell that reads neither.
     """
 
     def __init__(
@@ -75,9 +89,14 @@ class Fleet:
         draw: Callable[[], float] = _no_jitter,
         *,
         defer_admission: bool = False,
+        forget_finished: bool = False,
+        details: bool = True,
     ) -> None:
         self.defer_admission = defer_admission
         self.workloads: dict[str, Workload] = {}
+        self._forget = forget_finished
+        self._details = details
+        self._forgotten: set[str] = set()  # their keys
         self._draw = draw
         self._active: set[str] = set()
         # Deleted while holding quota, with pods still running: still charged.
@@ -196,6 +215,11 @@ class Fleet:
         )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
+        if self._forgotten and event.workload in self._forgotten:
+            raise ForgottenWorkload(
+                f"{type(event).__name__} for {event.workload!r}, which finished and was "
+                "forgotten (forget_finished)"
+            )
         if self._decide(self.workloads.get(event.workload), event, now, result):
             if self.defer_admission:
                 result.admission_wanted = True
@@ -204,7 +228,7 @@ class Fleet:
 
     def _decide(self, w: Workload | None, event: Event, now: float, result: StepResult) -> bool:
         """Decide one event into `result`; True if the core asked for an admission pass."""
-        decision = decide(w, event, self._settings, now, draw=self._draw())
+        decision = decide(w, event, self._settings, now, draw=self._draw(), details=self._details)
         result.outcomes.append((event.workload, decision.outcome, decision.note))
         wants = False
         if decision.outcome is Outcome.APPLIED and decision.workload is not None:
@@ -245,6 +269,9 @@ class Fleet:
             self._not_ready.discard(w.key)
         if w.phase is Phase.PENDING or w.key in self._queue:
             self._queue.add(w)
+        if self._forget and w.phase is Phase.FINISHED and w.key not in self._outlived:
+            del self.workloads[w.key]
+            self._forgotten.add(w.key)
         return outlived and w.key not in self._outlived
 
     def _charge(self, old: Workload | None, w: Workload) -> None:

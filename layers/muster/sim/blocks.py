@@ -26,9 +26,15 @@ class BlockCluster(SimulatedCluster):
     """Nodes `node-0 ... node-(n-1)`, node i labelled with `topology[i]`."""
 
     def __init__(
-        self, nodes: int, gpus_per_node: int, topology: Sequence[Topology], *, start: float = 0.0
+        self,
+        nodes: int,
+        gpus_per_node: int,
+        topology: Sequence[Topology],
+        *,
+        start: float = 0.0,
+        sampling: bool = True,
     ) -> None:
-        super().__init__(nodes, gpus_per_node, start=start)
+        super().__init__(nodes, gpus_per_node, start=start, sampling=sampling)
         if len(topology) != nodes:
             raise ValueError(f"topology: {len(topology)} nodes' labels for {nodes} nodes")
         self.topology = list(topology)

@@ -20,6 +20,12 @@ A run is a few named steps, each a place to extend:
 - `RunLog` (`muster.sim.runlog`): the event log and the counts the summary
   (`muster.sim.summary`) is made of.
 
+What a run keeps grows with what is in flight, not with all there was: the core
+forgets a workload once it finished (a completed job's pods go with it, so the
+cluster says nothing more of it), and with `record` off (a caller that reads only
+the summary: a benchmark, a tuner's run) neither the event log nor the GPU-use
+samples are made.
+
 Policy `none` is plain Kubernetes: the same core with no quota, no deadlines and no
 blocking admits every workload when it is submitted, so the event log reads the
 same for both policies while nothing is ever evicted.
@@ -31,7 +37,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.core import (
@@ -72,11 +78,11 @@ from muster.sim.agenda import (
     Submit,
 )
 from muster.sim.blocks import BlockCluster
-from muster.sim.kube import GpuSample, SimulatedCluster, Wakeup
+from muster.sim.kube import GpuSample, PodChange, SimulatedCluster, Wakeup
 from muster.sim.runlog import RunLog
 from muster.sim.scenario import Scenario
 from muster.sim.specs import seeded
-from muster.sim.summary import failure_summary, summarize, topology_summary
+from muster.sim.summary import Tracking, failure_summary, summarize, topology_summary
 
 POLICIES = ("gang", "gang+block", "gang+fit", "none")
 
@@ -126,6 +132,8 @@ class RunResult:
     total_gpus: int
     end: float
     stopped_at: float | None = None  # when `stop` ended the run early (its figures so far)
+    # Each workload's submission, first PodsReady, end (kept with `record` off too).
+    tracking: Mapping[str, Tracking] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- the run
@@ -141,6 +149,8 @@ class Simulation:
         progress: Callable[[float, float], None] | None = None,
         stop: Callable[[Simulation], bool] | None = None,
         stop_every: float | None = None,
+        *,
+        record: bool = True,
     ) -> None:
         self.scenario = scenario
         self.policy = policy
@@ -152,11 +162,17 @@ class Simulation:
         self._stop_every = stop_every if stop_every is not None else scenario.until / 200
         jitter = seeded(scenario.seed, f"jitter:{policy}")
         self.core = Fleet(
-            policy_settings(scenario, policy), draw=jitter.random, defer_admission=True
+            policy_settings(scenario, policy),
+            draw=jitter.random,
+            defer_admission=True,
+            forget_finished=True,
+            # An eviction's diagnosis is read only to classify it, when the scenario
+            # models failure modes; no log line carries it otherwise.
+            details=scenario.models_failures,
         )
-        self.kube = cluster_of(scenario)
+        self.kube = cluster_of(scenario, sampling=record)
         self.agenda = Agenda()
-        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures)
+        self.log = RunLog(len(scenario.workloads), failures=scenario.models_failures, keep=record)
         self.actions: ClusterActions = SimulatedActions(self.kube, lambda: self.agenda.now)
         self._until = scenario.until
         self._specs = {w.name: w for w in scenario.workloads}
@@ -245,6 +261,7 @@ class Simulation:
             kube.total_gpus,
             end,
             stopped_at,
+            log.tracking,
         )
 
     def _plan(self) -> None:
@@ -266,7 +283,10 @@ class Simulation:
     def _settle(self) -> None:
         """Play the current instant: its due items, then (if asked for) one admission
         pass, then the cluster's controllers and scheduler; again while that made
-        more due at this instant (a zero startup time, say)."""
+        more due at this instant (a zero startup time, say).
+
+        What the controllers and the scheduler did is reported once both have acted,
+        so a pod created and bound at once is reported once, bound."""
         agenda, kube, handlers = self.agenda, self.kube, self._handlers
         now, pop_due = agenda.now, agenda.pop_due
         while True:
@@ -276,8 +296,6 @@ class Simulation:
             if wanted:
                 self._admission_pass()
             kube.reconcile()
-            if kube.outbox:
-                self._drain()
             kube.bind_pending(now)
             if kube.outbox:
                 self._drain()
@@ -339,12 +357,13 @@ class Simulation:
     # ----------------------------------------------------------- what the cluster did
 
     def _drain(self) -> bool:
-        """Feed the cluster's pod changes to the core; put its wake-ups on the agenda."""
+        """Feed the cluster's pod changes to the core (each pod's latest of a batch);
+        put its wake-ups on the agenda."""
         kube, deliver = self.kube, self._deliver
         wanted = False
         while kube.outbox:
             batch, kube.outbox = kube.outbox, []
-            for item in batch:
+            for item in latest_reports(batch):
                 if isinstance(item, Wakeup):
                     self._wake_at(item)
                 else:
@@ -437,12 +456,36 @@ class Simulation:
         return self._deliver(item)
 
 
-def cluster_of(scenario: Scenario) -> SimulatedCluster:
-    """The simulated cluster of `scenario`: its nodes in network blocks if it has them."""
+def cluster_of(scenario: Scenario, *, sampling: bool = True) -> SimulatedCluster:
+    """The simulated cluster of `scenario`: its nodes in network blocks if it has them;
+    without `sampling` it keeps no GPU-use samples (a run nobody draws)."""
     if scenario.topology:
         labels = [scenario.node_topology(i) for i in range(scenario.nodes)]
-        return BlockCluster(scenario.nodes, scenario.gpus_per_node, labels)
-    return SimulatedCluster(scenario.nodes, scenario.gpus_per_node)
+        return BlockCluster(scenario.nodes, scenario.gpus_per_node, labels, sampling=sampling)
+    return SimulatedCluster(scenario.nodes, scenario.gpus_per_node, sampling=sampling)
+
+
+def latest_reports(batch: list[PodChange | Wakeup]) -> list[PodChange | Wakeup]:
+    """`batch` with each pod's reports replaced by its last, at the place of its first,
+    as the agent's outbox coalesces them: the core needs only a pod's latest state,
+    and its `seq` says it is the latest. Wake-ups are kept as they are."""
+    last: dict[str, PodChange] = {}
+    reports = 0
+    for item in batch:
+        if not isinstance(item, Wakeup):
+            last[item.uid] = item
+            reports += 1
+    if len(last) == reports:
+        return batch  # no pod reported twice (the usual case)
+    out: list[PodChange | Wakeup] = []
+    for item in batch:
+        if isinstance(item, Wakeup):
+            out.append(item)
+        else:
+            latest = last.pop(item.uid, None)
+            if latest is not None:
+                out.append(latest)
+    return out
 
 
 def _ignore(effect: Effect) -> None:
@@ -456,7 +499,14 @@ def simulate(
     progress: Callable[[float, float], None] | None = None,
     stop: Callable[[Simulation], bool] | None = None,
     stop_every: float | None = None,
+    record: bool = True,
 ) -> RunResult:
-    """Run `scenario` under `policy` ("gang", "gang+block" or "none"); `stop`, asked
-    every `stop_every` simulated seconds, may end it early (`RunResult.stopped_at`)."""
-    return Simulation(scenario, policy, progress=progress, stop=stop, stop_every=stop_every).run()
+    """Run `scenario` under `policy` ("gang", "gang+block", "gang+fit" or "none");
+    `stop`, asked every `stop_every` simulated seconds, may end it early
+    (`RunResult.stopped_at`).
+
+    With `record` off the result has the summary and `tracking` but no event log
+    and no GPU-use samples (nothing is made for them)."""
+    return Simulation(
+        scenario, policy, progress=progress, stop=stop, stop_every=stop_every, record=record
+    ).run()

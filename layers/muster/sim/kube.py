@@ -144,7 +144,9 @@ class GpuSample:
 class SimulatedCluster:
     """Nodes `node-0 ... node-(n-1)` with `gpus_per_node` GPUs each."""
 
-    def __init__(self, nodes: int, gpus_per_node: int, *, start: float = 0.0) -> None:
+    def __init__(
+        self, nodes: int, gpus_per_node: int, *, start: float = 0.0, sampling: bool = True
+    ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ClusterError("a cluster needs at least one node with at least one GPU")
         self.node_names = [f"node-{i}" for i in range(nodes)]
@@ -178,7 +180,9 @@ class SimulatedCluster:
         self._held_by: dict[str, int] = {}
         self.useful_by: dict[str, float] = {}
         self.held_by: dict[str, float] = {}
+        # GPU use over time, for the picture (`sampling` off: only the first sample).
         self.samples: list[GpuSample] = [GpuSample(start, 0, 0, self.total_gpus)]
+        self._sampling = sampling
 
     # ------------------------------------------------------------------ jobs
 
@@ -583,6 +587,8 @@ class SimulatedCluster:
             self._since = now
 
     def _sample(self, now: float) -> None:
+        if not self._sampling:
+            return
         last = self.samples[-1]
         useful, held, available = self._useful, self._held, self._available
         if last.t == now:

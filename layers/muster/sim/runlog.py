@@ -26,10 +26,16 @@ _EVICTED, _REQUEUED, _PODS_READY, _DEACTIVATED, _FINISHED = (
 
 
 class RunLog:
-    """The run's event log, and the counts its summary is made of."""
+    """The run's event log, and the counts its summary is made of.
 
-    def __init__(self, workloads: int, failures: bool = False) -> None:
+    With `keep` off the log's entries are not made at all, only the counts (a run
+    whose caller reads the summary alone: a benchmark, a tuner's run); `events`
+    stays empty.
+    """
+
+    def __init__(self, workloads: int, failures: bool = False, *, keep: bool = True) -> None:
         self.events: list[dict[str, Any]] = []
+        self.keep = keep
         # Only when the scenario models failure modes: each eviction's class in the
         # log, and evictions by class for the summary (otherwise the log is unchanged).
         self.failures = failures
@@ -61,27 +67,19 @@ class RunLog:
 
     def node_changed(self, now: float, node: str, *, failed: bool) -> None:
         """A node fault (or its repair) as a line of its own, before what it causes."""
-        self.events.append(node_line(num(now), node, failed=failed))
+        if self.keep:
+            self.events.append(node_line(num(now), node, failed=failed))
 
     def published(self, effect: Publish, now: float) -> None:
-        """One event-log entry, and what it means for the summary."""
-        if now != self._instant:
-            self._instant, self._t = now, num(now)
+        """One event-log entry (when kept), and what it means for the summary."""
         name, workload, detail = effect.event, effect.workload, effect.detail
-        entry: dict[str, Any] = {"t": self._t, "workload": workload, "event": _EVENT_NAMES[name]}
-        shape = tuple(detail)
-        fields = self._fields.get(shape)
-        if fields is None:
-            fields = self._fields[shape] = tuple(k for k in _LOG_FIELDS if k in detail)
-        for key in fields:
-            value = detail[key]
-            if value is not None:
-                entry[key] = num(value) if type(value) is float else value
-        self.events.append(entry)
+        entry = self._entry(effect, now) if self.keep else None
         if name is _EVICTED:
             self.evictions += 1
             if self.failures:
-                label = entry["class"] = eviction_class(detail)
+                label = eviction_class(detail)
+                if entry is not None:
+                    entry["class"] = label
                 if not detail.get("dryRun"):
                     self.by_class[label] = self.by_class.get(label, 0) + 1
         elif name is _REQUEUED:
@@ -98,6 +96,27 @@ class RunLog:
         elif name is _FINISHED:
             self.tracking[workload].finished = now
             self.open_workloads -= 1
+
+    def _entry(self, effect: Publish, now: float) -> dict[str, Any]:
+        """The log entry of `effect`, appended to the log."""
+        if now != self._instant:
+            self._instant, self._t = now, num(now)
+        detail = effect.detail
+        entry: dict[str, Any] = {
+            "t": self._t,
+            "workload": effect.workload,
+            "event": _EVENT_NAMES[effect.event],
+        }
+        shape = tuple(detail)
+        fields = self._fields.get(shape)
+        if fields is None:
+            fields = self._fields[shape] = tuple(k for k in _LOG_FIELDS if k in detail)
+        for key in fields:
+            value = detail[key]
+            if value is not None:
+                entry[key] = num(value) if type(value) is float else value
+        self.events.append(entry)
+        return entry
 
 
 def eviction_class(detail: Mapping[str, Any]) -> str:
