@@ -19,6 +19,20 @@ def test_a_bad_scenario_names_the_field_and_exits_2(
     assert "muster local:" in err and "pods" in err
 
 
+def test_a_scenario_with_network_blocks_is_refused_not_played_without_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "blocks.yaml"
+    path.write_text(
+        "cluster: {nodes: 8, gpusPerNode: 8, topology: {network-node-layer-3: 4}}\n"
+        "workloads:\n  - {name: a, pods: 2, gpusPerPod: 8}\n"
+    )
+    assert main(["local", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("muster local: cluster.topology: the local mode does not model")
+    assert "muster simulate" in err and "Traceback" not in err
+
+
 def test_an_unknown_builtin_and_a_bad_scale_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["local", "--builtin", "no-such-story"]) == 2
     assert "no-such-story" in capsys.readouterr().err

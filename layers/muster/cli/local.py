@@ -277,6 +277,16 @@ def _interrupt(signum: int, frame: object) -> None:
 def _scenario(args: argparse.Namespace) -> Scenario:
     if args.scenario and args.builtin:
         raise ScenarioError("give a scenario file or --builtin, not both")
-    if args.scenario:
-        return load_scenario(Path(args.scenario))
-    return load_builtin(args.builtin or DEFAULT_SCENARIO)
+    scenario = (
+        load_scenario(Path(args.scenario))
+        if args.scenario
+        else load_builtin(args.builtin or DEFAULT_SCENARIO)
+    )
+    if scenario.topology:
+        # The local cluster's nodes carry no labels: its gangs would be placed as if
+        # the blocks were not there, and the run would not say so.
+        raise ScenarioError(
+            "cluster.topology: the local mode does not model network blocks; "
+            "run this scenario with `muster simulate`"
+        )
+    return scenario
