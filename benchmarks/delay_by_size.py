@@ -17,9 +17,10 @@ of gang by its GPUs, beside the overall figures:
 The traces are looked for as benchmarks/simulate.py does (`MUSTER_TRACES`, the
 first argument, or a `shared/traces` folder above the repository); without them
 it says so and ends. `--jobs N` plays only each week's first N jobs (the test
-command's small run); `--only fit|faults` runs one of the pairs.
+command's small run, with `--weeks 1`: the first week only); `--only fit|faults`
+runs one of the pairs.
 
-    .venv/bin/python benchmarks/delay_by_size.py [TRACES_DIR] [--jobs N] [--only fit|faults]
+    .venv/bin/python benchmarks/delay_by_size.py [TRACES_DIR] [--jobs N] [--weeks N] [--only fit|faults]
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ def main(argv: list[str]) -> int:
     jobs = int(argv[argv.index("--jobs") + 1]) if "--jobs" in argv else None
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
     weeks = [traces / week for week in WEEKS if (traces / week).exists()]
+    if "--weeks" in argv:
+        weeks = weeks[: int(argv[argv.index("--weeks") + 1])]
     if not weeks:
         print(f"skipped: no Philly week trace in {traces}")
         return 0

@@ -99,7 +99,7 @@ SLOW = [
 ON_TRACES = [
     (
         "delay_by_size.py",
-        ["--jobs", "300"],
+        ["--jobs", "200", "--weeks", "1"],
         [
             r"### philly-2017-10-02-week, pods of 8 GPUs",
             r"### philly-2017-10-02-week, 5% broken jobs",
