@@ -83,7 +83,16 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         "AWS_DEFAULT_REGION": REGION,
     }.items():
         monkeypatch.setenv(key, value)
-    with mock_aws():
+    # Moto runs no distributed map: the execution must stay RUNNING while the test
+    # plays the map. The local mode's moto server makes moto execute state machines
+    # for the whole process (its config, and the backends its modules name), so an
+    # earlier test may have left that on: the plain backends are put back here.
+    import moto.stepfunctions.models as sfn_models
+    import moto.stepfunctions.responses as sfn_responses
+
+    monkeypatch.setattr(sfn_models, "stepfunctions_backends", stepfunctions_backends)
+    monkeypatch.setattr(sfn_responses, "stepfunctions_backends", stepfunctions_backends)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):
         session = boto3.session.Session(region_name=REGION)
         session.client("s3").create_bucket(Bucket=BUCKET)
         yield session
