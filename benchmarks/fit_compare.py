@@ -115,13 +115,18 @@ def main(argv: list[str]) -> int:
             lines.append("| " + " | ".join(cells) + " |")
             summaries[f"{name} / {policy}"] = summary
             print(lines[-1], flush=True)
-    out = ROOT / "out" / "fit-compare"
+    write_out("fit-compare", lines, summaries)
+    return 0
+
+
+def write_out(name: str, lines: list[str], summaries: dict[str, Any]) -> None:
+    """The table and every run's summary under out/NAME/, and the table once more."""
+    out = ROOT / "out" / name
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "summaries.json").write_text(json.dumps(summaries, indent=2, sort_keys=True) + "\n")
     print()
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ or a `shared/traces` folder beside the repository or above it).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "layers")]
 
 import yaml  # noqa: E402
-from fit_compare import hours  # noqa: E402
+from fit_compare import hours, write_out  # noqa: E402
 from muster.sim.engine import simulate  # noqa: E402
 from muster.sim.scenario import Scenario, parse_scenario  # noqa: E402
 from simulate import find_traces  # noqa: E402
@@ -132,12 +131,7 @@ def main(argv: list[str]) -> int:
             lines.append("| " + " | ".join(cells) + " |")
             summaries[f"{week} / {policy} / {label}"] = summary
             print(lines[-1], flush=True)
-    out = ROOT / "out" / "topology-compare"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    (out / "summaries.json").write_text(json.dumps(summaries, indent=2, sort_keys=True) + "\n")
-    print()
-    print("\n".join(lines))
+    write_out("topology-compare", lines, summaries)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_eks as eks
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
@@ -113,3 +114,30 @@ class EksAccess(Construct):
             service_account=agent_service_account,
             role_arn=agent_role.role_arn,
         )
+
+
+def state_machine_role(
+    scope: Construct, construct_id: str, state_machine_name: str, description: str
+) -> tuple[iam.Role, str]:
+    """A role Step Functions may assume for the state machine named so, and no other
+    of the account (CDK's default trusts `stateMachine:*`); with that machine's ARN."""
+    stack = Stack.of(scope)
+    own_arn = stack.format_arn(
+        service="states",
+        resource="stateMachine",
+        resource_name=state_machine_name,
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+    role = iam.Role(
+        scope,
+        construct_id,
+        assumed_by=iam.PrincipalWithConditions(
+            iam.ServicePrincipal("states.amazonaws.com"),
+            {
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnEquals": {"aws:SourceArn": own_arn},
+            },
+        ),
+        description=description,
+    )
+    return role, own_arn

@@ -9,8 +9,7 @@ the timer function re-checks the workload's state and attempt.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_iam as iam
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -18,6 +17,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra import constants as c
+from infra.security import state_machine_role
 
 
 class TimerStateMachine(Construct):
@@ -64,25 +64,11 @@ class TimerStateMachine(Construct):
         # its executions (`execution:<name>:*`), and its role trusts it by name.
         stack = Stack.of(self)
         self.state_machine_name = f"{stack.stack_name}-{c.TIMER_STATE_MACHINE_SUFFIX}"
-        own_arn = stack.format_arn(
-            service="states",
-            resource="stateMachine",
-            resource_name=self.state_machine_name,
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        # Step Functions may assume the role for this state machine only, not for
-        # every state machine of the account (CDK's default trusts `stateMachine:*`).
-        self.role = iam.Role(
+        self.role, _ = state_machine_role(
             self,
             "Role",
-            assumed_by=iam.PrincipalWithConditions(
-                iam.ServicePrincipal("states.amazonaws.com"),
-                {
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnEquals": {"aws:SourceArn": own_arn},
-                },
-            ),
-            description="Muster readiness timers: signal the timer queue",
+            self.state_machine_name,
+            "Muster readiness timers: signal the timer queue",
         )
         self.state_machine = sfn.StateMachine(
             self,

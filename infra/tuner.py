@@ -28,6 +28,7 @@ from constructs import Construct
 
 from infra import constants as c
 from infra.layer import FUNCTIONS_DIR, LayerBuilder, MusterLayer, tuner_handler_files
+from infra.security import state_machine_role
 
 RUNS = "runs"
 MAP_RESULTS = "map"
@@ -136,23 +137,11 @@ class Tuner(Construct):
         # The map as Amazon States Language, so that its rights are exactly the ones
         # granted below (CDK's own map grants reads of the whole bucket).
         runs = sfn.CustomState(self, "Settings", state_json=self.map_state(concurrency))
-        own_arn = stack.format_arn(
-            service="states",
-            resource="stateMachine",
-            resource_name=self.state_machine_name,
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        self.role = iam.Role(
+        self.role, own_arn = state_machine_role(
             self,
             "StateMachineRole",
-            assumed_by=iam.PrincipalWithConditions(
-                iam.ServicePrincipal("states.amazonaws.com"),
-                {
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnEquals": {"aws:SourceArn": own_arn},
-                },
-            ),
-            description="Muster tuner: run a tuning's items on the tuner function",
+            self.state_machine_name,
+            "Muster tuner: run a tuning's items on the tuner function",
         )
         self._grant_map_rights(own_arn)
         self.log_group = logs.LogGroup(
