@@ -3,11 +3,10 @@
 It knows nothing of gang scheduling, deadlines or time loops. Like a real cluster it
 holds jobs that are suspended or running; the control plane (or nothing, for plain
 Kubernetes) unsuspends and suspends them. Every change a watcher would see is put in
-`outbox` as a `PodChange` (the `PodObserved` a watcher reports, so that the
-simulator hands it to the decision core as it is); every future moment the cluster
-needs to be woken at (a
-pod's startup done, a job's run done) is put there as a `Wakeup`. The caller owns
-the clock: it passes `now` to each call and delivers wake-ups when they are due.
+`outbox` as a `PodChange` (the `PodObserved` a watcher reports, handed to the core
+as it is); every moment the cluster needs to be woken at (a pod's startup done, a
+job's run done) as a `Wakeup`. The caller owns the clock: it passes `now` to each
+call and delivers wake-ups when they are due.
 
 Physics it models (and nothing else):
 - A running (unsuspended) job's controller keeps one pod per index; pods it creates
@@ -15,16 +14,13 @@ Physics it models (and nothing else):
 - The scheduler binds pending pods in creation order, each to the first node by
   index with enough free GPUs; a pod that fits nowhere is skipped.
 - A bound pod turns Ready `startup_seconds` later, never if the job is broken. A
-  broken job's pods fail as its `failure` says, and show it only once their
-  startup time has passed (the image pull, or the container's start): `NotReady`
-  pods run and say nothing; `ImagePullBackOff` pods wait on an image that cannot be
-  pulled; `CrashLoopBackOff` containers crash `CRASH_AFTER_SECONDS` after each
-  start and are restarted with the kubelet's back-off (10 s, doubling, at most
-  5 minutes), up to the second restart (from then on the pod's state no longer
-  changes what a watcher can tell from it).
+  broken job's pods fail as its `failure` says, once their startup time has passed:
+  `NotReady` pods run and say nothing; `ImagePullBackOff` pods wait on an image that
+  cannot be pulled; `CrashLoopBackOff` containers crash `CRASH_AFTER_SECONDS` after
+  each start and restart with the kubelet's back-off (10 s doubling, at most 5 min),
+  up to the second restart (after which a watcher can tell nothing new).
 - A job makes progress only while all its pods are Ready, and completes after
-  `run_seconds` of progress. Suspending a job deletes its pods and its progress
-  (no checkpoint).
+  `run_seconds` of progress. Suspending a job deletes its pods and its progress.
 - A failed node loses its pods and takes no new ones until repaired.
 - A pod with a node selector binds only on the nodes it matches (`_Pod.nodes`; the
   nodes' topology labels and a gang's domain are `muster.sim.blocks`').
@@ -78,13 +74,10 @@ def crash_backoff(crashes: int) -> float:
 
 
 PodChange = PodObserved
-"""One pod as a watcher sees it after a change (deleted, its last state with `deleted`).
-
-The pod's `seq` orders the cluster's changes; `scheduled` is left unset, as a
-watcher of the pod alone cannot tell. A failing pod (a broken job's, other than
-NotReady) carries what the kubelet says of it: reason, message, waiting,
-restarts, terminated, exit code.
-"""
+"""One pod as a watcher sees it after a change (deleted, its last state with `deleted`):
+`seq` orders the cluster's changes; `scheduled` is unset (a watcher of the pod alone
+cannot tell). A failing pod (a broken job's, but NotReady) carries what the kubelet
+says of it: reason, message, waiting, restarts, terminated, exit code."""
 
 
 @dataclass(slots=True)
