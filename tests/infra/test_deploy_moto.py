@@ -217,7 +217,13 @@ def test_serve_prints_its_outputs_and_one_line_not_motos_log(synthesized: Synthe
         said = server.stderr.readline()
     finally:
         server.send_signal(signal.SIGINT)
-        _, rest = server.communicate(timeout=60)
+        try:
+            _, rest = server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # Seen once on a loaded machine: the server did not stop within a minute of
+            # Ctrl-C. What this test holds is what it prints, so it is stopped for good.
+            server.kill()
+            _, rest = server.communicate(timeout=60)
     # THEN stdout is the outputs, and stderr one line saying where it serves
     assert json.loads(printed)["outputs"][c.OUT_TIMER_STATE_MACHINE_ARN]
     assert said.startswith(f"serving on http://127.0.0.1:{port}; Ctrl-C stops")
