@@ -68,8 +68,12 @@ demo: $(DEMO_STAMP)
 simulate: $(DEMO_STAMP)
 	$(BIN)/muster simulate --builtin all --compare none,gang,gang+block,gang+fit --out out/simulate
 
+# The suite on TEST_WORKERS processes (pytest-xdist; 0: in this one), each taking the
+# next test as it finishes one.
+TEST_WORKERS ?= 2
+
 test: lint typecheck node_modules/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q

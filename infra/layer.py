@@ -32,7 +32,8 @@ import shutil
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -286,10 +287,17 @@ class LayerBuilder:
         compile_tree(self.runtime_python, package, root=target)
 
     def dependencies(self) -> Path:
-        """The installed, compiled dependencies (cached per lock)."""
+        """The installed, compiled dependencies (cached per lock). Two synths at once
+        (two terminals, parallel tests) fill the cache once: the second waits."""
         if self.site_dir.is_dir():
             return self.site_dir
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with _exclusive(self.cache_dir / f"fill-{self.key}.lock"):
+            if self.site_dir.is_dir():
+                return self.site_dir
+            return self._fill()
+
+    def _fill(self) -> Path:
         staging = self.cache_dir / f"staging-{self.key}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         requirements = self.cache_dir / f"requirements-{self.key}-{os.getpid()}.txt"
@@ -340,6 +348,22 @@ class LayerBuilder:
                 f"pip could not download the locked dependencies ({self.lock_file}):\n"
                 f"{done.stderr.strip()}"
             )
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on `lock_path` (POSIX; elsewhere, none)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock, as before
+        yield
+        return
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def default_builder() -> LayerBuilder:

@@ -6,8 +6,6 @@ listing (name -> uid) alone would be about 400 KB, DynamoDB's item limit.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from muster.core import Kind, Outcome, Phase, Pod, PodsListed, Workload
 from muster.runtime.codec import dumps
@@ -30,7 +28,6 @@ def _uid(i: int) -> str:
 
 @pytest.mark.slow
 def test_a_4096_pod_gang_listed_in_full_keeps_its_workload_item_under_16_kb(capsys):
-    started = time.monotonic()
     with dynamo_store() as store:
         rig = Rig(store=store)  # type: ignore[arg-type]
         # GIVEN a Running gang of 4,096 pods, every pod stored (60-character names)
@@ -79,4 +76,3 @@ def test_a_4096_pod_gang_listed_in_full_keeps_its_workload_item_under_16_kb(caps
         # AND the store gives the core back the listing as the core had it
         assert {n: snap.workload.listed[n] for n in replaced} == replaced
         assert all(snap.workload.listed[n] == listed[n] for n in names[96:])
-    assert time.monotonic() - started < 120

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -187,3 +189,35 @@ def test_the_dependencies_install_offline_from_the_wheelhouse(tmp_path: Path) ->
     assert not (site / "botocore").exists() and not (site / "boto3").exists()
     assert not (site / "kubernetes").exists()
     assert not list(tmp_path.glob("staging-*"))
+
+
+def test_two_synths_at_once_fill_the_cache_once(tmp_path: Path) -> None:
+    # GIVEN an empty cache and two processes' worth of builders filling it at once
+    # (two terminals, or parallel tests), each filling slowly
+    lock = tmp_path / "layer.lock"
+    lock.write_text(LOCK)
+    fills: list[int] = []
+    started = threading.Barrier(2)
+
+    class Slow(LayerBuilder):
+        def _fill(self) -> Path:
+            fills.append(1)
+            time.sleep(0.3)
+            (self.site_dir / "yaml").mkdir(parents=True)
+            return self.site_dir
+
+    def fill(out: list[Path]) -> None:
+        builder = Slow(tmp_path / "cache", lock_file=lock, runtime_python="")
+        started.wait()
+        out.append(builder.dependencies())
+
+    sites: list[Path] = []
+    threads = [threading.Thread(target=fill, args=(sites,)) for _ in range(2)]
+    # WHEN both ask for the dependencies
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    # THEN one filled the cache, the other waited and took what it made
+    assert fills == [1]
+    assert len(sites) == 2 and sites[0] == sites[1] and (sites[0] / "yaml").is_dir()

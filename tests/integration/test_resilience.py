@@ -59,7 +59,9 @@ def test_crash_between_eviction_and_requeue_is_repaired_by_redelivery(aws: Contr
     state = aws.state("team-a/crash")
     assert state["phase"] == "Requeued"
     aws.until("team-a/crash", "Admitted")
-    assert aws.cluster.calls[-1] == ("admit", "team-a/crash", 2)
+    # (on a loaded machine the second attempt's short deadline may already have passed)
+    admits = [c[2] for c in aws.cluster.calls if c[:2] == ("admit", "team-a/crash")]
+    assert admits[0] == 1 and next(a for a in admits if a != 1) == 2
 
 
 def test_crash_before_the_timer_started_is_repaired(aws: ControlPlaneOnMoto):
