@@ -189,12 +189,14 @@ def main(argv: list[str]) -> int:
     for d in phased.dominated:
         print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
     print(f"ratio as on AWS / full: CPU {phased_cpu / full_cpu:.2f}")
-    best = [
-        next((r for r in rank(t.runs, objective) if r.guarded), None)
-        for t in (full, pruned, phased)
-    ]
+    return 0 if same_recommendation([full, pruned, phased], objective) else 1
+
+
+def same_recommendation(tunings: list[Tuning], objective: Any) -> bool:
+    """Print the recommendation; whether every tuning makes it, with the same figure."""
+    best = [next((r for r in rank(t.runs, objective) if r.guarded), None) for t in tunings]
     found = [b for b in best if b is not None]
-    same = len(found) == 3 and all(
+    same = len(found) == len(best) and all(
         b.index == found[0].index and b.wasted == found[0].wasted for b in found
     )
     shown = best[0].label if best[0] is not None else "nothing"
@@ -202,7 +204,7 @@ def main(argv: list[str]) -> int:
         f"recommendation: {shown}; the same with and without pruning, here and as on AWS: "
         f"{'yes' if same else 'NO'}"
     )
-    return 0 if same or best == [None, None, None] else 1
+    return same or not found
 
 
 if __name__ == "__main__":
