@@ -10,24 +10,38 @@ stopped as dominated and where, and whether the two recommend the same setting
 with the same figures. CPU time is what a run costs whatever else the machine
 runs; the wall time is printed beside it with the load average.
 
+It runs the grid a third time as `muster tune --on aws` prunes, in-process: two
+batches whose items share nothing while they run (plain Kubernetes and the
+baselines, then the grid with the bound they set, `run_in_phases`), and prints
+the same figures for it. Before any run it synthesizes the stack with the tuner
+(`python app.py -c muster:tuner=true`, as a user does) and prints the
+Distributed Map's `MaxConcurrency` read from the state machine's definition in
+the template, with how many waves of items each of the map's executions takes.
+
 The trace is looked for in `MUSTER_TRACES`, the first argument, or the first
 `shared/traces` folder beside the repository or above it. `--limit N` plays
 only the trace's first N jobs and `--seeds K` runs K seeds (the test command's
-small run: `--limit 1500 --seeds 1`).
+small run: `--limit 500 --seeds 1`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from muster.sim.locate import traces_dir
 from muster.sim.scenario import Scenario, parse_scenario
-from muster.sim.tune_grid import Tuning, parse_grid, run_grid
+from muster.sim.tune_grid import Tuning, assemble, parse_grid, plan_grid, run_grid
+from muster.sim.tune_pool import run_in_phases, run_tasks
 from muster.sim.tune_ranking import OBJECTIVES, rank
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +85,59 @@ def timed(runs_on: list[Scenario], jobs: int, prune: str | None) -> tuple[Tuning
     return tuning, time.perf_counter() - started, _cpu() - cpu
 
 
+def timed_as_on_aws(runs_on: list[Scenario], jobs: int) -> tuple[Tuning, float, float, list[int]]:
+    """The pruned grid as the tuner's map runs it: two batches of items that share no
+    bound (each batch in the pool, with no bound shared between its processes)."""
+    started, cpu = time.perf_counter(), _cpu()
+    plan = plan_grid(runs_on, parse_grid(GRID), prune="wasted")
+    sizes: list[int] = []
+
+    def run_batch(batch: Any) -> Any:
+        sizes.append(len(batch))
+        return run_tasks(list(batch), plan.scenarios, settings=len(plan.settings), jobs=jobs)
+
+    results = run_in_phases(plan.tasks, run_batch, seeds=len(runs_on))
+    tuning = assemble(plan, results)
+    return tuning, time.perf_counter() - started, _cpu() - cpu, sizes
+
+
+def _render(value: Any) -> str:
+    """A template's `Fn::Join` of strings and references as one string."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        sep, parts = value["Fn::Join"]
+        return str(sep).join(_render(p) for p in parts)
+    return "<ref>"
+
+
+def map_concurrency() -> int:
+    """The Distributed Map's MaxConcurrency, from the state machine's definition in
+    the template synthesized with the tuner (cdk.json's context otherwise)."""
+    with tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, CDK_OUTDIR=out)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        done = subprocess.run(
+            [sys.executable, "app.py", "-c", "muster:clusterName=bench", "-c", "muster:tuner=true"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the stack with the tuner did not synthesize:\n{done.stderr[-2000:]}")
+        template = json.loads((Path(out) / "Muster.template.json").read_text())
+    maps = []
+    for resource_ in template["Resources"].values():
+        if resource_["Type"] == "AWS::StepFunctions::StateMachine":
+            definition = json.loads(_render(resource_["Properties"]["DefinitionString"]))
+            maps += [s for s in definition["States"].values() if s["Type"] == "Map"]
+    [tuner_map] = maps
+    return int(tuner_map["MaxConcurrency"])
+
+
 def main(argv: list[str]) -> int:
     trace_dir = find_traces(argv)
     limit = _option(argv, "--limit", None)
@@ -82,6 +149,12 @@ def main(argv: list[str]) -> int:
         f"muster tune on the Philly week ({jobs_in}, {len(runs_on[0].workloads):,} workloads), "
         f"9 settings x {seeds} seeds beside the baselines and none, {jobs} processes; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        flush=True,
+    )
+    concurrency = map_concurrency()
+    print(
+        f"on AWS: the template's Distributed Map (muster:tuner=true) runs at most "
+        f"{concurrency} items at once (MaxConcurrency)",
         flush=True,
     )
     objective = OBJECTIVES["wasted"]
@@ -104,12 +177,34 @@ def main(argv: list[str]) -> int:
     print(
         f"ratio pruned / full: wall {pruned_wall / full_wall:.2f}, CPU {pruned_cpu / full_cpu:.2f}"
     )
-    best = [next((r for r in rank(t.runs, objective) if r.guarded), None) for t in (full, pruned)]
-    same = best[0] is not None and best[1] is not None and best[0].index == best[1].index
-    same = same and best[0] is not None and best[1] is not None and best[0].wasted == best[1].wasted
+    phased, phased_wall, phased_cpu, sizes = timed_as_on_aws(runs_on, jobs)
+    waves = " and ".join(str(math.ceil(n / concurrency)) for n in sizes)
+    print(
+        f"as on AWS:       {phased_wall:.1f} s wall, {phased_cpu:.1f} s CPU, "
+        f"{len(phased.dominated)} of {len(full.runs)} settings stopped as dominated; "
+        f"{len(sizes)} executions of {' and '.join(map(str, sizes))} items "
+        f"({waves} waves of at most {concurrency})",
+        flush=True,
+    )
+    for d in phased.dominated:
+        print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
+    print(f"ratio as on AWS / full: CPU {phased_cpu / full_cpu:.2f}")
+    return 0 if same_recommendation([full, pruned, phased], objective) else 1
+
+
+def same_recommendation(tunings: list[Tuning], objective: Any) -> bool:
+    """Print the recommendation; whether every tuning makes it, with the same figure."""
+    best = [next((r for r in rank(t.runs, objective) if r.guarded), None) for t in tunings]
+    found = [b for b in best if b is not None]
+    same = len(found) == len(best) and all(
+        b.index == found[0].index and b.wasted == found[0].wasted for b in found
+    )
     shown = best[0].label if best[0] is not None else "nothing"
-    print(f"recommendation: {shown}; the same with and without pruning: {'yes' if same else 'NO'}")
-    return 0 if same or best == [None, None] else 1
+    print(
+        f"recommendation: {shown}; the same with and without pruning, here and as on AWS: "
+        f"{'yes' if same else 'NO'}"
+    )
+    return same or not found
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Functions executes state machines only when configured to, and only those
 created in its executing backend; `start_local_aws` arranges both, which is why
 it runs the server in this process.
 
-    python -m infra.deploy_local --serve 5000      # moto server + the stack, until Ctrl-C
+    python -m infra.deploy_local --serve 5000      # moto server + the stack, until Ctrl-C or SIGTERM
     python -m infra.deploy_local --endpoint-url http://127.0.0.1:5000
 """
 
@@ -23,7 +23,9 @@ import io
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import urllib.request
 import warnings
@@ -39,6 +41,9 @@ from botocore.config import Config
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 BOOTSTRAP_VERSION_PARAMETER = f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
 BOOTSTRAP_VERSION = "30"
+# How long a stopping server may take to shut its moto server down before the
+# process exits without it (its threads are daemons: they do not hold the exit).
+SHUTDOWN_SECONDS = 5.0
 
 
 class LocalDeployError(RuntimeError):
@@ -193,6 +198,28 @@ def start_local_aws(port: int, host: str = "127.0.0.1", *, verbose: bool = False
     return server
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM both stop this process, whatever it inherited: a process
+    started by one that ignores SIGINT (a shell script's background job, a test
+    runner started as one) ignores it too, and Python then installs no handler of
+    its own, so Ctrl-C would never reach the serving loop."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+
+
+def stop_server(server: Any, timeout: float = SHUTDOWN_SECONDS) -> bool:
+    """Stop the moto server, waiting at most `timeout` seconds for it; False when it
+    did not stop in time (a shutdown that waits on a request that never ends)."""
+    stopper = threading.Thread(target=server.stop, name="moto-server-stop", daemon=True)
+    stopper.start()
+    stopper.join(timeout)
+    return not stopper.is_alive()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.deploy_local",
@@ -213,9 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         os.environ.setdefault(key, "testing")
-    server = start_local_aws(args.serve, verbose=args.verbose) if args.serve else None
+    if args.serve:
+        stop_on_signals()
+    server = None
     endpoint = args.endpoint_url or f"http://127.0.0.1:{args.serve}"
     try:
+        if args.serve:
+            server = start_local_aws(args.serve, verbose=args.verbose)
         deployed = deploy_assembly(
             Path(args.assembly),
             args.stack,
@@ -223,22 +254,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             endpoint_url=endpoint,
         )
         json.dump({"endpoint": endpoint, "outputs": dict(deployed.outputs)}, sys.stdout, indent=2)
-        print()
+        print(flush=True)  # a pipe's reader sees the outputs now, not when the server stops
         if server is not None:
             print(
                 f"serving on {endpoint}; Ctrl-C stops (moto skips the queue and bus policies "
                 "and the alarms; --verbose shows its log)",
                 file=sys.stderr,
+                flush=True,
             )
             while True:
                 time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        if server is not None:
-            server.stop()
+        if server is not None and not stop_server(server):
+            print(
+                f"the moto server did not stop within {SHUTDOWN_SECONDS:g} s; exiting without it",
+                file=sys.stderr,
+            )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The moto server's state lives in this process's memory alone; tearing it down
+    # object by object at exit takes seconds (the assets' zips among it), after the
+    # server has stopped. Nothing else is left to finish: flush and exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -11,6 +11,7 @@ selector hand them, and mark the execution succeeded in moto's backend.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from muster.aws.tune_map import (
     run_on_aws,
     scenario_files,
     start_run,
+    upload_items,
     upload_run,
 )
 from muster.cli import main
@@ -40,6 +42,7 @@ from muster.lambdas.tune import BadTunerItem, run_setting
 from muster.sim.scenario import load_scenario
 from muster.sim.tune_grid import assemble, parse_grid, plan_grid, run_grid
 from muster.sim.tune_item import run_item
+from muster.sim.tune_pool import bound_of, run_in_phases
 from muster.sim.tune_ranking import OBJECTIVES, rank
 
 REGION = "us-east-1"
@@ -121,13 +124,15 @@ def _deploy_tuner(session: Any, *, with_tuner: bool = True) -> Tuner:
 
 
 def _play_the_map(session: Any, run_prefix: str, workdir: Path) -> int:
-    """What the distributed map does: every item of the items file, with the
-    execution's input beside it (the item selector), to the function's handler."""
+    """What the distributed map does, for the execution still running: every item of
+    its items file, with the execution's input beside it (the item selector), to
+    the function's handler; then the execution succeeds."""
     s3 = session.client("s3")
     sfn = session.client("stepfunctions")
-    [execution] = sfn.list_executions(
+    executions = sfn.list_executions(
         stateMachineArn=sfn.list_state_machines()["stateMachines"][0]["stateMachineArn"]
     )["executions"]
+    [execution] = [e for e in executions if e["status"] == "RUNNING"]
     given = json.loads(sfn.describe_execution(executionArn=execution["executionArn"])["input"])
     assert given["prefix"] == run_prefix
     items = json.loads(s3.get_object(Bucket=BUCKET, Key=given["items"])["Body"].read())
@@ -138,6 +143,18 @@ def _play_the_map(session: Any, run_prefix: str, workdir: Path) -> int:
     backend = stepfunctions_backends[DEFAULT_ACCOUNT_ID][REGION]
     backend.describe_execution(execution["executionArn"]).status = "SUCCEEDED"
     return len(items)
+
+
+def _map_player(session: Any, workdir: Path) -> tuple[list[int], Any]:
+    """A `sleep` for the client that plays the map while it waits, and the number
+    of items each execution it played had."""
+    ran: list[int] = []
+
+    def sleep(_seconds: float) -> None:
+        key = session.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="runs/")["Contents"][0]
+        ran.append(_play_the_map(session, "/".join(key["Key"].split("/")[:2]), workdir))
+
+    return ran, sleep
 
 
 def _ranking(tuning: Any) -> list[tuple[str, float, bool]]:
@@ -182,6 +199,91 @@ def test_the_function_runs_the_uploaded_items_to_the_local_tunings_ranking(
     ).is_file()
 
 
+def _finished_ranking(
+    tuning: Any, objective: str, leaving: frozenset[int] = frozenset()
+) -> list[Any]:
+    """The ranking of the settings that finished (less those in `leaving`): label,
+    mark and every seed's figures."""
+    return [
+        (r.label + r.mark, _summaries_of(r))
+        for r in rank(tuning.runs, OBJECTIVES[objective])
+        if r.index not in leaving
+    ]
+
+
+def _summaries_of(run: Any) -> list[dict[str, Any]]:
+    return [{k: v for k, v in t.summary.items() if k != "wallSeconds"} for t in run.trials]
+
+
+@pytest.mark.parametrize("objective", ["wasted", "evictions"])
+def test_pruned_items_run_in_two_batches_to_the_local_pruned_answer(
+    aws: Any, scenario_file: Path, tmp_path: Path, objective: str
+) -> None:
+    # GIVEN a tuning on two seeds planned as items, pruned on the objective
+    scenario = load_scenario(scenario_file)
+    seeds = [scenario, load_scenario(scenario_file, seed=scenario.seed + 1)]
+    grid = parse_grid(GRID)
+    plan = plan_grid(seeds, grid, source=scenario_file, prune=objective)
+    s3 = aws.client("s3")
+    assert scenario.trace is not None
+    files = scenario_files(scenario_file, scenario.trace.path)
+    batches: list[list[dict[str, Any]]] = []
+    runs: list[RunFiles] = []
+
+    def run_batch(tasks: Any) -> dict[tuple[int, int], dict[str, Any]]:
+        """One execution of the map: the batch's items file, the function on each item."""
+        run = (
+            upload_items(s3, BUCKET, runs[-1], tasks)
+            if runs
+            else upload_run(s3, BUCKET, files, tasks)
+        )
+        runs.append(run)
+        items = json.loads(
+            s3.get_object(Bucket=BUCKET, Key=run.execution_input()["items"])["Body"].read()
+        )
+        batches.append(items)
+        for item in items:
+            event = {"prefix": run.prefix, "scenario": run.scenario, "files": list(run.files)}
+            run_setting(event | {"item": item}, s3, BUCKET, run_item, workdir=tmp_path / "lambda")
+        return collect(s3, BUCKET, run, tasks)
+
+    # WHEN the function runs them as two batches
+    results = run_in_phases(plan.tasks, run_batch, seeds=2)
+    remote = assemble(plan, results)
+    # THEN the first batch is plain Kubernetes and the baselines, to the end; the
+    # second the grid, each item with the bound the first set, in a file of its own
+    first, second = batches
+    assert len(first) == 2 * 3 and all("prune" not in i for i in first)
+    above = bound_of({k: v for k, v in results.items() if k[1] in {-1, 4, 5}}, objective, 2)
+    assert 0 < above < float("inf")
+    assert len(second) == 2 * 4 and {i["prune"]["above"] for i in second} == {above}
+    assert runs[1].execution_input()["items"] == f"{runs[0].prefix}/phase-2/{ITEMS}"
+    # AND some setting stopped as a local pruned run reports it (no summary, how far)
+    assert remote.dominated, "nothing was pruned: the test proves nothing"
+    for d in remote.dominated:
+        stopped = [results[(at, d.index)] for at in range(2)]
+        assert any(o["summary"] is None and 0 <= o["dominatedAt"] < 1 for o in stopped)
+        assert all(o["summary"] is not None or o["objectiveSoFar"] > above for o in stopped)
+    # AND the settings that finished rank as without pruning, with the same figures,
+    # as in the local pruned run; the recommendation is the same
+    full = run_grid(seeds, grid, jobs=1, source=scenario_file)
+    local = run_grid(seeds, grid, jobs=1, source=scenario_file, prune=objective)
+    stopped_here = frozenset(d.index for d in remote.dominated)
+    assert _finished_ranking(remote, objective) == _finished_ranking(full, objective, stopped_here)
+    stopped_there = frozenset(d.index for d in local.dominated)
+    assert _finished_ranking(remote, objective, stopped_there) == _finished_ranking(
+        local, objective, stopped_here
+    )
+    best = [
+        next(r.index for r in rank(t.runs, OBJECTIVES[objective]) if r.guarded)
+        for t in (remote, local, full)
+    ]
+    assert best[0] == best[1] == best[2]
+    key = OBJECTIVES[objective].key
+    winner = next(r for r in full.runs if r.index == best[0])
+    assert all(key(r) > key(winner) for r in full.runs if r.index in stopped_here)
+
+
 def test_run_on_aws_follows_the_execution_and_collects_every_result(
     aws: Any, scenario_file: Path, tmp_path: Path
 ) -> None:
@@ -217,6 +319,35 @@ def test_run_on_aws_follows_the_execution_and_collects_every_result(
     assert _ranking(assemble(plan, results)) == _ranking(local)
 
 
+def test_run_on_aws_in_phases_runs_one_execution_a_batch_and_one_bar_over_them(
+    aws: Any, scenario_file: Path, tmp_path: Path
+) -> None:
+    # GIVEN a deployed tuner and a pruned tuning
+    _deploy_tuner(aws)
+    scenario = load_scenario(scenario_file)
+    plan = plan_grid([scenario], parse_grid(GRID), source=scenario_file, prune="wasted")
+    seen: list[tuple[int, int]] = []
+    ran, sleep = _map_player(aws, tmp_path / "l")
+    assert scenario.trace is not None
+    # WHEN it runs on the tuner in phases
+    results = run_on_aws(
+        plan.tasks,
+        scenario_file,
+        scenario.trace.path,
+        stack=STACK,
+        session=aws,
+        progress=lambda done, total: seen.append((done, total)),
+        sleep=sleep,
+        phases=lambda tasks, run_batch: run_in_phases(tasks, run_batch, seeds=1),
+    )
+    # THEN two executions ran, and the bar went over both from no item to every item
+    total = len(plan.tasks)
+    assert ran == [3, 4]
+    assert seen == [(0, total), (3, total), (3, total), (total, total)]
+    assert set(results) == {(0, int(item["index"])) for _, item in plan.tasks}
+    assert any(out["summary"] is None for out in results.values())
+
+
 def test_muster_tune_on_aws_prints_the_same_recommendation(
     aws: Any,
     scenario_file: Path,
@@ -229,15 +360,49 @@ def test_muster_tune_on_aws_prints_the_same_recommendation(
     assert main([*args, "--no-prune"]) == 0
     local = capsys.readouterr().out
 
-    def sleep(_seconds: float) -> None:
-        key = aws.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="runs/")["Contents"][0]
-        _play_the_map(aws, "/".join(key["Key"].split("/")[:2]), tmp_path / "l")
-
+    ran, sleep = _map_player(aws, tmp_path / "l")
     monkeypatch.setattr("muster.aws.tune_map.time.sleep", sleep)
-    assert main([*args, "--on", "aws", "--stack", STACK]) == 0
+    assert main([*args, "--on", "aws", "--stack", STACK, "--no-prune"]) == 0
     remote = capsys.readouterr().out
     assert remote == local
     assert "recommended:" in remote
+    assert len(ran) == 1, "--no-prune runs one execution"
+
+
+def _without_how_far(printed: str) -> str:
+    return re.sub(r"dominated at \d+% of the trace", "dominated at ..% of the trace", printed)
+
+
+def test_muster_tune_on_aws_prunes_in_two_executions_to_the_local_pruned_answer(
+    aws: Any,
+    scenario_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN a deployed tuner, and the local pruned tuning of a scenario on two seeds
+    _deploy_tuner(aws)
+    args = ["tune", str(scenario_file), "--grid", *GRID, "--seeds", "2", "--jobs", "1"]
+    assert main(args) == 0
+    local = capsys.readouterr().out
+    assert "dominated at" in local, "nothing was pruned: the test proves nothing"
+    # WHEN it runs on AWS, pruned (the default)
+    ran, sleep = _map_player(aws, tmp_path / "l")
+    monkeypatch.setattr("muster.aws.tune_map.time.sleep", sleep)
+    assert main([*args, "--on", "aws", "--stack", STACK]) == 0
+    remote = capsys.readouterr().out
+    # THEN it ran two executions: plain Kubernetes and the two baselines on each
+    # seed, then the grid's four settings with the bound they set
+    assert ran == [2 * 3, 2 * 4]
+    # AND it prints what the local pruned run prints: the same ranking, the same
+    # settings dominated (each stopped where its own bound stopped it), the same
+    # recommendation
+    assert _without_how_far(remote) == _without_how_far(local)
+    assert "recommended:" in remote
+    sfn = aws.client("stepfunctions")
+    arn = sfn.list_state_machines()["stateMachines"][0]["stateMachineArn"]
+    names = sorted(e["name"] for e in sfn.list_executions(stateMachineArn=arn)["executions"])
+    assert names[1] == names[0] + "-phase-2"
 
 
 def test_a_stack_without_the_tuner_says_how_to_deploy_it(aws: Any) -> None:

@@ -6,6 +6,7 @@ on the tuner's own resources."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import re
@@ -17,6 +18,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
+from muster.aws.tune_map import RunFiles
 
 from infra import constants as c
 from infra.app import build_app
@@ -213,6 +215,12 @@ def test_the_state_machine_may_do_what_its_map_does_and_no_more(tuned: dict[str,
     delivery = {a for a, r in granted.items() if r == {"*"}}
     assert delivery and all(a.startswith(("logs:", "xray:")) for a in delivery)
     assert {a: r for a, r in granted.items() if a not in delivery} == expected
+    # and it may read the items file of each of a run's executions (a pruned run has
+    # two): an ARN's * matches across '/', as fnmatch's does
+    [items] = expected["s3:GetObject"]
+    for phase in (1, 2):
+        run = RunFiles("runs/r1", "scenario/a.yaml", ("scenario/a.yaml",), 3, phase=phase)
+        assert fnmatch.fnmatchcase(f"<{bucket_id}.Arn>/{run.execution_input()['items']}", items)
     # and only this state machine may take the role
     _, role = _one(tuned, "AWS::IAM::Role", "TunerStateMachineRole")
     [trust] = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]

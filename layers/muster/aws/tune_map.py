@@ -8,6 +8,7 @@ distributed map hands it every item of a run. A run lives in the bucket under
     scenario/<name>.yaml       the scenario file, its trace named beside it
     scenario/<trace file>      the trace (when the scenario reads one)
     items.json                 the items, a JSON array: the map's item reader reads it
+    phase-<n>/items.json       the items of the run's n-th execution (n from 2)
     results/<index>.<at>.json  each item's whole result, written by the function
 
 and the map's result writer writes under `map/<map run>/` (manifest.json, each
@@ -15,7 +16,11 @@ item's summary and the items that failed), a prefix fixed in the state machine.
 
 The command uploads the run, starts an execution, follows it (the map run's item
 counts, or the results written so far) and reads every result back; ranking them
-is the local tuning's own code (`muster.sim.tune_grid.assemble`).
+is the local tuning's own code (`muster.sim.tune_grid.assemble`). A pruned
+tuning runs as two executions of the map, one batch of items each: the runs
+that go to the end first, then the others with the bound their results set
+(`muster.sim.tune_pool.run_in_phases` decides the batches; the run's id names
+both executions, the second `<id>-phase-2`).
 """
 
 from __future__ import annotations
@@ -59,21 +64,37 @@ class Tuner:
     state_machine_arn: str
 
 
+Task = tuple[int, Mapping[str, Any]]  # (seed's place, item)
+Results = dict[tuple[int, int], dict[str, Any]]  # (seed's place, index) -> result
+
+
 @dataclass(frozen=True, slots=True)
 class RunFiles:
-    """A run uploaded to the tuner's bucket, as the state machine's input names it."""
+    """A run uploaded to the tuner's bucket, as the state machine's input names it:
+    one batch of its items (`phase`), run by one execution."""
 
     prefix: str
     scenario: str  # the scenario file's name under the prefix
     files: tuple[str, ...]  # every file of the scenario (the file, its trace)
     items: int
+    phase: int = 1
+    earlier: int = 0  # the results that the run's earlier phases wrote
+
+    @property
+    def items_file(self) -> str:
+        return ITEMS if self.phase == 1 else f"phase-{self.phase}/{ITEMS}"
+
+    @property
+    def execution_name(self) -> str:
+        run_id = self.prefix.rsplit("/", 1)[-1]
+        return run_id if self.phase == 1 else f"{run_id}-phase-{self.phase}"
 
     def execution_input(self) -> dict[str, Any]:
         return {
             "prefix": self.prefix,
             "scenario": self.scenario,
             "files": list(self.files),
-            "items": f"{self.prefix}/{ITEMS}",
+            "items": f"{self.prefix}/{self.items_file}",
         }
 
 
@@ -117,7 +138,7 @@ def upload_run(
     s3: Any,
     bucket: str,
     files: Mapping[str, bytes],
-    tasks: Sequence[tuple[int, Mapping[str, Any]]],
+    tasks: Sequence[Task],
     run_id: str | None = None,
 ) -> RunFiles:
     """The scenario's files (the scenario file first, as `scenario_files` gives them)
@@ -127,18 +148,31 @@ def upload_run(
     prefix = f"{RUNS}/{run_id or new_run_id()}"
     for key, body in files.items():
         s3.put_object(Bucket=bucket, Key=f"{prefix}/{key}", Body=body)
-    scenario = next(iter(files))
+    run = RunFiles(prefix, next(iter(files)), tuple(files), 0, phase=0)
+    return upload_items(s3, bucket, run, tasks)
+
+
+def upload_items(s3: Any, bucket: str, run: RunFiles, tasks: Sequence[Task]) -> RunFiles:
+    """The run's next batch of items (the run's files are there already)."""
     # Each item names the scenario by its key under the run (not the path on this machine).
     items = [
-        dict(item, at=at, scenario={**item["scenario"], "path": scenario}) for at, item in tasks
+        dict(item, at=at, scenario={**item["scenario"], "path": run.scenario}) for at, item in tasks
     ]
+    batch = RunFiles(
+        run.prefix,
+        run.scenario,
+        run.files,
+        len(items),
+        phase=run.phase + 1,
+        earlier=run.earlier + run.items,
+    )
     s3.put_object(
         Bucket=bucket,
-        Key=f"{prefix}/{ITEMS}",
+        Key=f"{run.prefix}/{batch.items_file}",
         Body=json.dumps(items).encode(),
         ContentType="application/json",
     )
-    return RunFiles(prefix, scenario, tuple(files), len(items))
+    return batch
 
 
 def new_run_id() -> str:
@@ -149,14 +183,15 @@ def start_run(sfn: Any, tuner: Tuner, run: RunFiles) -> str:
     """Start the map over the run's items; the execution's ARN."""
     started = sfn.start_execution(
         stateMachineArn=tuner.state_machine_arn,
-        name=run.prefix.rsplit("/", 1)[-1],
+        name=run.execution_name,
         input=json.dumps(run.execution_input()),
     )
     return str(started["executionArn"])
 
 
 def items_done(sfn: Any, s3: Any, bucket: str, execution_arn: str, run: RunFiles) -> int:
-    """Items finished so far: the map run's counts, or else the results written."""
+    """Items finished so far: the map run's counts, or else the results written
+    (less the earlier phases')."""
     runs = sfn.list_map_runs(executionArn=execution_arn).get("mapRuns", [])
     if runs:
         counts = sfn.describe_map_run(mapRunArn=runs[0]["mapRunArn"])["itemCounts"]
@@ -166,7 +201,7 @@ def items_done(sfn: Any, s3: Any, bucket: str, execution_arn: str, run: RunFiles
         Bucket=bucket, Prefix=f"{run.prefix}/results/"
     ):
         done += page.get("KeyCount", 0)
-    return done
+    return max(0, done - run.earlier)
 
 
 def follow(
@@ -200,11 +235,9 @@ def follow(
         pause(interval)
 
 
-def collect(
-    s3: Any, bucket: str, run: RunFiles, tasks: Sequence[tuple[int, Mapping[str, Any]]]
-) -> dict[tuple[int, int], dict[str, Any]]:
+def collect(s3: Any, bucket: str, run: RunFiles, tasks: Sequence[Task]) -> Results:
     """Every item's result by (seed's place, index); an error names the ones missing."""
-    results: dict[tuple[int, int], dict[str, Any]] = {}
+    results: Results = {}
     missing = []
     for at, item in tasks:
         index = int(item["index"])
@@ -225,7 +258,7 @@ def collect(
 
 
 def run_on_aws(
-    tasks: Sequence[tuple[int, Mapping[str, Any]]],
+    tasks: Sequence[Task],
     path: str | Path,
     trace: Path | None,
     *,
@@ -234,15 +267,36 @@ def run_on_aws(
     progress: Callable[[int, int], None] | None = None,
     sleep: Callable[[float], None] | None = None,
     interval: float = POLL_SECONDS,
-) -> dict[tuple[int, int], dict[str, Any]]:
+    phases: Callable[[Sequence[Task], Callable[[Sequence[Task]], Results]], Results] | None = None,
+) -> Results:
     """Upload the scenario (and `trace`, the file it reads) and the items, run them
-    on the stack's tuner, and return every result by (seed's place, index)."""
+    on the stack's tuner, and return every result by (seed's place, index).
+
+    `phases(tasks, run_batch)` decides the batches: it calls `run_batch` with each
+    (an execution of the map each, one after the other) and returns every result;
+    without it, one execution runs every item. The progress is over every task."""
     from muster.botocore_config import BOTOCORE_RETRIES
 
     tuner = find_tuner(session.client("cloudformation", config=BOTOCORE_RETRIES), stack)
     s3 = session.client("s3", config=BOTOCORE_RETRIES)
     sfn = session.client("stepfunctions", config=BOTOCORE_RETRIES)
-    run = upload_run(s3, tuner.bucket, scenario_files(path, trace), tasks)
-    execution = start_run(sfn, tuner, run)
-    follow(sfn, s3, tuner, execution, run, progress=progress, sleep=sleep, interval=interval)
-    return collect(s3, tuner.bucket, run, tasks)
+    files = scenario_files(path, trace)
+    total = len(tasks)
+    last: list[RunFiles] = []
+
+    def run_batch(batch: Sequence[Task]) -> Results:
+        if last:
+            run = upload_items(s3, tuner.bucket, last[-1], batch)
+        else:
+            run = upload_run(s3, tuner.bucket, files, batch)
+        last.append(run)
+
+        def report(done: int, _items: int) -> None:
+            if progress is not None:
+                progress(run.earlier + done, total)
+
+        execution = start_run(sfn, tuner, run)
+        follow(sfn, s3, tuner, execution, run, progress=report, sleep=sleep, interval=interval)
+        return collect(s3, tuner.bucket, run, batch)
+
+    return phases(tasks, run_batch) if phases is not None else run_batch(tasks)

@@ -32,6 +32,7 @@ from muster.sim.tune_grid import (
     run_grid,
 )
 from muster.sim.tune_picture import plot_pareto
+from muster.sim.tune_pool import run_in_phases
 from muster.sim.tune_ranking import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
@@ -100,7 +101,8 @@ def register(subparsers: Any) -> None:
         choices=("local", "aws"),
         default="local",
         help="aws: run every setting on the stack's tuner (a Step Functions distributed "
-        "map; deploy it with -c muster:tuner=true), each to the end",
+        "map; deploy it with -c muster:tuner=true); pruned, as two executions: the "
+        "baselines first, then the grid with the bound they set",
     )
     p.add_argument(
         "--stack", default=contract.DEFAULT_STACK_NAME, help="the stack of the tuner (--on aws)"
@@ -190,8 +192,10 @@ def _tune(
         )
     import boto3
 
-    # The map's runs do not share a bound as the pool's processes do: each runs to the end.
-    plan = plan_grid(scenarios, grid, policy=args.policy, source=args.scenario)
+    # The map's runs share no bound as they run, as the pool's processes do: pruned,
+    # the runs that go to the end run first, and the rest with the bound they set.
+    prune = None if args.no_prune else objective
+    plan = plan_grid(scenarios, grid, policy=args.policy, source=args.scenario, prune=prune)
     trace = scenarios[0].trace
     results = run_on_aws(
         plan.tasks,
@@ -200,6 +204,7 @@ def _tune(
         stack=args.stack,
         session=boto3.session.Session(region_name=args.region),
         progress=progress,
+        phases=lambda tasks, run_batch: run_in_phases(tasks, run_batch, seeds=len(scenarios)),
     )
     return assemble(plan, results)
 

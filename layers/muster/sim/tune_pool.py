@@ -12,8 +12,14 @@ bound on a setting's total over its K seeds is K times the best mean (with a
 margin for the figures' rounding), and a run stops once its own figure passes
 what is left of it after its other seeds' figures so far; the pool's processes
 share both in memory as they go, so a bound set by one process's run stops
-another's, and two seeds of one setting running at once stop together. Plain Kubernetes and the baselines always run to
-the end: the guard rail and the comparison with today's settings need them whole.
+another's, and two seeds of one setting running at once stop together. Plain
+Kubernetes and the baselines always run to the end: the guard rail and the
+comparison with today's settings need them whole.
+
+Runs that share nothing while they run (the items of a distributed map) are run
+in two batches instead (`run_in_phases`): first plain Kubernetes and the
+baselines, then the rest, each with the bound the first batch's results give
+(the same `Bounds`), fixed for the batch.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ _MARGIN_PER_SEED = {"wasted": 0.001, "evictions": 0.0}
 _MARGIN = {"wasted": 0.0, "evictions": 0.5}
 
 Task = tuple[int, dict[str, Any]]  # (seed's place, item)
+Results = dict[tuple[int, int], dict[str, Any]]  # (seed's place, index) -> result
+Batch = Sequence[tuple[int, Mapping[str, Any]]]  # items to run as one map's execution
 
 _scenarios: Sequence[Scenario] = ()  # each process's copy (one per seed), set by `_init`
 # Shared by the pool's processes: [the bound on a setting's total over its seeds,
@@ -149,4 +157,48 @@ def run_tasks(
             pool.close()
             pool.join()
         _init((), None)
+    return results
+
+
+def bound_of(
+    results: Mapping[tuple[int, int], Mapping[str, Any]], objective: str, seeds: int
+) -> float:
+    """The bound on a setting's total over its `seeds` that `results` set, as the
+    pool sets it (infinite when no setting among them finished every seed and
+    passes the guard rail)."""
+    settings = 1 + max((index for _, index in results), default=NONE)
+    shared: list[float] = [math.inf] + [0.0] * (max(settings, 0) * seeds)
+    bounds = Bounds(objective, seeds, shared)
+    for (at, _), out in sorted(results.items()):
+        bounds.record(at, out)
+    return shared[0]
+
+
+def with_bound(tasks: Batch, above: float) -> Batch:
+    """The items with `prune.above` set to `above` (unless infinite: they run to the
+    end). A run that runs on its own does not know its setting's other seeds'
+    figures, which are at least 0: the setting's whole bound is its own."""
+    if not math.isfinite(above):
+        return list(tasks)
+    return [(at, {**item, "prune": {**item["prune"], "above": above}}) for at, item in tasks]
+
+
+def run_in_phases(
+    tasks: Batch,
+    run_batch: Callable[[Batch], Mapping[tuple[int, int], Mapping[str, Any]]],
+    *,
+    seeds: int,
+) -> Results:
+    """Every task's result, run as two batches by `run_batch` (which runs a batch's
+    items without sharing anything between them, as a distributed map does): first
+    the items that run to the end (plain Kubernetes and the baselines: no `prune`),
+    then the others with the bound the first batch's results set. With no item to
+    prune there is one batch."""
+    first = [t for t in tasks if "prune" not in t[1]]
+    rest = [t for t in tasks if "prune" in t[1]]
+    results: Results = {k: dict(v) for k, v in run_batch(first).items()}
+    if rest:
+        objective = str(rest[0][1]["prune"]["objective"])
+        above = bound_of(results, objective, seeds)
+        results.update({k: dict(v) for k, v in run_batch(with_bound(rest, above)).items()})
     return results
