@@ -138,7 +138,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(hold_message(endpoint.url, scenario, args.scale, stop), flush=True)
 
     # `kill` stops it as cleanly as Ctrl-C: the moto server and the runner go with it.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Both are set, since a background job of a shell starts with SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     try:
         result = run_local(
             scenario,
