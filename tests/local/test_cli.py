@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from muster.cli import main
+from muster.cli import EXIT_INTERRUPTED, main
 from muster.local.moto_server import moto_server
 
 
@@ -55,3 +55,33 @@ def test_a_port_in_use_exits_2_with_a_clear_message(capsys: pytest.CaptureFixtur
         port = endpoint.url.rsplit(":", 1)[1]
         assert main(["local", "--port", port, "--quiet"]) == 2
     assert f"port {port} on 127.0.0.1 is already in use" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_it_even_when_started_with_sigint_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import signal
+
+    import muster.cli.local as local_command
+
+    # GIVEN a process that inherited SIGINT ignored (a shell's background job)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupted: list[bool] = []
+
+    def run_local(*_args: object, **_kwargs: object) -> None:
+        # WHEN Ctrl-C comes while the control plane plays (here: at once)
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            interrupted.append(True)
+            raise
+
+    monkeypatch.setattr(local_command, "run_local", run_local)
+    try:
+        code = main(["local", "--builtin", "never-ready", "--quiet"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # THEN it stops, as it does on SIGTERM, and says everything it started is stopped
+    assert interrupted == [True]
+    assert code == EXIT_INTERRUPTED
+    assert "interrupted; everything it started is stopped" in capsys.readouterr().err
