@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Effect, Evict, Workload
+from muster.core.packing import fit_packed
 from muster.core.settings import Settings, Timestamp
 from muster.core.topology import TopologySkip
 from muster.core.topology_fit import fit_in_domain
@@ -411,6 +412,10 @@ class _Pass:
             domain = ""
             if w.topology:
                 no_room, fallback, domain = fit_in_domain(self.fitter, w, self.known, qs)
+            elif self.settings.node_packing:
+                no_room, fallback, domain = fit_packed(
+                    self.fitter, w, self.known, dry_run=qs.dry_run
+                )
             else:
                 no_room, fallback = fit(self.fitter, w, self.known, dry_run=qs.dry_run)
             if fallback is not None:

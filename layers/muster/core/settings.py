@@ -229,6 +229,8 @@ class Settings:
     access: QueueAccess = field(default_factory=QueueAccess)
     # Admit a gang only where its pods fit the nodes' free GPUs (`core.capacity`).
     capacity_check: bool = False
+    # A gang that fits on one node goes to the fullest that holds it (`core.packing`).
+    node_packing: bool = False
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
@@ -263,6 +265,8 @@ class Settings:
         doc: dict[str, Any] = {"blockAdmission": self.block_admission}
         if self.capacity_check:
             doc["capacityCheck"] = True
+        if self.node_packing:
+            doc["nodePacking"] = True
         if self.gpu_quota is not None:
             doc["gpuQuota"] = self.gpu_quota
         doc.update(queue_document(self.defaults))
@@ -298,8 +302,14 @@ _QUEUE_KEYS = {
     "nodeReplacementEviction",
     "topologyLevels",
 }
-_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "capacityCheck", "queues", "queueAccess"}
-_CLUSTER_WIDE = ("blockAdmission", "capacityCheck")
+_GLOBAL_KEYS = _QUEUE_KEYS | {
+    "blockAdmission",
+    "capacityCheck",
+    "nodePacking",
+    "queues",
+    "queueAccess",
+}
+_CLUSTER_WIDE = ("blockAdmission", "capacityCheck", "nodePacking")
 
 
 def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
@@ -343,8 +353,14 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
     with part():
         access = _parse_access(doc.get("queueAccess"))
     capacity_check = boolean(doc, "capacityCheck", False, "")
+    node_packing = boolean(doc, "nodePacking", False, "")
     if not capacity_check:
         levels_need_capacity(doc, raw_queues)
+        if node_packing:
+            problem(
+                "nodePacking: places gangs by the capacity check's plan, so it needs "
+                "capacityCheck: true"
+            )
     return Settings(
         defaults=defaults,
         block_admission=block,
@@ -353,6 +369,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         raw_queues=raw_queues,
         access=access,
         capacity_check=capacity_check,
+        node_packing=node_packing,
     )
 
 

@@ -1,5 +1,8 @@
 """A simulated cluster whose nodes sit in network blocks, and honour a gang's domain.
 
+(Or a cluster without blocks whose gangs may be packed onto one node, `nodePacking`:
+a domain is then one node, selected by its `kubernetes.io/hostname` label.)
+
 `BlockCluster` is `SimulatedCluster` with topology labels on its nodes (a block
 at each level, `muster.sim.topology`). A job released into a domain (the core's
 `Admit.domain`) gets, as the pod templates of a real one get from
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from muster.core.topology import LABELS, Topology, domain_selector
+from muster.core.topology import LABELS, NODE_LABEL, Topology, domain_selector
 from muster.sim.kube import SimulatedCluster, _Job, _Pod
 
 Span = tuple[str, frozenset[int], bool]  # (job, the nodes its pods were bound on, whole)
@@ -38,7 +41,12 @@ class BlockCluster(SimulatedCluster):
         if len(topology) != nodes:
             raise ValueError(f"topology: {len(topology)} nodes' labels for {nodes} nodes")
         self.topology = list(topology)
-        self._labels = [{LABELS[level]: value for level, value in t} for t in topology]
+        # Every node also carries its name (`kubernetes.io/hostname`), which a gang
+        # packed onto one node (`nodePacking`) is kept on.
+        self._labels = [
+            {NODE_LABEL: name} | {LABELS[level]: value for level, value in t}
+            for name, t in zip(self.node_names, topology, strict=True)
+        ]
         self._matching: dict[str, tuple[int, ...]] = {}  # domain -> the nodes it selects
         self._selector: dict[str, tuple[int, ...]] = {}  # job -> its release's selector
         self._open: dict[str, set[int]] = {}  # job -> where its release's pods were bound
