@@ -130,8 +130,12 @@ Bucket = tuple[str, int, object]
 
 
 def queue_order_key(w: Workload, settings: Settings) -> OrderKey:
-    stamp = settings.for_queue(w.queue).timestamp
-    when = w.created_at if stamp is Timestamp.CREATION else w.queued_at
+    """(priority, then the time it queues by, then its name); with `sizeHandicap`, each
+    GPU beyond the first puts it that much later."""
+    qs = settings.for_queue(w.queue)
+    when = w.created_at if qs.timestamp is Timestamp.CREATION else w.queued_at
+    if qs.size_handicap and w.gpus > 1:
+        when += qs.size_handicap * (w.gpus - 1)
     return (-w.priority, when, w.key)
 
 

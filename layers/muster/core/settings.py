@@ -85,6 +85,8 @@ class QueueSettings:
     fault_evict_after: float | None = None
     # The topology levels its workloads may ask for (`core.topology`; none: no request honoured).
     topology_levels: tuple[str, ...] = ()
+    # `sizeHandicap`: each GPU beyond a gang's first puts it this much later in queue order.
+    size_handicap: float = 0.0
 
     @property
     def effective_recovery_timeout(self) -> float:
@@ -301,6 +303,7 @@ _QUEUE_KEYS = {
     "dryRun",
     "nodeReplacementEviction",
     "topologyLevels",
+    "sizeHandicap",
 }
 _GLOBAL_KEYS = _QUEUE_KEYS | {
     "blockAdmission",
@@ -431,6 +434,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         fault_limit_count=fault_limit,
         fault_evict_after=evict_after,
         topology_levels=parse_levels(doc, base.topology_levels, path),
+        size_handicap=duration(doc, "sizeHandicap", base.size_handicap, path),
     )
 
 
@@ -582,4 +586,6 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
         faults["evictAfter"] = format_duration(q.fault_evict_after)
     if faults:
         doc["workloadFaults"] = faults
+    if q.size_handicap:
+        doc["sizeHandicap"] = format_duration(q.size_handicap)
     return doc | levels_document(q.topology_levels)
