@@ -12,8 +12,9 @@ of gang by its GPUs, beside the overall figures:
   gang that fits on one node is admitted onto the fullest that holds it);
 - `faults`: 48 nodes x 8 GPUs, a pod per GPU, `timeout: 5m`, 5% broken jobs
   (CrashLoopBackOff 0.5, ImagePullBackOff 0.2, NotReady 0.3), node MTBF 2,000 h,
-  30 days, under `gang` and `gang` with `workloadFaults: {limitCount: 2,
-  evictAfter: 2m}`.
+  30 days, under `gang`, `gang` with `workloadFaults: {limitCount: 2,
+  evictAfter: 2m}`, and the same with `sizeHandicap: 12h` (each GPU beyond a
+  gang's first puts it half a day later in queue order).
 
 The traces are looked for as benchmarks/simulate.py does (`MUSTER_TRACES`, the
 first argument, or a `shared/traces` folder above the repository); without them
@@ -45,6 +46,7 @@ from muster.sim.scenario import Scenario, parse_scenario  # noqa: E402
 WEEKS = ("philly-2017-10-02-week.csv", "philly-2017-10-23-week.csv", "philly-2017-11-13-week.csv")
 CLASSES = ((1, "1 GPU"), (4, "2-4 GPUs"), (8, "5-8 GPUs"), (32, "9-32 GPUs"), (None, "over 32"))
 FAULTS = {"limitCount": 2, "evictAfter": "2m"}
+HANDICAP = "12h"  # `sizeHandicap` of the third faults run
 
 
 def fit_scenario(trace: Path, jobs: int | None, *, packing: bool = False) -> Scenario:
@@ -58,10 +60,14 @@ def fit_scenario(trace: Path, jobs: int | None, *, packing: bool = False) -> Sce
     return parse_scenario(doc, base_dir=path.parent, name=f"{trace.stem}-pods-of-8")
 
 
-def faults_scenario(trace: Path, jobs: int | None, *, workload_faults: bool) -> Scenario:
+def faults_scenario(
+    trace: Path, jobs: int | None, *, workload_faults: bool, handicap: str | None = None
+) -> Scenario:
     settings: dict[str, Any] = {"timeout": "5m"}
     if workload_faults:
         settings["workloadFaults"] = FAULTS
+    if handicap is not None:
+        settings["sizeHandicap"] = handicap
     doc: dict[str, Any] = {
         "cluster": {"nodes": 48, "gpusPerNode": 8},
         "settings": settings,
@@ -177,10 +183,15 @@ def main(argv: list[str]) -> int:
         if only in (None, "faults"):
             plain = faults_scenario(trace, jobs, workload_faults=False)
             aware = faults_scenario(trace, jobs, workload_faults=True)
+            ordered = faults_scenario(trace, jobs, workload_faults=True, handicap=HANDICAP)
             lines = pair_table(
                 trace.stem,
                 "5% broken jobs",
-                [("gang", plain, "gang"), ("workloadFaults", aware, "gang")],
+                [
+                    ("gang", plain, "gang"),
+                    ("workloadFaults", aware, "gang"),
+                    (f"workloadFaults+sizeHandicap {HANDICAP}", ordered, "gang"),
+                ],
             )
             print("\n".join(lines), flush=True)
     return 0
