@@ -100,3 +100,12 @@ def test_the_agent_takes_the_hostname_selector_of_the_packed_node_as_musters() -
     )  # not the node it was packed onto
     mixed = {"spec": {"nodeSelector": {HOST: "node-7", "gpu": "h100"}}}
     assert placement_rules([mixed], packed="node-7") == "nodeSelector"
+
+
+def test_the_admitted_event_on_the_workload_names_its_node() -> None:
+    from muster.core.model import LogEvent
+    from muster.kube.events import describe
+
+    detail = {"attempt": 1, "deadline": 0, "timeoutSeconds": 300, "node": "node-7"}
+    shown = describe(LogEvent.ADMITTED, detail, "ml/train")
+    assert shown is not None and shown.message.endswith("; packed onto node node-7")
