@@ -1,10 +1,8 @@
 """A simulated cluster whose nodes sit in network blocks, and honour a gang's domain.
 
-(Or a cluster without blocks whose gangs may be packed onto one node, `nodePacking`:
-a domain is then one node, selected by its `kubernetes.io/hostname` label.)
-
 `BlockCluster` is `SimulatedCluster` with topology labels on its nodes (a block
-at each level, `muster.sim.topology`). A job released into a domain (the core's
+at each level, `muster.sim.topology`; none when it runs only for `nodePacking`),
+and each node's `kubernetes.io/hostname`, which keeps a packed gang on its node. A job released into a domain (the core's
 `Admit.domain`) gets, as the pod templates of a real one get from
 `muster.kube.placement`, the node selector of that domain's labels: its pods bind
 only on the nodes the selector matches, and a pod that fits on none of them
