@@ -8,11 +8,13 @@ each pair of runs, the queue delay (submission to first PodsReady) of each class
 of gang by its GPUs, beside the overall figures:
 
 - `fit`: examples/philly-week-contended.yaml with `mapping: pods-of-8` (32 nodes x
-  8 GPUs), under `gang` and `gang+fit`;
+  8 GPUs), under `gang`, `gang+fit` and `gang+fit` with `nodePacking: true` (a
+  gang that fits on one node is admitted onto the fullest that holds it);
 - `faults`: 48 nodes x 8 GPUs, a pod per GPU, `timeout: 5m`, 5% broken jobs
   (CrashLoopBackOff 0.5, ImagePullBackOff 0.2, NotReady 0.3), node MTBF 2,000 h,
-  30 days, under `gang` and `gang` with `workloadFaults: {limitCount: 2,
-  evictAfter: 2m}`.
+  30 days, under `gang`, `gang` with `workloadFaults: {limitCount: 2,
+  evictAfter: 2m}`, and the same with `sizeHandicap: 12h` (each GPU beyond a
+  gang's first puts it half a day later in queue order).
 
 The traces are looked for as benchmarks/simulate.py does (`MUSTER_TRACES`, the
 first argument, or a `shared/traces` folder above the repository); without them
@@ -44,21 +46,28 @@ from muster.sim.scenario import Scenario, parse_scenario  # noqa: E402
 WEEKS = ("philly-2017-10-02-week.csv", "philly-2017-10-23-week.csv", "philly-2017-11-13-week.csv")
 CLASSES = ((1, "1 GPU"), (4, "2-4 GPUs"), (8, "5-8 GPUs"), (32, "9-32 GPUs"), (None, "over 32"))
 FAULTS = {"limitCount": 2, "evictAfter": "2m"}
+HANDICAP = "12h"  # `sizeHandicap` of the third faults run
 
 
-def fit_scenario(trace: Path, jobs: int | None) -> Scenario:
+def fit_scenario(trace: Path, jobs: int | None, *, packing: bool = False) -> Scenario:
     path = ROOT / "examples" / "philly-week-contended.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["trace"].update(path=str(trace), mapping="pods-of-8")
+    if packing:
+        doc.setdefault("settings", {})["nodePacking"] = True
     if jobs is not None:
         doc["trace"]["limit"] = jobs
     return parse_scenario(doc, base_dir=path.parent, name=f"{trace.stem}-pods-of-8")
 
 
-def faults_scenario(trace: Path, jobs: int | None, *, workload_faults: bool) -> Scenario:
+def faults_scenario(
+    trace: Path, jobs: int | None, *, workload_faults: bool, handicap: str | None = None
+) -> Scenario:
     settings: dict[str, Any] = {"timeout": "5m"}
     if workload_faults:
         settings["workloadFaults"] = FAULTS
+    if handicap is not None:
+        settings["sizeHandicap"] = handicap
     doc: dict[str, Any] = {
         "cluster": {"nodes": 48, "gpusPerNode": 8},
         "settings": settings,
@@ -106,11 +115,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run(scenario: Scenario, policy: str) -> tuple[dict[str, Any], dict[str, list[float]]]:
+def run(
+    scenario: Scenario, policy: str, label: str
+) -> tuple[dict[str, Any], dict[str, list[float]]]:
     started = time.process_time()
     result = simulate(scenario, policy)
     print(
-        f"  {scenario.name} {policy}: {time.process_time() - started:.0f} s CPU",
+        f"  {scenario.name} {label}: {time.process_time() - started:.0f} s CPU",
         file=sys.stderr,
         flush=True,
     )
@@ -118,14 +129,17 @@ def run(scenario: Scenario, policy: str) -> tuple[dict[str, Any], dict[str, list
 
 
 def pair_table(week: str, pair: str, runs: list[tuple[str, Scenario, str]]) -> list[str]:
-    results = [(label, *run(sc, policy)) for label, sc, policy in runs]
+    results = [(label, *run(sc, policy, label)) for label, sc, policy in runs]
     labels = [label for label, _, _ in results]
     lines = [f"### {week}, {pair}", ""]
     lines.append("| gangs | " + " | ".join(f"{x} p50 | {x} p95" for x in labels) + " |")
     lines.append("|---|" + "---:|---:|" * len(labels))
     delay = [s["queueDelaySeconds"] for _, s, _ in results]
     overall = [f"{format_seconds(d['p50'] or 0)} | {format_seconds(d['p95'] or 0)}" for d in delay]
-    counts = ", ".join(f"{s['evictions']:,} evictions" for _, s, _ in results)
+    counts = ", ".join(
+        f"{s['evictions']:,} evictions, {s['wastedGpuHours']:,.0f} wasted GPU-h"
+        for _, s, _ in results
+    )
     lines.append(f"| all ({counts}) | " + " | ".join(overall) + " |")
     for _, label in CLASSES:
         cells = []
@@ -155,17 +169,29 @@ def main(argv: list[str]) -> int:
     for trace in weeks:
         if only in (None, "fit"):
             sc = fit_scenario(trace, jobs)
+            packed = fit_scenario(trace, jobs, packing=True)
             lines = pair_table(
-                trace.stem, "pods of 8 GPUs", [("gang", sc, "gang"), ("gang+fit", sc, "gang+fit")]
+                trace.stem,
+                "pods of 8 GPUs",
+                [
+                    ("gang", sc, "gang"),
+                    ("gang+fit", sc, "gang+fit"),
+                    ("gang+fit+nodePacking", packed, "gang+fit"),
+                ],
             )
             print("\n".join(lines), flush=True)
         if only in (None, "faults"):
             plain = faults_scenario(trace, jobs, workload_faults=False)
             aware = faults_scenario(trace, jobs, workload_faults=True)
+            ordered = faults_scenario(trace, jobs, workload_faults=True, handicap=HANDICAP)
             lines = pair_table(
                 trace.stem,
                 "5% broken jobs",
-                [("gang", plain, "gang"), ("workloadFaults", aware, "gang")],
+                [
+                    ("gang", plain, "gang"),
+                    ("workloadFaults", aware, "gang"),
+                    (f"workloadFaults+sizeHandicap {HANDICAP}", ordered, "gang"),
+                ],
             )
             print("\n".join(lines), flush=True)
     return 0

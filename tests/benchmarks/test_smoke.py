@@ -104,6 +104,9 @@ ON_TRACES = [
             r"### philly-2017-10-02-week, pods of 8 GPUs",
             r"### philly-2017-10-02-week, 5% broken jobs",
             r"\| 1 GPU \(n=[\d,]+\) \|",
+            r"\| gang\+fit\+nodePacking p50 \| gang\+fit\+nodePacking p95 \|",
+            r"\| workloadFaults\+sizeHandicap 12h p50 \|",
+            r"\| all \([\d,]+ evictions, [\d,]+ wasted GPU-h, ",
         ],
     ),
     (

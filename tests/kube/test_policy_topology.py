@@ -213,3 +213,26 @@ def test_a_released_pods_selector_cannot_be_changed_and_a_tenant_cannot_release_
     moved = merge(running, {"spec": {"nodeSelector": {L3: "b2"}}})
     assert not evaluate(SCOPE, request("UPDATE", moved, running, user=CONTROL_PLANE)).allowed
     assert not update(pod(), ungated(pod(), BLOCK), TENANT).allowed
+
+
+@pytest.mark.parametrize("make", WORKLOADS)
+def test_the_control_plane_may_pack_a_workload_onto_a_node_and_unpack_it(make) -> None:  # type: ignore[no-untyped-def]
+    # GIVEN a workload admitted packed onto node-7 (`nodePacking`), with its mark
+    old = make()
+    kind = KINDS[old["kind"]]
+    held = {"runPolicy": {"suspend": False}} if kind is Kind.PYTORCHJOB else {"suspend": False}
+    mark = {"metadata": {"annotations": {"muster.io/packed-node": "node-7"}}}
+    packed = merge(
+        old, {"spec": held | spec_placement(kind, old["spec"], "hostname=node-7")} | mark
+    )
+    assert selectors(packed)[0] == {"kubernetes.io/hostname": "node-7"}
+    assert evaluate(SCOPE, request("UPDATE", packed, old, user=CONTROL_PLANE)).allowed
+    # AND placed anywhere at a later admission, the hostname label is removed
+    spec = spec_placement(kind, packed["spec"], "", packed=True)
+    unpacked = merge(
+        packed, {"spec": spec, "metadata": {"annotations": {"muster.io/packed-node": None}}}
+    )
+    assert selectors(unpacked)[0] == {}
+    assert evaluate(SCOPE, request("UPDATE", unpacked, packed, user=CONTROL_PLANE)).allowed
+    # AND a tenant may not do it
+    assert not update(old, packed, TENANT).allowed

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Effect, Evict, Workload
+from muster.core.packing import fit_packed
 from muster.core.settings import Settings, Timestamp
 from muster.core.topology import TopologySkip
 from muster.core.topology_fit import fit_in_domain
@@ -129,8 +130,12 @@ Bucket = tuple[str, int, object]
 
 
 def queue_order_key(w: Workload, settings: Settings) -> OrderKey:
-    stamp = settings.for_queue(w.queue).timestamp
-    when = w.created_at if stamp is Timestamp.CREATION else w.queued_at
+    """(priority, then the time it queues by, then its name); with `sizeHandicap`, each
+    GPU beyond the first puts it that much later."""
+    qs = settings.for_queue(w.queue)
+    when = w.created_at if qs.timestamp is Timestamp.CREATION else w.queued_at
+    if qs.size_handicap and w.gpus > 1:
+        when += qs.size_handicap * (w.gpus - 1)
     return (-w.priority, when, w.key)
 
 
@@ -411,6 +416,10 @@ class _Pass:
             domain = ""
             if w.topology:
                 no_room, fallback, domain = fit_in_domain(self.fitter, w, self.known, qs)
+            elif self.settings.node_packing:
+                no_room, fallback, domain = fit_packed(
+                    self.fitter, w, self.known, dry_run=qs.dry_run
+                )
             else:
                 no_room, fallback = fit(self.fitter, w, self.known, dry_run=qs.dry_run)
             if fallback is not None:

@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from muster.core.model import ACTIVE_PHASES, NodeObserved, Phase, Workload
-from muster.core.topology import DomainIndex, Topology, domain_level, indexed, reserve_in
+from muster.core.topology import (
+    DomainIndex,
+    Topology,
+    domain_level,
+    first_fit,
+    indexed,
+    pinned_node,
+    reserve_in,
+)
 
 Shape = tuple[tuple[int, int], ...]  # (pods, GPUs each) groups
 Pods = tuple[tuple[int, int], ...]  # (pods, GPUs each), largest first, one group per size
@@ -379,9 +387,15 @@ class Fitter:
         fitter = cls(names, list(free), known=known, topology=topology or [])
         if index is not None:
             fitter.domains = index
+        at: dict[str, int] | None = None
         for _, key, rest in sorted(unplaced):
             domain = domains.get(key) if domains else None
-            if domain and fitter.topology:
+            node = pinned_node(domain) if domain else None
+            if node is not None:  # packed onto one node (`core.packing`): kept there
+                at = at if at is not None else {name: i for i, name in enumerate(names)}
+                if node in at:
+                    first_fit(fitter.free, (at[node],), rest)
+            elif domain and fitter.topology:
                 found = indexed(fitter.domains, fitter.topology, domain_level(domain))
                 reserve_in(fitter.free, found, domain, rest)
             else:

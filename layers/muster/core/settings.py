@@ -85,6 +85,8 @@ class QueueSettings:
     fault_evict_after: float | None = None
     # The topology levels its workloads may ask for (`core.topology`; none: no request honoured).
     topology_levels: tuple[str, ...] = ()
+    # `sizeHandicap`: each GPU beyond a gang's first puts it this much later in queue order.
+    size_handicap: float = 0.0
 
     @property
     def effective_recovery_timeout(self) -> float:
@@ -229,6 +231,8 @@ class Settings:
     access: QueueAccess = field(default_factory=QueueAccess)
     # Admit a gang only where its pods fit the nodes' free GPUs (`core.capacity`).
     capacity_check: bool = False
+    # A gang that fits on one node goes to the fullest that holds it (`core.packing`).
+    node_packing: bool = False
 
     def for_queue(self, queue: str) -> QueueSettings:
         return self.queues.get(queue, self.defaults)
@@ -263,6 +267,8 @@ class Settings:
         doc: dict[str, Any] = {"blockAdmission": self.block_admission}
         if self.capacity_check:
             doc["capacityCheck"] = True
+        if self.node_packing:
+            doc["nodePacking"] = True
         if self.gpu_quota is not None:
             doc["gpuQuota"] = self.gpu_quota
         doc.update(queue_document(self.defaults))
@@ -297,9 +303,16 @@ _QUEUE_KEYS = {
     "dryRun",
     "nodeReplacementEviction",
     "topologyLevels",
+    "sizeHandicap",
 }
-_GLOBAL_KEYS = _QUEUE_KEYS | {"blockAdmission", "capacityCheck", "queues", "queueAccess"}
-_CLUSTER_WIDE = ("blockAdmission", "capacityCheck")
+_GLOBAL_KEYS = _QUEUE_KEYS | {
+    "blockAdmission",
+    "capacityCheck",
+    "nodePacking",
+    "queues",
+    "queueAccess",
+}
+_CLUSTER_WIDE = ("blockAdmission", "capacityCheck", "nodePacking")
 
 
 def parse_settings(doc: Mapping[str, Any] | None) -> Settings:
@@ -343,8 +356,14 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
     with part():
         access = _parse_access(doc.get("queueAccess"))
     capacity_check = boolean(doc, "capacityCheck", False, "")
+    node_packing = boolean(doc, "nodePacking", False, "")
     if not capacity_check:
         levels_need_capacity(doc, raw_queues)
+        if node_packing:
+            problem(
+                "nodePacking: places gangs by the capacity check's plan, so it needs "
+                "capacityCheck: true"
+            )
     return Settings(
         defaults=defaults,
         block_admission=block,
@@ -353,6 +372,7 @@ def _parse_document(doc: Mapping[str, Any]) -> Settings:
         raw_queues=raw_queues,
         access=access,
         capacity_check=capacity_check,
+        node_packing=node_packing,
     )
 
 
@@ -414,6 +434,7 @@ def _parse_queue(doc: Mapping[str, Any], base: QueueSettings, path: str) -> Queu
         fault_limit_count=fault_limit,
         fault_evict_after=evict_after,
         topology_levels=parse_levels(doc, base.topology_levels, path),
+        size_handicap=duration(doc, "sizeHandicap", base.size_handicap, path),
     )
 
 
@@ -565,4 +586,6 @@ def queue_document(q: QueueSettings) -> dict[str, Any]:
         faults["evictAfter"] = format_duration(q.fault_evict_after)
     if faults:
         doc["workloadFaults"] = faults
+    if q.size_handicap:
+        doc["sizeHandicap"] = format_duration(q.size_handicap)
     return doc | levels_document(q.topology_levels)

@@ -52,6 +52,10 @@ LABELS: Mapping[str, str] = {
     "network-node-layer-3": "topology.k8s.aws/network-node-layer-3",
 }
 LABEL_KEYS = frozenset(LABELS.values())
+# A gang packed onto one node (`nodePacking`, `core.packing`) is kept there by the
+# label every node carries; its domain is `hostname=<node>`, not a topology level.
+NODE = "hostname"
+NODE_LABEL = "kubernetes.io/hostname"
 _LEVEL_OF = {label: level for level, label in LABELS.items()} | {level: level for level in LEVELS}
 _RANK = {level: i for i, level in enumerate(LEVELS)}
 MODES = ("required", "preferred")
@@ -256,7 +260,20 @@ def domain_selector(domain: str) -> dict[str, str]:
         name, _, value = part.partition("=")
         if name in LABELS:
             selector[LABELS[name]] = value
+        elif name == NODE:
+            selector[NODE_LABEL] = value
     return selector
+
+
+def node_domain(node: str) -> str:
+    """The domain of one node (a gang packed onto it)."""
+    return f"{NODE}={node}"
+
+
+def pinned_node(domain: str) -> str | None:
+    """The node a gang was packed onto (`node_domain`), or None for a topology domain."""
+    name, _, value = domain.partition("=")
+    return value if name == NODE and value else None
 
 
 def common_domain(nodes: Mapping[str, Topology], placed: Iterable[str], level: str) -> str | None:
@@ -405,6 +422,8 @@ __all__ = [
     "LABELS",
     "LABEL_KEYS",
     "LEVELS",
+    "NODE",
+    "NODE_LABEL",
     "NO_TOPOLOGY",
     "DomainIndex",
     "Topology",
@@ -424,9 +443,11 @@ __all__ = [
     "level_name",
     "levels_document",
     "levels_need_capacity",
+    "node_domain",
     "node_topology",
     "parse_levels",
     "parse_request",
+    "pinned_node",
     "refusal",
     "request_of",
     "reserve_in",

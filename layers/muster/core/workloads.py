@@ -42,7 +42,7 @@ from muster.core.pod_groups import (
 )
 from muster.core.settings import QueueSettings, Settings
 from muster.core.spec import priority_of, spec_of, with_spec
-from muster.core.topology import admitted_detail
+from muster.core.topology import admitted_detail, pinned_node
 from muster.core.topology import refusal as topology_refusal
 
 # Kueue's reason for a workload its queue will not take (e.g. a LocalQueue missing).
@@ -392,9 +392,15 @@ def admit(w: Workload, e: AdmissionGranted, qs: QueueSettings, now: float) -> De
         fault_episodes=0,
         domain=e.domain,
     )
-    detail = {"attempt": e.attempt, "deadline": timer.deadline, "timeoutSeconds": timeout}
+    detail: dict[str, Any] = {
+        "attempt": e.attempt,
+        "deadline": timer.deadline,
+        "timeoutSeconds": timeout,
+    }
     if w.topology:
         detail |= admitted_detail(w.topology, e.domain, w.queue, qs.topology_levels)
+    elif node := pinned_node(e.domain):
+        detail["node"] = node  # packed onto it (`nodePacking`)
     effects: list[Effect] = [
         Admit.of(admitted, e.attempt),
         StartTimer(w.key, timer),

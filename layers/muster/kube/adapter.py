@@ -49,11 +49,13 @@ from muster.core.fencing import still_current
 from muster.core.model import Admit, Evict, Kind, LogEvent, Workload
 from muster.core.pod_groups import ListedMember, gpus_each, pods_to_release
 from muster.core.printable import printable
+from muster.core.topology import pinned_node
 from muster.kube.conventions import (
     ADMITTED_ATTEMPT_ANNOTATION,
     ANNOTATION_PREFIX,
     EVENT_RESOURCE,
     EVICTED_ATTEMPT_ANNOTATION,
+    PACKED_NODE_ANNOTATION,
     POD_GROUP_LABEL,
     POD_RESOURCE,
     RESOURCES,
@@ -62,7 +64,7 @@ from muster.kube.conventions import (
 )
 from muster.kube.events import describe, event_body
 from muster.kube.http import ApiException, KubeApi, bearer
-from muster.kube.placement import pod_placement, spec_placement
+from muster.kube.placement import admission_placement, pod_placement
 from muster.kube.resources import QuantityError, pod_gpus
 from muster.retry import Backoff, Refused, Transient, retry
 from muster.runtime.ports import WorkloadGone
@@ -251,13 +253,18 @@ class KubernetesCluster:
             current = _dig(obj.get("spec") or {}, resource.suspend_path)
             if bool(current) is suspend:
                 return  # already done (a redelivered effect)
-            body: dict[str, Any] = {"spec": _nest(resource.suspend_path, suspend)}
-            if isinstance(effect, Admit) and effect.topology:
-                # Its pods kept inside the domain it was admitted into (`kube.placement`).
-                body["spec"] |= spec_placement(effect.kind, obj.get("spec") or {}, effect.domain)
+            body: dict[str, Any] = {"spec": _nest(resource.suspend_path, suspend), "metadata": {}}
+            if isinstance(effect, Admit):
+                # Its pods kept in its domain, or on its node (`kube.placement`).
+                spec, notes = admission_placement(effect.kind, obj, effect.domain, effect.topology)
+                body["spec"] |= spec
+                if notes:
+                    body["metadata"]["annotations"] = notes
             version = obj.get("metadata", {}).get("resourceVersion")
             if version:  # optimistic concurrency: 409 if changed
-                body["metadata"] = {"resourceVersion": version}
+                body["metadata"]["resourceVersion"] = version
+            if not body["metadata"]:
+                del body["metadata"]
             self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
             log.info("%s %s attempt %d", "suspended" if suspend else "released", workload, attempt)
             self._mark(workload, path, mark, attempt)
@@ -358,11 +365,17 @@ class KubernetesCluster:
             remaining = [g for g in gates if g.get("name") != SCHEDULING_GATE]
             # Its domain's labels added while it is gated (`kube.placement`).
             body: dict[str, Any] = {
-                "spec": {"schedulingGates": remaining} | pod_placement(effect.domain)
+                "spec": {"schedulingGates": remaining} | pod_placement(effect.domain),
+                "metadata": {},
             }
+            node = pinned_node(effect.domain)
+            if node:  # packed onto one node (`kube.placement`)
+                body["metadata"]["annotations"] = {PACKED_NODE_ANNOTATION: node}
             version = current["metadata"].get("resourceVersion")
             if version:
-                body["metadata"] = {"resourceVersion": version}
+                body["metadata"]["resourceVersion"] = version
+            if not body["metadata"]:
+                del body["metadata"]
             self._call(workload, partial(self.api.merge_patch, path, body), conflict=True)
             if mark:
                 self._mark(workload, path, ADMITTED_ATTEMPT_ANNOTATION, attempt)

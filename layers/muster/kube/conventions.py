@@ -30,6 +30,9 @@ ANNOTATION_PREFIX = "muster.io/"
 # Fencing marks: a late admit must not undo a newer eviction, nor the reverse.
 ADMITTED_ATTEMPT_ANNOTATION = "muster.io/admitted-attempt"
 EVICTED_ATTEMPT_ANNOTATION = "muster.io/evicted-attempt"
+# The node a workload was packed onto (`nodePacking`): its pod templates' hostname
+# selector is then Muster's, not a placement rule of the owner's.
+PACKED_NODE_ANNOTATION = "muster.io/packed-node"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -62,6 +65,7 @@ __all__ = [
     "MIN_AVAILABLE_ANNOTATION",
     "NODE_HEALTH_LABEL",
     "NODE_RESOURCE",
+    "PACKED_NODE_ANNOTATION",
     "POD_GROUP_LABEL",
     "POD_RESOURCE",
     "PRIORITYCLASS_RESOURCE",

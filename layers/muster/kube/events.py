@@ -43,7 +43,8 @@ def describe(event: LogEvent, detail: Mapping[str, Any], workload: str = "") -> 
                 "Admitted",
                 f"Admitted by Muster (attempt {attempt}); all pods must be Ready by "
                 f"{_time(detail.get('deadline'))} (timeout {_seconds(detail.get('timeoutSeconds'))})"
-                + (f"; placed in {detail['domain']}" if detail.get("domain") else ""),
+                + (f"; placed in {detail['domain']}" if detail.get("domain") else "")
+                + (f"; packed onto node {detail['node']}" if detail.get("node") else ""),
             )
         case LogEvent.PODS_READY:
             text = f"All pods Ready ({detail.get('reason')}) in attempt {attempt}"

@@ -1,7 +1,8 @@
 """A simulated cluster whose nodes sit in network blocks, and honour a gang's domain.
 
 `BlockCluster` is `SimulatedCluster` with topology labels on its nodes (a block
-at each level, `muster.sim.topology`). A job released into a domain (the core's
+at each level, `muster.sim.topology`; none when it runs only for `nodePacking`),
+and each node's `kubernetes.io/hostname`, which keeps a packed gang on its node. A job released into a domain (the core's
 `Admit.domain`) gets, as the pod templates of a real one get from
 `muster.kube.placement`, the node selector of that domain's labels: its pods bind
 only on the nodes the selector matches, and a pod that fits on none of them
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from muster.core.topology import LABELS, Topology, domain_selector
+from muster.core.topology import LABELS, NODE_LABEL, Topology, domain_selector
 from muster.sim.kube import SimulatedCluster, _Job, _Pod
 
 Span = tuple[str, frozenset[int], bool]  # (job, the nodes its pods were bound on, whole)
@@ -38,7 +39,12 @@ class BlockCluster(SimulatedCluster):
         if len(topology) != nodes:
             raise ValueError(f"topology: {len(topology)} nodes' labels for {nodes} nodes")
         self.topology = list(topology)
-        self._labels = [{LABELS[level]: value for level, value in t} for t in topology]
+        # Every node also carries its name (`kubernetes.io/hostname`), which a gang
+        # packed onto one node (`nodePacking`) is kept on.
+        self._labels = [
+            {NODE_LABEL: name} | {LABELS[level]: value for level, value in t}
+            for name, t in zip(self.node_names, topology, strict=True)
+        ]
         self._matching: dict[str, tuple[int, ...]] = {}  # domain -> the nodes it selects
         self._selector: dict[str, tuple[int, ...]] = {}  # job -> its release's selector
         self._open: dict[str, set[int]] = {}  # job -> where its release's pods were bound

@@ -247,7 +247,7 @@ class Simulation:
         )
         if log.failures:
             summary.update(failure_summary(self.scenario, self.kube, log.tracking, log.by_class))
-        if isinstance(self.kube, BlockCluster):
+        if isinstance(self.kube, BlockCluster) and self.scenario.topology:
             summary["topology"] = topology_summary(self.scenario, self.kube, log.tracking)
         summary["policy"] = self.policy
         sc, kube = self.scenario, self.kube
@@ -457,9 +457,10 @@ class Simulation:
 
 
 def cluster_of(scenario: Scenario, *, sampling: bool = True) -> SimulatedCluster:
-    """The simulated cluster of `scenario`: its nodes in network blocks if it has them;
+    """The simulated cluster of `scenario`: its nodes in network blocks if it has them,
+    and honouring node selectors if gangs may be packed onto nodes (`nodePacking`);
     without `sampling` it keeps no GPU-use samples (a run nobody draws)."""
-    if scenario.topology:
+    if scenario.topology or scenario.settings.node_packing:
         labels = [scenario.node_topology(i) for i in range(scenario.nodes)]
         return BlockCluster(scenario.nodes, scenario.gpus_per_node, labels, sampling=sampling)
     return SimulatedCluster(scenario.nodes, scenario.gpus_per_node, sampling=sampling)

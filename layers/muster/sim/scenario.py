@@ -280,11 +280,11 @@ def _settings(doc: Mapping[str, Any], quota: int) -> tuple[Settings, Mapping[str
         problem("settings.gpuQuota: set the cluster quota as cluster.gpuQuota")
     settings = DEFAULT_SETTINGS
     given = {k: v for k, v in raw_settings.items() if k != "gpuQuota"}
-    # `topologyLevels` need `capacityCheck`; the simulator turns the check on per policy
-    # (`gang+fit`), so the levels are read as the check would read them, and do nothing
-    # under the policies without it.
+    # `topologyLevels` and `nodePacking` need `capacityCheck`; the simulator turns the
+    # check on per policy (`gang+fit`), so they are read as the check would read them,
+    # and do nothing under the policies without it.
     check = given.get("capacityCheck", False)
-    if check is False and _names_levels(given):
+    if check is False and (_names_levels(given) or given.get("nodePacking") is True):
         given["capacityCheck"] = True
     try:
         settings = parse_settings(given)

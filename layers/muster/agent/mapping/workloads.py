@@ -29,10 +29,11 @@ from muster.agent.mapping.objects import (
 from muster.core.copying import replace
 from muster.core.durations import DurationError, parse_duration
 from muster.core.model import Kind
-from muster.core.topology import LABEL_KEYS, parse_request
+from muster.core.topology import LABEL_KEYS, NODE_LABEL, parse_request
 from muster.kube.conventions import (
     JOBSET_NAME_LABEL,
     MIN_AVAILABLE_ANNOTATION,
+    PACKED_NODE_ANNOTATION,
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,
     TIMEOUT_ANNOTATION,
@@ -120,7 +121,12 @@ def workload_view(
         uid=str(meta(obj).get("uid") or ""),
         class_names=tuple(_class_name(t) for t in templates),
         shape=pod_shape_of(groups),
-        placement=placement_rules(templates, tolerated, owned=bool(topology)),
+        placement=placement_rules(
+            templates,
+            tolerated,
+            owned=bool(topology),
+            packed=notes_of(obj).get(PACKED_NODE_ANNOTATION),
+        ),
         topology=topology,
         refused=refused,
     )
@@ -249,7 +255,12 @@ def pod_group_view(
         priority_class=name if resolved else None,
         class_priority=value if resolved else None,
         shape=pod_shape_of([(size, each)]),
-        placement=placement_rules(deciding, tolerated, owned=bool(topology)),
+        placement=placement_rules(
+            deciding,
+            tolerated,
+            owned=bool(topology),
+            packed=notes_of(first).get(PACKED_NODE_ANNOTATION),
+        ),
         topology=topology,
         refused=refused or _too_large(size, []),
     )
@@ -404,6 +415,7 @@ def placement_rules(
     tolerated: frozenset[str] | None = None,
     *,
     owned: bool = False,
+    packed: str | None = None,
 ) -> str:
     """The placement rules of pod templates the capacity check does not evaluate.
 
@@ -412,7 +424,9 @@ def placement_rules(
     affinity, spread constraints, tolerations of other taints) makes
     the check fall back to quota for the workload. Returns "" when there are none.
     With `owned` (the workload asks for a topology), a node selector of topology
-    labels alone is the one Muster set for its domain, not a rule of its own.
+    labels alone is the one Muster set for its domain, not a rule of its own; with
+    `packed` (the node Muster packed it onto, `muster.io/packed-node`), neither is a
+    hostname selector naming that node.
     """
     known = TOLERATED_TAINTS if tolerated is None else tolerated
     found: set[str] = set()
@@ -420,7 +434,7 @@ def placement_rules(
         spec = template.get("spec") or {}
         for key in ("nodeSelector", "affinity", "topologySpreadConstraints"):
             if spec.get(key) and not (
-                key == "nodeSelector" and owned and _topology_only(spec[key])
+                key == "nodeSelector" and _muster_only(spec[key], owned, packed)
             ):
                 found.add(key)
         for toleration in spec.get("tolerations") or []:
@@ -456,9 +470,15 @@ def _timeout(notes: Mapping[str, str], problems: list[str]) -> str | None:
     return text
 
 
-def _topology_only(selector: object) -> bool:
-    """A node selector of topology labels alone (the one Muster sets for a domain)."""
-    return isinstance(selector, Mapping) and selector.keys() <= LABEL_KEYS
+def _muster_only(selector: object, owned: bool, packed: str | None) -> bool:
+    """A node selector of the labels Muster sets alone: a domain's topology labels (if
+    the workload asks for a topology), the hostname of the node it packed it onto."""
+    if not isinstance(selector, Mapping):
+        return False
+    keys = set(selector)
+    if packed and selector.get(NODE_LABEL) == packed:
+        keys.discard(NODE_LABEL)
+    return not keys or (owned and keys <= LABEL_KEYS)
 
 
 def _topology(notes: Mapping[str, str], problems: list[str]) -> str:
