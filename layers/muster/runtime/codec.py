@@ -15,6 +15,7 @@ from muster.core import (
     Admit,
     Effect,
     Evict,
+    Holding,
     Kind,
     LogEvent,
     Phase,
@@ -81,7 +82,27 @@ def encode_workload(w: Workload) -> dict[str, Any]:
     doc["timer"] = encode_timer(w.timer)
     doc["fault_timer"] = encode_timer(w.fault_timer)
     doc["evictions"] = dict(w.evictions)
+    doc["predecessors"] = [encode_holding(h) for h in w.predecessors]
     return doc
+
+
+def encode_holding(h: Holding) -> dict[str, Any]:
+    """A predecessor's holding, its pods as compact rows (name, revision, uid, phase,
+    node, deleted): what deciding on their later events needs."""
+    return {
+        "uid": h.uid,
+        "queue": h.queue,
+        "gpus": h.gpus,
+        "pods": [[p.name, p.seq, p.uid, p.phase, p.node, p.deleted] for p in h.pods.values()],
+    }
+
+
+def decode_holding(doc: dict[str, Any]) -> Holding:
+    pods = {
+        str(name): Pod(str(name), int(seq), str(uid), str(phase), node=node, deleted=bool(gone))
+        for name, seq, uid, phase, node, gone in doc.get("pods", ())
+    }
+    return Holding(str(doc["uid"]), str(doc["queue"]), int(doc["gpus"]), pods)
 
 
 def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> Workload:
@@ -91,6 +112,7 @@ def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> 
     values["timer"] = decode_timer(values.get("timer"))
     values["shape"] = tuple((int(n), int(g)) for n, g in values.get("shape") or ())
     values["fault_timer"] = decode_timer(values.get("fault_timer"))
+    values["predecessors"] = tuple(decode_holding(h) for h in values.get("predecessors") or ())
     return replace(
         Workload(key=doc["key"], queue=doc["queue"], gang_size=1), **values, pods=pods or {}
     )
