@@ -15,6 +15,7 @@ from muster.core import (
     Phase,
     PodObserved,
     Reason,
+    RunAdmission,
     TimerKind,
     WorkloadFinished,
     decide,
@@ -293,3 +294,29 @@ def test_pods_of_a_deleted_job_heard_bound_after_its_deletion_are_charged() -> N
     # AND once the pod ends, the queued one is admitted
     step = fleet.apply(PodObserved(KEY, "p0", 7, uid="p0-uid", deleted=True), 4)
     assert [e.workload for e in step.effects if isinstance(e, Admit)] == ["team/b"]
+
+
+def test_a_later_objects_end_heard_first_hands_the_earlier_ones_holding_over() -> None:
+    # GIVEN the record of a running Job (object A1), whose deletion and re-creation as
+    # A2 were never heard; then A2's own deletion is
+    s = settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}})
+    w = replace(running(s), uid=A1)
+    d = decide(w, WorkloadFinished(KEY, Reason.DELETED, seq=30, uid=A2), s, 5)
+    # THEN the record is A2's, finished, with none of A1's pods as its own, and A1's
+    # pods, which may run on orphaned, still charged to A1's queue
+    done = d.workload
+    assert done is not None and d.reborn
+    assert (done.uid, done.phase, done.pods) == (A2, Phase.FINISHED, {})
+    (held,) = done.predecessors
+    assert (held.uid, held.queue, held.gpus, set(held.pods)) == (A1, "q", 8, {"p0", "p1"})
+    assert holds_quota(done)
+    # AND A1's pods ending ends it, asking for a pass
+    for i, seq in enumerate((31, 32)):
+        gone = PodObserved(KEY, f"p{i}", seq, uid=f"p{i}-uid", deleted=True, owner=A1)
+        d = decide(done, gone, s, 6)
+        assert d.workload is not None
+        done = d.workload
+    assert not holds_quota(done)
+    assert [e.reason for e in d.effects if isinstance(e, RunAdmission)] == [
+        "pods of a deleted workload gone"
+    ]

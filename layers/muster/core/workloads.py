@@ -237,13 +237,15 @@ def finish(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> 
 
 def _ended(w: Workload, e: WorkloadFinished) -> Decision:
     """The end of the incarnation `w` (unless `e` is of another, or said before)."""
-    if e.uid and w.uid and e.uid != w.uid:
+    later = bool(e.uid and w.uid and e.uid != w.uid)
+    if later:
         if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
         if w.phase is Phase.FINISHED:
             # A later object under this name ended too: remember it, so its own late
-            # events are recognised.
-            return Decision(replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq)))
+            # events are recognised (what the earlier one holds, it carries apart).
+            after = replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq))
+            return Decision(_handed_over(after, w), reborn=True)
     elif w.phase is Phase.FINISHED:
         return Decision(w, outcome=Outcome.DUPLICATE)
     elif e.seq and e.seq < w.spec_seq:
@@ -270,7 +272,16 @@ def _ended(w: Workload, e: WorkloadFinished) -> Decision:
     )
     if held:
         effects.append(RunAdmission("finished"))
+    if later:
+        # A later object's end: `w`'s object is gone too, its pods maybe running on.
+        return Decision(_handed_over(done, w), tuple(effects), reborn=True)
     return Decision(done, tuple(effects))
+
+
+def _handed_over(record: Workload, w: Workload) -> Workload:
+    """`record`, now a later object's, with none of `w`'s pods and what `w` held carried
+    apart (`predecessors.handed_over`)."""
+    return replace(record, pods={}, listed={}, predecessors=handed_over(w))
 
 
 def outlived_by_pods(w: Workload) -> bool:
