@@ -10,8 +10,8 @@ agent events per second.
 
 By default every history also holds the triggers the plain ones never do
 (`muster.harness.histories.generate_triggers`): pod groups run again under their
-name and their members replaced, pods outliving their deleted Job while it is
-re-created, a Job's name shared by a JobSet, PyTorchJob or pod group, settings
+name, their members replaced and pods added beyond their gang, pods outliving
+their deleted Job while it is re-created, a Job's name shared by a JobSet, PyTorchJob or pod group, settings
 changed mid-flight (dryRun, recoveryTimeout, blockAdmission, quotas lowered),
 releases the API server refuses, PutEvents entries throttled, a node's NotReady
 delivered after its later Ready, admission passes interleaved with other events,
@@ -48,6 +48,7 @@ from muster.harness.histories import generate, generate_triggers
 TRIGGERS = {
     "podGroupRerun": "pod group runs again",
     "membersReplaced": "pod group members replaced",
+    "podsBeyondTheGang": "pods added to a pod group beyond its gang",
     "podsOutlivingTheirJob": "Jobs deleted with their pods still terminating",
     "sharedNames": "workloads sharing a name with another kind",
     "settings:dryRun": "settings changed: dryRun on",

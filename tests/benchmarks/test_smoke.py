@@ -47,6 +47,7 @@ SMALL = [
             r"NotReady delivered after the node's Ready +[1-9]",
             r"admission passes interleaved with other events +[1-9]",
             r"Jobs deleted with their pods still terminating +[1-9]",
+            r"Jobs re-created while their orphans run +\d+",
             r"events per second",
         ],
     ),

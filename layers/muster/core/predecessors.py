@@ -55,16 +55,17 @@ def handed_over(w: Workload) -> tuple[Holding, ...]:
     that still run, and `w`'s own if it held quota when it went (admitted, or deleted
     while its pods ran; a pod group's run is gone with its pods, so never)."""
     kept = [h for h in w.predecessors if runs(h)]
-    if w.kind is not Kind.POD_GROUP and w.uid and w.attempt > 0 and _held_when_gone(w):
-        pods = {name: compact(p) for name, p in w.pods.items()}
-        kept.append(Holding(w.uid, w.queue, w.gpus, pods))
+    if w.kind is not Kind.POD_GROUP and w.uid and w.attempt > 0:
+        if w.phase in ACTIVE_PHASES:
+            # Its deletion unheard: the pods of its attempt may run on (an evicted
+            # attempt's were withdrawn with it).
+            pods = {name: compact(p) for name, p in w.pods.items() if not p.retired}
+            kept.append(Holding(w.uid, w.queue, w.gpus, pods))
+        elif w.phase is Phase.FINISHED and w.reason == Reason.DELETED:
+            # As `workloads.outlived_by_pods` counts them: any attempt's.
+            pods = {name: compact(p) for name, p in w.pods.items()}
+            kept.append(Holding(w.uid, w.queue, w.gpus, pods))
     return tuple(kept)
-
-
-def _held_when_gone(w: Workload) -> bool:
-    if w.phase in ACTIVE_PHASES:
-        return True  # its deletion unheard: its pods may run on
-    return w.phase is Phase.FINISHED and w.reason == Reason.DELETED
 
 
 def compact(p: Pod) -> Pod:

@@ -220,7 +220,9 @@ def generate_triggers(
     - a node's NotReady delivered again after its later Ready;
     - admission passes interleaved with the handling of other events;
     - a tenant's attacks (`with_attacks`): Jobs grown after admission, deleted with
-      their pods orphaned, and pods forged with a Job's labels.
+      their pods orphaned (some re-created while the orphans run), and pods forged
+      with a Job's labels; pods added to the pod groups beyond their gang
+      (`with_pods_beyond_the_gang`).
     """
     rng = random.Random(seed * 15_485_863 + 11)
     base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
@@ -253,7 +255,8 @@ def generate_triggers(
     history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),), True)
     twins = (Kind.PYTORCHJOB, Kind.JOBSET, Kind.POD_GROUP)
     history = _with_twins(history, rng, rng.randint(1, 2), twins)
-    return with_attacks(with_settings_toggles(history, seed, ALL_TOGGLES), seed)
+    history = with_attacks(with_settings_toggles(history, seed, ALL_TOGGLES), seed)
+    return with_pods_beyond_the_gang(history, seed)
 
 
 def with_attacks(history: History, seed: int) -> History:

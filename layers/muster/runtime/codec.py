@@ -7,7 +7,9 @@ field needs no schema change. Decoding is the exact inverse of encoding.
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from dataclasses import fields, replace
 from typing import Any
 
@@ -32,6 +34,7 @@ from muster.core import (
     TimerKind,
     Workload,
 )
+from muster.core.predecessors import running
 
 # The pods are items of their own, and so is the pod listing but for its revision
 # (`listed_seq`; `muster.runtime.listing`): the state's size does not grow with the gang.
@@ -86,21 +89,39 @@ def encode_workload(w: Workload) -> dict[str, Any]:
     return doc
 
 
+HOLDING_ROWS_PLAIN = 32
+"""Pods of a predecessor's holding stored as plain rows; more are stored compressed."""
+
+
 def encode_holding(h: Holding) -> dict[str, Any]:
-    """A predecessor's holding, its pods as compact rows (name, revision, uid, phase,
-    node, deleted): what deciding on their later events needs."""
-    return {
-        "uid": h.uid,
-        "queue": h.queue,
-        "gpus": h.gpus,
-        "pods": [[p.name, p.seq, p.uid, p.phase, p.node, p.deleted] for p in h.pods.values()],
-    }
+    """A predecessor's holding: its pods as rows of what deciding on their later events
+    needs (name, revision, ended), compressed for a large gang so that the workload
+    item stays small (a 4096-pod gang's rows take tens of KB, not hundreds)."""
+    rows = [(p.name, p.seq, int(not running(p))) for p in h.pods.values()]
+    doc: dict[str, Any] = {"uid": h.uid, "queue": h.queue, "gpus": h.gpus}
+    if len(rows) <= HOLDING_ROWS_PLAIN:
+        doc["pods"] = [list(r) for r in rows]
+    else:
+        # By revision, each row's revision as the step from the one before: small numbers.
+        rows.sort(key=lambda r: r[1])
+        steps = [[n, seq - (rows[i - 1][1] if i else 0), e] for i, (n, seq, e) in enumerate(rows)]
+        packed = zlib.compress(dumps(steps).encode(), 9)
+        doc["packed"] = base64.b64encode(packed).decode("ascii")
+    return doc
 
 
 def decode_holding(doc: dict[str, Any]) -> Holding:
+    rows = doc.get("pods", ())
+    if "packed" in doc:
+        rows, seq = [], 0
+        for name, step, ended in json.loads(zlib.decompress(base64.b64decode(doc["packed"]))):
+            seq += step
+            rows.append([name, seq, ended])
     pods = {
-        str(name): Pod(str(name), int(seq), str(uid), str(phase), node=node, deleted=bool(gone))
-        for name, seq, uid, phase, node, gone in doc.get("pods", ())
+        str(name): Pod(str(name), int(seq), deleted=bool(ended))
+        if ended
+        else Pod(str(name), int(seq))
+        for name, seq, ended in rows
     }
     return Holding(str(doc["uid"]), str(doc["queue"]), int(doc["gpus"]), pods)
 
