@@ -5,6 +5,7 @@ orphans' reports come first, and the quota holds counting what runs."""
 
 from __future__ import annotations
 
+import pytest
 from muster.harness import run_history
 from muster.harness.histories import TEAM, Action, History
 from muster.harness.perturb import NONE, Perturbation
@@ -49,13 +50,58 @@ def test_a_job_recreated_while_its_orphans_run_waits_for_them() -> None:
     assert admitted and admitted[0] >= ORPHANED_AT + LINGER, admitted
 
 
+LATE_ORPHANED_AT = 90.0
+
+
+def heard_late() -> tuple[list[str], list[dict[str, object]]]:
+    """A never-ready Job of 12 GPUs holds the queue, ours (8 GPUs) queued behind it,
+    and an agent gap from 2 s to 150 s: the first is evicted at its deadline (60 s)
+    and ours admitted, its pods bound, deleted with them orphaned and re-created,
+    all unheard (its own deadline finds it gone, no pod of it known)."""
+    blocker = Action(
+        0.0,
+        "create",
+        job="ml/big",
+        pods=3,
+        gpus_per_pod=4,
+        startup=1.0,
+        never_ready=True,
+        queue=TEAM,
+    )
+    gap = Action(2.0, "gap", until=150.0)
+    delete = Action(LATE_ORPHANED_AT, "delete", job=JOB, linger=LINGER, orphan=True)
+    return play(blocker, job(1.0), gap, delete, job(LATE_ORPHANED_AT + 1), gaps=True)
+
+
 def test_orphans_first_heard_of_after_the_new_object_are_charged() -> None:
-    # GIVEN the same, all of it in an agent gap: the new agent lists the new object
-    # first, then the orphans of the one it never saw deleted
-    gap = Action(1.0, "gap", until=ORPHANED_AT + 20)
-    delete = Action(ORPHANED_AT, "delete", job=JOB, linger=LINGER, orphan=True)
-    divergences, entries = play(job(0.0), gap, delete, job(ORPHANED_AT + 1), gaps=True)
-    # THEN the orphans, heard of after the deletion, are charged until they end
+    divergences, entries = heard_late()
+    orphaned = LATE_ORPHANED_AT
+    # WHEN the new agent lists: the new object first, the orphans after
+    # THEN the orphans, heard of after the new object, are charged until they end
     assert divergences == []
     admitted = admitted_after_the_last_submission(entries)
-    assert admitted and admitted[0] >= ORPHANED_AT + LINGER, admitted
+    assert admitted and admitted[0] >= orphaned + LINGER, admitted
+
+
+# --------------------------------------------------------------------------- not hollow
+
+
+def test_the_harness_notices_a_recreation_that_drops_the_orphans_charge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a core whose new object under a name takes nothing over from the old one
+    monkeypatch.setattr("muster.core.workloads.handed_over", lambda w: ())
+    # THEN the re-created Job runs beside the orphans, past the queue's quota
+    delete = Action(ORPHANED_AT, "delete", job=JOB, linger=LINGER, orphan=True)
+    divergences, _ = play(job(0.0), delete, job(ORPHANED_AT + 1))
+    assert any("quota exceeded on the cluster" in d for d in divergences), divergences
+
+
+def test_the_harness_notices_orphans_heard_late_left_out_of_the_ledger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a runtime that does not name a holding that starts again in the ledger
+    monkeypatch.setattr("muster.runtime.holding.starts_holding", lambda *a: False)
+    # THEN passes do not count the orphans heard of after the new object
+    divergences, _ = heard_late()
+    assert any("quota exceeded on the cluster" in d for d in divergences), divergences

@@ -236,7 +236,7 @@ def test_a_lowered_quota_keeps_earlier_holders_and_admits_nothing_new_over_it() 
         grown: list[object] = []
         lingering: dict[str, object] = {}
 
-        def released_gpus(self, heard: object) -> Counter[str]:
+        def released_gpus(self, heard: object, told: int) -> Counter[str]:
             return Counter(default=8)
 
         def queue(self, key: str) -> str:

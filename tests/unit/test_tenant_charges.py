@@ -14,6 +14,7 @@ from muster.core import (
     Kind,
     Phase,
     PodObserved,
+    PodsListed,
     Reason,
     RunAdmission,
     TimerKind,
@@ -320,3 +321,24 @@ def test_a_later_objects_end_heard_first_hands_the_earlier_ones_holding_over() -
     assert [e.reason for e in d.effects if isinstance(e, RunAdmission)] == [
         "pods of a deleted workload gone"
     ]
+
+
+def test_an_admitted_predecessor_with_no_pod_known_is_charged_until_a_listing() -> None:
+    # GIVEN an admitted Job (object A1) none of whose pods was heard of (an agent gap),
+    # and the agent's relist: the new object A2 first, the pods after
+    s = settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}})
+    w = replace(admitted(s), uid=A1)
+    d = decide(w, submit(KEY, pods=2, gpus=8, seq=20, uid=A2), s, 5)
+    # THEN the new object's record charges A1's GPUs: its pods may be running
+    assert d.workload is not None and holds_quota(d.workload)
+    assert d.workload.predecessors[0].presumed
+    # AND a pod listing that holds none of them ends it, asking for a pass
+    listing = decide(d.workload, PodsListed(KEY, 30, {}), s, 6)
+    assert listing.workload is not None and not holds_quota(listing.workload)
+    assert [e.reason for e in listing.effects if isinstance(e, RunAdmission)] == [
+        "pods of a deleted workload gone"
+    ]
+    # OR one of its pods heard of, running, charges it as any other
+    pod = replace(ready(KEY, "a1-0", seq=21), owner=A1)
+    heard = decide(d.workload, pod, s, 6).workload
+    assert heard is not None and holds_quota(heard) and not heard.predecessors[0].presumed

@@ -147,6 +147,9 @@ class Holding:
     queue: str
     gpus: int
     pods: Mapping[str, Pod] = field(default_factory=dict)
+    # Admitted when the new object was heard of, no pod of it known: its pods may run
+    # unheard (an agent gap), so it is charged until one is heard of or a pod listing.
+    presumed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

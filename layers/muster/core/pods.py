@@ -67,7 +67,7 @@ def _predecessor_pod(w: Workload, i: int, e: PodObserved) -> Decision:
     outcome, pod, note = pod_update(h.pods.get(e.pod), e)
     if outcome is not Outcome.APPLIED or pod is None:
         return Decision(w, outcome=outcome, note=note)
-    held = replace(h, pods={**h.pods, e.pod: compact(pod)})
+    held = replace(h, pods={**h.pods, e.pod: compact(pod)}, presumed=False)
     updated = replace(w, predecessors=with_holding(w.predecessors, i, held))
     if runs(h) and not runs(held):
         return Decision(updated, (RunAdmission(PREDECESSOR_ENDED),))

@@ -8,7 +8,10 @@ object's queue, with its pods kept apart from the new object's (they never count
 for its readiness: they are another uid's), until the last of them is heard ended.
 The newest holding stays on the record after that, charging nothing, so that a late
 event of one of its pods is judged against what is known of it (and a pod first
-heard of then, bound, is charged again).
+heard of then, bound, is charged again). An earlier object still admitted on the
+record when the new one is heard of (its deletion unheard, after an agent gap say)
+with no pod of it known is charged as if its pods ran, until one of them is heard
+of or a pod listing says which run: a relist sends the objects before the pods.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ def running(p: Pod) -> bool:
 
 
 def runs(h: Holding) -> bool:
-    """Whether the holding charges its GPUs: a pod of it has not ended."""
-    return any(running(p) for p in h.pods.values())
+    """Whether the holding charges its GPUs: a pod of it has not ended (or none of its
+    pods is known yet, `Holding.presumed`)."""
+    return h.presumed or any(running(p) for p in h.pods.values())
 
 
 def held_by_predecessors(w: Workload) -> bool:
@@ -60,7 +64,8 @@ def handed_over(w: Workload) -> tuple[Holding, ...]:
             # Its deletion unheard: the pods of its attempt may run on (an evicted
             # attempt's were withdrawn with it).
             pods = {name: compact(p) for name, p in w.pods.items() if not p.retired}
-            kept.append(Holding(w.uid, w.queue, w.gpus, pods))
+            unknown = not any(running(p) for p in pods.values())
+            kept.append(Holding(w.uid, w.queue, w.gpus, pods, presumed=unknown))
         elif w.phase is Phase.FINISHED and w.reason == Reason.DELETED:
             # As `workloads.outlived_by_pods` counts them: any attempt's.
             pods = {name: compact(p) for name, p in w.pods.items()}
@@ -99,7 +104,7 @@ def predecessors_listed(w: Workload, e: PodsListed) -> tuple[Workload, bool]:
             gone = listed is None or bool(p.uid and listed and listed != p.uid)
             if not p.deleted and gone and p.seq < e.revision:
                 pods[p.name] = Pod(p.name, p.seq, p.uid, p.phase, deleted=True)
-        after = replace(h, pods=pods)
+        after = replace(h, pods=pods, presumed=False)
         ended = ended or (runs(h) and not runs(after))
         holdings.append(after)
     return replace(w, predecessors=tuple(holdings)), ended

@@ -444,19 +444,20 @@ class Truth:
         found = self.groups.get(key) or self.objects.get(key)
         return found.queue if found is not None else "default"
 
-    def released_gpus(self, heard: Callable[[JobObject], bool]) -> Counter[str]:
+    def released_gpus(self, heard: Callable[[JobObject], bool], told: int) -> Counter[str]:
         """GPUs in use per queue, counting what runs: each released workload's charge,
         or all it asks for once the control plane has heard it grew (`heard`); and the
         bound pods of deleted Jobs that still run (orphaned, or terminating; a Job
-        re-created under the name meanwhile or not), at most their charge if it never
-        heard they grew."""
+        re-created under the name meanwhile or not) that the control plane heard were
+        bound by the watch's step `told`, at most their charge if it never heard they
+        grew."""
         held: Counter[str] = Counter()
         for obj in self.objects.values():
             if not obj.deleted and self.sim._jobs[obj.sim].running:
                 grown = obj.grown_seq and heard(obj)
                 held[obj.queue] += obj.gpus if grown else (obj.charged or obj.gpus)
         for sim, obj in self.lingering.items():
-            bound = self.bound_gpus(sim)
+            bound = self.bound_gpus(sim, told)
             if obj.grown_seq and obj.charged and not heard(obj):
                 bound = min(bound, obj.charged)
             held[obj.queue] += bound
@@ -465,14 +466,16 @@ class Truth:
                 held[g.queue] += g.held_gpus
         return held
 
-    def bound_gpus(self, sim: str) -> int:
+    def bound_gpus(self, sim: str, told: int) -> int:
         """GPUs of the simulator job's bound pods whose records at the control plane held
-        them bound (what it never heard of, an agent gap say, it cannot charge)."""
+        them bound by the watch's step `told` (what it never heard of, an agent gap say,
+        it cannot charge)."""
         pods = self.sim._jobs[sim].pods.values()
+        told_bound = self.told_bound
         return sum(
             p.gpus
             for p in pods
-            if p.node is not None and not p.deleted and p.uid in self.told_bound
+            if p.node is not None and not p.deleted and told_bound.get(p.uid, told + 1) <= told
         )
 
     def own_pods(self, key: str) -> dict[str, PodObserved]:

@@ -125,6 +125,7 @@ class QuotaWatch(ReleaseWatch):
         self.releases = 0
         self.looked: dict[str, tuple[object, ...]] = {}  # the pods last looked at, per workload
         self.steps = 0  # what the control plane's records hold is noted step by step
+        self.committed: dict[tuple[str, str, int], int] = {}  # an admission -> its step
 
     def _problem(self, what: str) -> None:
         if what not in self.problems:
@@ -135,6 +136,7 @@ class QuotaWatch(ReleaseWatch):
         if attempt in self.seen:
             return
         self.seen.add(attempt)
+        self.committed[attempt] = self.steps
         self.admissions += 1
         snap = self.store.load(effect.workload)
         queues = [snap.workload.queue] if snap is not None else []
@@ -156,7 +158,10 @@ class QuotaWatch(ReleaseWatch):
                 obj.charged = snap.workload.gpus  # what it is charged for, whatever runs
         queues = [self.truth.queue(effect.workload)]
         self.observe()
-        held = self.truth.released_gpus(self.heard)
+        # The pods of deleted Jobs count once the control plane heard they were bound,
+        # before the admission was committed (one heard of later it could not weigh).
+        committed = self.committed.get((effect.workload, effect.uid, effect.attempt), self.steps)
+        held = self.truth.released_gpus(self.heard, committed)
         over = _over_since(held, self.log, lambda q: since, now, queues)
         if over:
             self._problem(f"quota exceeded on the cluster: {effect.workload} released with {over}")

@@ -99,6 +99,8 @@ def encode_holding(h: Holding) -> dict[str, Any]:
     item stays small (a 4096-pod gang's rows take tens of KB, not hundreds)."""
     rows = [(p.name, p.seq, int(not running(p))) for p in h.pods.values()]
     doc: dict[str, Any] = {"uid": h.uid, "queue": h.queue, "gpus": h.gpus}
+    if h.presumed:
+        doc["presumed"] = True
     if len(rows) <= HOLDING_ROWS_PLAIN:
         doc["pods"] = [list(r) for r in rows]
     else:
@@ -123,7 +125,8 @@ def decode_holding(doc: dict[str, Any]) -> Holding:
         else Pod(str(name), int(seq))
         for name, seq, ended in rows
     }
-    return Holding(str(doc["uid"]), str(doc["queue"]), int(doc["gpus"]), pods)
+    presumed = bool(doc.get("presumed"))
+    return Holding(str(doc["uid"]), str(doc["queue"]), int(doc["gpus"]), pods, presumed)
 
 
 def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> Workload:
