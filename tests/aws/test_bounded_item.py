@@ -76,3 +76,40 @@ def test_a_4096_pod_gang_listed_in_full_keeps_its_workload_item_under_16_kb(caps
         # AND the store gives the core back the listing as the core had it
         assert {n: snap.workload.listed[n] for n in replaced} == replaced
         assert all(snap.workload.listed[n] == listed[n] for n in names[96:])
+
+
+def test_a_4096_pod_predecessors_holding_keeps_the_workload_item_small() -> None:
+    # GIVEN a 4,096-pod Job re-created under its name while its pods still run (a
+    # Job controller's names: the Job's, the completion index, a random suffix)
+    import random
+
+    from muster.core import Holding
+    from muster.runtime.codec import decode_workload, encode_workload
+
+    draw = random.Random(7)
+    letters = "bcdfghjklmnpqrstvwxz2456789"
+    pods = {}
+    for i in range(GANG):
+        name = f"llama-pretraining-run-{i}-{''.join(draw.choices(letters, k=5))}"
+        ended = i % 3 == 0
+        pods[name] = Pod(name, 7_000_000 + 17 * i, _uid(i), "Failed" if ended else "Running")
+    held = Holding("job-1", "default", GANG * 8, pods)
+    w = Workload(KEY, "default", GANG, gpus=GANG * 8, uid="job-2", predecessors=(held,))
+    # WHEN its record is encoded for the workload item
+    doc = encode_workload(w)
+    size = len(dumps(doc).encode())
+    # THEN the holding takes well under DynamoDB's 400 KB item limit
+    assert size < 64 * 1024, size
+    # AND decodes to what deciding on the pods' later events needs: each pod's
+    # revision, and whether it ended
+    (back,) = decode_workload(doc).predecessors
+    assert (back.uid, back.queue, back.gpus) == ("job-1", "default", GANG * 8)
+    assert {n: (p.seq, p.deleted) for n, p in back.pods.items()} == {
+        n: (p.seq, p.phase == "Failed") for n, p in pods.items()
+    }
+    # (a small one is stored plainly)
+    few = Holding("job-1", "default", 8, dict(list(pods.items())[:2]))
+    assert (
+        "pods"
+        in encode_workload(Workload(KEY, "default", 1, predecessors=(few,)))["predecessors"][0]
+    )

@@ -75,12 +75,20 @@ def test_a_deleted_jobs_terminating_pods_do_not_count_for_the_re_created_one(rig
     batch = plane.handle_pods(
         KEY, [pod(KEY, f"train-a{i}", 33 + i, ready=True, owner="job-1") for i in range(2)]
     )
-    # THEN they are not the new object's: it stays Admitted, its start timer running
-    assert outcomes == [[Outcome.STALE], [Outcome.STALE]] and set(batch) == {Outcome.STALE}
+    # THEN they are not the new object's: it stays Admitted, its start timer running;
+    # they are the old one's, kept on its holding (charged until they end)
+    assert outcomes == [[Outcome.APPLIED], [Outcome.APPLIED]] and set(batch) == {Outcome.APPLIED}
     assert rig.phase(KEY) == "Admitted"
     assert rig.timers.name(KEY, started) in rig.timers.running
     snap = rig.store.load(KEY)
     assert snap is not None and snap.workload.pods == {}
+    (held,) = snap.workload.predecessors
+    assert held.uid == "job-1" and {n: p.seq for n, p in held.pods.items()} == {
+        "train-a0": 33,
+        "train-a1": 34,
+    }
+    # AND a pod of an object it holds nothing of is stale
+    assert plane.handle(pod(KEY, "train-z", 36, ready=True, owner="job-0")) == [Outcome.STALE]
     # WHEN its own pods turn Ready THEN it runs, and every pod item it wrote is its own
     for i in range(2):
         plane.handle(pod(KEY, f"train-b{i}", 40 + i, ready=True, owner="job-2"))

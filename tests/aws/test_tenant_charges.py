@@ -309,3 +309,58 @@ def _quarantine():  # type: ignore[no-untyped-def]
     from muster.runtime.ports import Quarantine
 
     return Quarantine("Evict: refused", "Evict", 5, 0.0)
+
+
+# --------------------------------------------------------------------------- 8. re-created, heard late
+
+OLD, NEW = "first-old-uid", "first-new-uid"
+
+
+def test_a_job_recreated_while_its_orphans_run_keeps_them_charged(rig: Rig) -> None:
+    # GIVEN FIRST (16 GPUs, object OLD) running on the 16-GPU quota, SECOND waiting
+    rig.submit(FIRST, 2, gpus=16, uid=OLD)
+    assert rig.admit() == [FIRST]
+    rig.plane().handle(WorkloadObserved(SECOND, "default", 1, gpus=16, seq=2))
+    rig.pod(FIRST, "old-0", 10, ready=True, node="n1", owner=OLD)
+    rig.pod(FIRST, "old-1", 11, ready=True, node="n2", owner=OLD)
+    # WHEN it is deleted with its pods orphaned, and re-created under its name at once
+    rig.plane().handle(WorkloadFinished(FIRST, Reason.DELETED, seq=20, uid=OLD))
+    rig.plane().handle(WorkloadObserved(FIRST, "default", 2, gpus=16, seq=21, uid=NEW))
+    snap = rig.store.load(FIRST)
+    assert snap is not None and snap.workload.uid == NEW
+    # THEN the orphans' GPUs stay charged: neither the new object nor SECOND is admitted
+    assert rig.admit() == []
+    # AND an orphan's report (through the batched path too) never counts for the new one
+    rig.pod(FIRST, "old-0", 22, ready=True, node="n1", owner=OLD)
+    report = PodObserved(
+        FIRST, "old-1", 23, uid="old-1-uid", phase="Running", ready=True, node="n2", owner=OLD
+    )
+    rig.plane().handle_pods(FIRST, [report])
+    snap = rig.store.load(FIRST)
+    assert snap is not None and snap.workload.pods == {}
+    assert rig.admit() == []
+    # WHEN one orphan ends: still held; the last: a pass is asked for and admits
+    rig.pod(FIRST, "old-0", 24, ready=False, node="n1", phase="Succeeded", owner=OLD)
+    assert rig.admit() == []
+    gone = PodObserved(FIRST, "old-1", 25, uid="old-1-uid", node="n2", deleted=True, owner=OLD)
+    rig.plane().handle_pods(FIRST, [gone])
+    assert rig.messages.admission_requests[-1] == ("pods of a deleted workload gone", FIRST)
+    assert rig.admit() == [FIRST]
+
+
+def test_a_deleted_jobs_pod_heard_running_after_its_deletion_is_charged(rig: Rig) -> None:
+    # GIVEN FIRST admitted and deleted before any pod of it was heard of: quota free
+    first_admitted_second_waiting(rig)
+    rig.plane().handle(WorkloadFinished(FIRST, Reason.DELETED, seq=20))
+    assert FIRST not in rig.store.ledger().recent
+    # WHEN its orphaned pod is heard of running (its events came late)
+    version = rig.store.ledger().version
+    rig.pod(FIRST, "first-0", 15, ready=True, node="n1")
+    # THEN it is named a holder again, the ledger moved (a pass that read it before
+    # commits nothing), and SECOND waits
+    assert FIRST in rig.store.ledger().recent
+    assert rig.store.ledger().version > version
+    assert rig.admit() == []
+    # AND once the pod ends, SECOND is admitted
+    rig.pod(FIRST, "first-0", 21, ready=False, node="n1", deleted=True)
+    assert rig.admit() == [SECOND]

@@ -34,9 +34,9 @@ SMALL = [
     ),
     (
         "faults.py",
-        ["--histories", "5"],
+        ["--histories", "8"],
         [
-            r"histories: 5 ",
+            r"histories: 8 ",
             r"diverged: 0\b",
             r"pod group runs again +[1-9]",
             r"pod group members replaced +[1-9]",
@@ -47,6 +47,7 @@ SMALL = [
             r"NotReady delivered after the node's Ready +[1-9]",
             r"admission passes interleaved with other events +[1-9]",
             r"Jobs deleted with their pods still terminating +[1-9]",
+            r"Jobs re-created while their orphans run +[1-9]",
             r"events per second",
         ],
     ),

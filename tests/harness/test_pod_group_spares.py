@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 from muster.harness import run_history
-from muster.harness.histories import generate_triggers, with_pods_beyond_the_gang
+from muster.harness.histories import generate, generate_triggers
 
 
 def spare_history(seed: int):  # type: ignore[no-untyped-def]
-    return with_pods_beyond_the_gang(generate_triggers(seed), seed)
+    return generate_triggers(seed)  # pods beyond the gang are drawn by default
 
 
 def test_histories_with_pods_beyond_the_gang_converge() -> None:
@@ -22,6 +22,10 @@ def test_histories_with_pods_beyond_the_gang_converge() -> None:
     for o in outcomes:
         drawn.update(o.triggers)
     assert drawn["podsBeyondTheGang"] > 100 and drawn["podGroupRerun"] > 0
+
+
+def test_the_plain_histories_hold_no_pods_beyond_the_gang() -> None:
+    assert not [a for seed in range(30) for a in generate(seed).actions if a.what == "spares"]
 
 
 def test_the_harness_notices_a_release_beyond_the_gang(monkeypatch: pytest.MonkeyPatch) -> None:

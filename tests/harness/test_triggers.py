@@ -35,6 +35,7 @@ TRIGGERS = {
     "grownWhileReleased",
     "grownWhileHeld",
     "orphaningDeletes",
+    "recreatedWhileOrphansRun",
     "forgedPods",
     "forgedPodsReported",
     *(f"settings:{kind}" for kind in ALL_TOGGLES),
@@ -235,11 +236,8 @@ def test_a_lowered_quota_keeps_earlier_holders_and_admits_nothing_new_over_it() 
         grown: list[object] = []
         lingering: dict[str, object] = {}
 
-        def released_gpus(self, heard: object) -> Counter[str]:
+        def released_gpus(self, heard: object, told: int) -> Counter[str]:
             return Counter(default=8)
-
-        def uncharged(self) -> int:
-            return 0
 
         def queue(self, key: str) -> str:
             return "default"

@@ -79,17 +79,24 @@ def test_terminating_pods_of_a_deleted_job_do_not_count_for_its_successor() -> N
     # GIVEN a Job re-created under its name, admitted, while the old one's pods terminate
     w = recreated_job()
     timer = w.timer
+    (held,) = w.predecessors
+    assert held.uid == "job-1" and set(held.pods) == {"train-old-0", "train-old-1"}
     # WHEN the old pods report (still Ready) after the new object was seen
     for i, seq in enumerate((31, 32)):
         d = step(w, pod(KEY, f"train-old-{i}", seq, owner="job-1"))
-        # THEN they are not this object's: nothing changes, the start timer runs on
-        assert d.outcome is Outcome.STALE, d.note
+        # THEN they are not this object's: they go to the old one's holding, and the
+        # start timer runs on
         assert not any(isinstance(e, StopTimer) for e in d.effects)
         w = d.workload  # type: ignore[assignment]
+        assert w.predecessors[0].pods[f"train-old-{i}"].seq == seq
     assert w.phase is Phase.ADMITTED and w.pods == {} and w.timer == timer
     # and their deletions are not its either
     gone = pod(KEY, "train-old-0", 33, owner="job-1", ready=False, deleted=True)
-    assert step(w, gone).outcome is Outcome.STALE
+    d = step(w, gone)
+    assert d.workload is not None and d.workload.pods == {}
+    assert d.workload.predecessors[0].pods["train-old-0"].deleted
+    # AND a pod of an object it never held is stale
+    assert step(w, pod(KEY, "train-x", 34, owner="job-0")).outcome is Outcome.STALE
     # WHEN its own pods turn Ready, THEN it runs
     for i, seq in enumerate((34, 35)):
         w = step(w, pod(KEY, f"train-new-{i}", seq, owner="job-2")).workload  # type: ignore[assignment]

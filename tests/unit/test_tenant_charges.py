@@ -14,7 +14,9 @@ from muster.core import (
     Kind,
     Phase,
     PodObserved,
+    PodsListed,
     Reason,
+    RunAdmission,
     TimerKind,
     WorkloadFinished,
     decide,
@@ -212,3 +214,131 @@ def test_the_fleet_keeps_charging_a_deleted_workload_until_its_pods_are_gone() -
     # AND once the last pod is gone, it is
     step = fleet.apply(PodObserved(KEY, "p1", 8, uid="p1-uid", deleted=True), 5)
     assert [e.workload for e in step.effects if isinstance(e, Admit)] == ["team/b"]
+
+
+# --------------------------------------------------------------------------- re-created, heard late
+
+A1, A2 = "a-first-uid", "a-second-uid"
+
+
+def _orphaned_then_recreated(fleet: Fleet, gpus: int = 8) -> None:
+    """KEY (object A1, queue q) runs 2 pods, is deleted with its pods orphaned, and is
+    re-created at once as object A2, asking for as much."""
+    fleet.apply(submit(KEY, pods=2, gpus=gpus, uid=A1), 0)
+    for i in range(2):
+        pod = replace(ready(KEY, f"a1-{i}", seq=2 + i, node=f"n{i}"), owner=A1)
+        fleet.apply(pod, 1)
+    assert fleet.get(KEY).phase is Phase.RUNNING  # type: ignore[union-attr]
+    fleet.apply(WorkloadFinished(KEY, Reason.DELETED, seq=10, uid=A1), 2)
+    fleet.apply(submit(KEY, pods=2, gpus=gpus, seq=11, uid=A2), 3)
+
+
+def test_a_job_recreated_while_its_predecessors_pods_run_keeps_them_charged() -> None:
+    # GIVEN a queue quota of 12, a Job of 8 GPUs deleted with its pods orphaned, and
+    # re-created under its name at once, asking for 8 GPUs again
+    fleet = Fleet(settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}}))
+    _orphaned_then_recreated(fleet)
+    # THEN the new object waits: the predecessor's pods still run on its quota
+    now = fleet.get(KEY)
+    assert now is not None and now.uid == A2 and now.phase is Phase.PENDING
+    assert holds_quota(now)
+    # AND the predecessor's pods never count for the new object's gang
+    step = fleet.apply(replace(ready(KEY, "a1-0", seq=12, node="n0"), owner=A1), 4)
+    assert fleet.get(KEY).pods == {}  # type: ignore[union-attr]
+    assert not [e for e in step.effects if isinstance(e, Admit)]
+    # WHEN one of them ends: still held; the last: free, and the new object is admitted
+    gone = PodObserved(KEY, "a1-0", 13, uid="a1-0-uid", deleted=True, owner=A1)
+    step = fleet.apply(gone, 5)
+    assert not [e for e in step.effects if isinstance(e, Admit)]
+    done = PodObserved(KEY, "a1-1", 14, uid="a1-1-uid", phase="Succeeded", owner=A1)
+    step = fleet.apply(done, 6)
+    assert [e.workload for e in step.effects if isinstance(e, Admit)] == [KEY]
+    assert fleet.get(KEY).attempt == 1  # type: ignore[union-attr]
+
+
+def test_the_predecessors_holding_is_charged_to_its_own_queue() -> None:
+    # GIVEN the predecessor in queue q, the new object moved to queue r
+    fleet = Fleet(settings(queues={"q": {"gpuQuota": 12}, "r": {"gpuQuota": 12}}))
+    _orphaned_then_recreated(fleet)
+    fleet.apply(submit(KEY, queue="r", pods=2, gpus=8, seq=12, uid=A2), 4)
+    # THEN the new one is admitted on r's quota, and q stays charged for the orphans
+    assert fleet.get(KEY).phase is Phase.ADMITTED  # type: ignore[union-attr]
+    fleet.apply(submit("team/b", pods=1, gpus=8, seq=13), 5)
+    assert fleet.get("team/b").phase is Phase.PENDING  # type: ignore[union-attr]
+
+
+def test_a_new_object_seen_before_its_predecessors_deletion_takes_its_holding_over() -> None:
+    # GIVEN a running Job whose deletion event is lost: the new object is heard first
+    s = settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}})
+    w = running(s)
+    w = replace(w, uid=A1)
+    d = decide(w, submit(KEY, pods=2, gpus=8, seq=20, uid=A2), s, 5)
+    # THEN the old object's pods, which may still run, are charged until heard ended
+    assert d.workload is not None and d.workload.uid == A2
+    assert holds_quota(d.workload)
+    (held,) = d.workload.predecessors
+    assert (held.uid, held.queue, held.gpus) == (A1, "q", 8)
+
+
+def test_pods_of_a_deleted_job_heard_bound_after_its_deletion_are_charged() -> None:
+    # GIVEN a 16-GPU quota, a Job of 16 GPUs admitted and deleted before any pod of it
+    # was heard of: its quota went free
+    fleet = Fleet(QUOTA)
+    fleet.apply(submit(KEY, pods=1, gpus=16), 0)
+    assert fleet.get(KEY).phase is Phase.ADMITTED  # type: ignore[union-attr]
+    fleet.apply(WorkloadFinished(KEY, Reason.DELETED, seq=5), 1)
+    # WHEN its orphaned pod is heard of late, bound and running
+    fleet.apply(ready(KEY, "p0", seq=4, node="n0"), 2)
+    # THEN it is charged again: a Job queued now waits
+    fleet.apply(submit("team/b", pods=1, gpus=16, seq=6), 3)
+    assert fleet.get("team/b").phase is Phase.PENDING  # type: ignore[union-attr]
+    # AND once the pod ends, the queued one is admitted
+    step = fleet.apply(PodObserved(KEY, "p0", 7, uid="p0-uid", deleted=True), 4)
+    assert [e.workload for e in step.effects if isinstance(e, Admit)] == ["team/b"]
+
+
+def test_a_later_objects_end_heard_first_hands_the_earlier_ones_holding_over() -> None:
+    # GIVEN the record of a running Job (object A1), whose deletion and re-creation as
+    # A2 were never heard; then A2's own deletion is
+    s = settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}})
+    w = replace(running(s), uid=A1)
+    d = decide(w, WorkloadFinished(KEY, Reason.DELETED, seq=30, uid=A2), s, 5)
+    # THEN the record is A2's, finished, with none of A1's pods as its own, and A1's
+    # pods, which may run on orphaned, still charged to A1's queue
+    done = d.workload
+    assert done is not None and d.reborn
+    assert (done.uid, done.phase, done.pods) == (A2, Phase.FINISHED, {})
+    (held,) = done.predecessors
+    assert (held.uid, held.queue, held.gpus, set(held.pods)) == (A1, "q", 8, {"p0", "p1"})
+    assert holds_quota(done)
+    # AND A1's pods ending ends it, asking for a pass
+    for i, seq in enumerate((31, 32)):
+        gone = PodObserved(KEY, f"p{i}", seq, uid=f"p{i}-uid", deleted=True, owner=A1)
+        d = decide(done, gone, s, 6)
+        assert d.workload is not None
+        done = d.workload
+    assert not holds_quota(done)
+    assert [e.reason for e in d.effects if isinstance(e, RunAdmission)] == [
+        "pods of a deleted workload gone"
+    ]
+
+
+def test_an_admitted_predecessor_with_no_pod_known_is_charged_until_a_listing() -> None:
+    # GIVEN an admitted Job (object A1) none of whose pods was heard of (an agent gap),
+    # and the agent's relist: the new object A2 first, the pods after
+    s = settings(gpuQuota=64, queues={"q": {"gpuQuota": 12}})
+    w = replace(admitted(s), uid=A1)
+    d = decide(w, submit(KEY, pods=2, gpus=8, seq=20, uid=A2), s, 5)
+    # THEN the new object's record charges A1's GPUs: its pods may be running
+    assert d.workload is not None and holds_quota(d.workload)
+    assert d.workload.predecessors[0].presumed
+    # AND a pod listing that holds none of them ends it, asking for a pass
+    listing = decide(d.workload, PodsListed(KEY, 30, {}), s, 6)
+    assert listing.workload is not None and not holds_quota(listing.workload)
+    assert [e.reason for e in listing.effects if isinstance(e, RunAdmission)] == [
+        "pods of a deleted workload gone"
+    ]
+    # OR one of its pods heard of, running, charges it as any other
+    pod = replace(ready(KEY, "a1-0", seq=21), owner=A1)
+    heard = decide(d.workload, pod, s, 6).workload
+    assert heard is not None and holds_quota(heard) and not heard.predecessors[0].presumed

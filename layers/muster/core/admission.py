@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from muster.core.capacity import FitSkip, Fitter, NodeCapacity, fit, pod_shape
 from muster.core.model import ACTIVE_PHASES, NOT_READY_PHASES, Effect, Evict, Workload
 from muster.core.packing import fit_packed
+from muster.core.predecessors import charged_predecessors, held_by_predecessors
 from muster.core.settings import Settings, Timestamp
 from muster.core.topology import TopologySkip
 from muster.core.topology_fit import fit_in_domain
@@ -83,9 +84,10 @@ def holds_quota(w: Workload, outbox: Iterable[Effect] = ()) -> bool:
     cluster, since its pods may run until then: an eviction whose withdrawal (its
     `Evict`) is not carried out yet holds it, and so does a workload deleted while
     its pods outlive it (`outlived_by_pods`). The quota an eviction frees is freed
-    when the withdrawal succeeded, not when it was decided.
+    when the withdrawal succeeded, not when it was decided. A record also holds what
+    an earlier object under its key holds while its pods run (`core.predecessors`).
     """
-    if w.phase in ACTIVE_PHASES:
+    if w.phase in ACTIVE_PHASES or (w.predecessors and held_by_predecessors(w)):
         return True
     for e in outbox:
         if type(e) is Evict and e.workload == w.key and e.attempt == w.attempt:
@@ -116,12 +118,21 @@ class Usage:
             if w.phase in NOT_READY_PHASES and usage.blocker is None:
                 usage.blocker = w.key
         for w in held:
-            usage.charge(w)
+            # One held only for its predecessors' pods holds nothing of its own (one
+            # whose own withdrawal is not carried out yet is left uncharged here).
+            own = not held_by_predecessors(w) or outlived_by_pods(w)
+            usage.charge(w, own=own)
         return usage
 
-    def charge(self, w: Workload) -> None:
-        self.cluster += w.gpus
-        self.queues[w.queue] = self.queues.get(w.queue, 0) + w.gpus
+    def charge(self, w: Workload, *, own: bool = True) -> None:
+        """What `w` holds: its own GPUs (`own`), and those of its predecessors that run."""
+        if own:
+            self.cluster += w.gpus
+            self.queues[w.queue] = self.queues.get(w.queue, 0) + w.gpus
+        if w.predecessors:
+            for queue, gpus in charged_predecessors(w):
+                self.cluster += gpus
+                self.queues[queue] = self.queues.get(queue, 0) + gpus
 
 
 OrderKey = tuple[int, float, str]

@@ -37,6 +37,7 @@ from muster.core.model import (
     RunAdmission,
     Workload,
 )
+from muster.core.predecessors import charged_predecessors
 from muster.core.settings import Settings
 from muster.core.topology import DomainIndex, Topology
 from muster.core.workloads import outlived_by_pods
@@ -99,8 +100,10 @@ class Fleet:
         self._forgotten: set[str] = set()  # their keys
         self._draw = draw
         self._active: set[str] = set()
-        # Deleted while holding quota, with pods still running: still charged.
+        # Out of the admitted phases and still charged: deleted while holding quota
+        # with pods still running, or carrying a predecessor's that run.
         self._outlived: set[str] = set()
+        self._charged: dict[str, list[tuple[str, int]]] = {}  # (queue, GPUs) per holder
         # Kept up to date in `_store`, so a pass neither re-adds every active
         # workload's GPUs nor sorts the queue again.
         self._usage = Usage()
@@ -250,14 +253,7 @@ class Fleet:
             w.phase in ACTIVE_PHASES or (old is not None and old.phase in ACTIVE_PHASES)
         ):
             self._held_changed(self._holdings.update(w))
-        if (
-            old is not None
-            and old.phase is w.phase
-            and old.gpus == w.gpus
-            and old.queue == w.queue
-            and w.phase is not Phase.PENDING
-            and w.key not in self._outlived
-        ):
+        if old is not None and w.key not in self._outlived and _charged_alike(old, w):
             return False  # e.g. a pod event of a running gang: no index depends on what changed
         outlived = w.key in self._outlived
         self._charge(old, w)
@@ -275,20 +271,29 @@ class Fleet:
         return outlived and w.key not in self._outlived
 
     def _charge(self, old: Workload | None, w: Workload) -> None:
-        """Move what `w` holds of the quotas from its old state to its new one."""
+        """Move what `w` holds of the quotas from its old state to its new one: its own
+        GPUs while admitted or outlived by its pods, and its predecessors' that run."""
         usage = self._usage
-        if old is not None and (old.phase in ACTIVE_PHASES or old.key in self._outlived):
-            usage.cluster -= old.gpus
-            usage.queues[old.queue] -= old.gpus
-        self._outlived.discard(w.key)
-        if w.phase in ACTIVE_PHASES:
-            usage.charge(w)
+        for queue, gpus in self._charged.pop(w.key, ()):
+            usage.cluster -= gpus
+            usage.queues[queue] -= gpus
+        active = w.phase in ACTIVE_PHASES
+        charges = [(w.queue, w.gpus)] if active or outlived_by_pods(w) else []
+        if w.predecessors:
+            charges += charged_predecessors(w)
+        for queue, gpus in charges:
+            usage.cluster += gpus
+            usage.queues[queue] = usage.queues.get(queue, 0) + gpus
+        if charges:
+            self._charged[w.key] = charges
+        if active:
             self._active.add(w.key)
         else:
             self._active.discard(w.key)
-            if outlived_by_pods(w):
-                usage.charge(w)
-                self._outlived.add(w.key)
+        if charges and not active:
+            self._outlived.add(w.key)
+        else:
+            self._outlived.discard(w.key)
 
     def _held_changed(self, nodes: Iterable[str]) -> None:
         """Bound GPUs changed on `nodes`: their room for the next pass, without a full sort."""
@@ -312,3 +317,17 @@ class Fleet:
         for w in self.workloads.values():
             out[w.phase].append(w.key)
         return out
+
+
+def _charged_alike(old: Workload, w: Workload) -> bool:
+    """Whether `w`, not charged as a holder after its admission, is charged and indexed
+    as `old` was: the same phase, GPUs and queue, not queued, carrying no predecessor's
+    holding, and no pod of it heard running after its deletion."""
+    return (
+        old.phase is w.phase
+        and old.gpus == w.gpus
+        and old.queue == w.queue
+        and w.phase is not Phase.PENDING
+        and not w.predecessors
+        and not (w.phase is Phase.FINISHED and outlived_by_pods(w))
+    )

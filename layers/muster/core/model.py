@@ -138,6 +138,21 @@ _by_name = attrgetter("name")
 
 
 @dataclass(frozen=True, slots=True)
+class Holding:
+    """What an earlier object under a workload's key still holds once a new object took
+    the key: deleted while it held quota, its pods ran on (orphaned, or terminating).
+    Charged to its own queue while any of its pods has not ended (`core.predecessors`)."""
+
+    uid: str
+    queue: str
+    gpus: int
+    pods: Mapping[str, Pod] = field(default_factory=dict)
+    # Admitted when the new object was heard of, no pod of it known: its pods may run
+    # unheard (an agent gap), so it is charged until one is heard of or a pod listing.
+    presumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Timer:
     """An armed deadline; (workload, attempt, kind, episode) names it uniquely."""
 
@@ -213,6 +228,8 @@ class Workload:
     # and the domain its current or last attempt was admitted into ("" for none).
     topology: str = ""
     domain: str = ""
+    # Earlier objects under this key whose pods may still run (`core.predecessors`).
+    predecessors: tuple[Holding, ...] = ()
 
     @property
     def ready_pods(self) -> int:

@@ -24,16 +24,30 @@ from muster.core.model import (
     PodChange,
     PodObserved,
     PodsListed,
+    RunAdmission,
     Workload,
 )
 from muster.core.pod_groups import live_change_releases
+from muster.core.predecessors import (
+    PREDECESSOR_ENDED,
+    compact,
+    predecessor_of,
+    predecessors_listed,
+    runs,
+    with_holding,
+)
 from muster.core.settings import QueueSettings, Settings
 
 
 def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
 ) -> Decision:
-    """A pod event for a workload that holds its pods: the pod, then the gang."""
+    """A pod event for a workload that holds its pods: the pod, then the gang (or the
+    holding of the earlier object under its key that owns the pod)."""
+    if w.predecessors:
+        i = predecessor_of(w, e)
+        if i is not None:
+            return _predecessor_pod(w, i, e)
     outcome, pod, note = _pod_record(w, w.pods.get(e.pod), e)
     if outcome is not Outcome.APPLIED:
         return Decision(w, outcome=outcome, note=note)
@@ -44,6 +58,20 @@ def observe_pod(
         pods[e.pod] = pod
     updated = replace(w, pods=pods)
     return readiness(w, updated, qs, now)
+
+
+def _predecessor_pod(w: Workload, i: int, e: PodObserved) -> Decision:
+    """A pod event of the earlier object whose holding `w` carries at `i`: the pod's
+    record there, and an admission pass when the holding's last running pod ended."""
+    h = w.predecessors[i]
+    outcome, pod, note = pod_update(h.pods.get(e.pod), e)
+    if outcome is not Outcome.APPLIED or pod is None:
+        return Decision(w, outcome=outcome, note=note)
+    held = replace(h, pods={**h.pods, e.pod: compact(pod)}, presumed=False)
+    updated = replace(w, predecessors=with_holding(w.predecessors, i, held))
+    if runs(h) and not runs(held):
+        return Decision(updated, (RunAdmission(PREDECESSOR_ENDED),))
+    return Decision(updated)
 
 
 def pod_update(
@@ -172,6 +200,8 @@ def observe_stored_pod(
     `counts_live`: the store keeps the gang's count of live pods, `live_count`
     (before this event).
     """
+    if w.predecessors and predecessor_of(w, e) is not None:
+        return PodChange(Outcome.APPLIED, known, whole_gang=True)  # the holding is on `w`
     if w.kind is Kind.POD_GROUP and (not counts_live or w.phase is Phase.FINISHED):
         # A finished group's pods may be a new run's (`pod_groups.runs_again`).
         return PodChange(Outcome.APPLIED, known, whole_gang=True)
@@ -277,7 +307,11 @@ def pods_listed(w: Workload, e: PodsListed, qs: QueueSettings, now: float) -> De
         gone = listed is None or bool(p.uid and listed and listed != p.uid)
         if not p.deleted and gone and p.seq < e.revision:
             pods[p.name] = Pod(name=p.name, seq=p.seq, uid=p.uid, phase=p.phase, deleted=True)
-    snapshot = replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods))
-    if w.phase is Phase.FINISHED:
-        return Decision(snapshot)
-    return readiness(w, snapshot, qs, now)
+    snapshot, ended = predecessors_listed(
+        replace(w, pods=pods, listed_seq=e.revision, listed=dict(e.pods)), e
+    )
+    finished = w.phase is Phase.FINISHED
+    decision = Decision(snapshot) if finished else readiness(w, snapshot, qs, now)
+    if ended:
+        return replace(decision, effects=(*decision.effects, RunAdmission(PREDECESSOR_ENDED)))
+    return decision

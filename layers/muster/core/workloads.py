@@ -40,6 +40,7 @@ from muster.core.pod_groups import (
     run_uid,
     runs_again,
 )
+from muster.core.predecessors import handed_over, running
 from muster.core.settings import QueueSettings, Settings
 from muster.core.spec import priority_of, spec_of, with_spec
 from muster.core.topology import admitted_detail, pinned_node
@@ -191,7 +192,8 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
     """A new object under a known key: the old one is gone, the new one starts afresh.
 
     New attempt numbering, new timer names (they carry the uid), no pods of the
-    old object (shells keep pods per incarnation).
+    old object (shells keep pods per incarnation). What the old one still holds,
+    its pods running on, the new record carries apart (`predecessors.handed_over`).
     """
     ended: list[Effect] = []
     if w.phase is not Phase.FINISHED:
@@ -206,7 +208,12 @@ def _new_incarnation(w: Workload, e: WorkloadObserved, settings: Settings) -> De
                 {"reason": str(Reason.DELETED), "attempt": w.attempt, "uid": w.uid},
             )
         )
-    return replace(_submitted(e, tuple(ended), settings), reborn=True)
+    new = _submitted(e, tuple(ended), settings)
+    assert new.workload is not None
+    held = handed_over(w)
+    if held:
+        new = replace(new, workload=replace(new.workload, predecessors=held))
+    return replace(new, reborn=True)
 
 
 def _run_again(w: Workload, e: WorkloadObserved, settings: Settings) -> Decision:
@@ -230,13 +237,15 @@ def finish(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> 
 
 def _ended(w: Workload, e: WorkloadFinished) -> Decision:
     """The end of the incarnation `w` (unless `e` is of another, or said before)."""
-    if e.uid and w.uid and e.uid != w.uid:
+    later = bool(e.uid and w.uid and e.uid != w.uid)
+    if later:
         if not e.seq or e.seq < w.spec_seq:
             return Decision(w, outcome=Outcome.STALE, note=f"an earlier object named {w.key}")
         if w.phase is Phase.FINISHED:
             # A later object under this name ended too: remember it, so its own late
-            # events are recognised.
-            return Decision(replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq)))
+            # events are recognised (what the earlier one holds, it carries apart).
+            after = replace(w, uid=e.uid, spec_seq=max(w.spec_seq, e.seq))
+            return Decision(_handed_over(after, w), reborn=True)
     elif w.phase is Phase.FINISHED:
         return Decision(w, outcome=Outcome.DUPLICATE)
     elif e.seq and e.seq < w.spec_seq:
@@ -263,7 +272,16 @@ def _ended(w: Workload, e: WorkloadFinished) -> Decision:
     )
     if held:
         effects.append(RunAdmission("finished"))
+    if later:
+        # A later object's end: `w`'s object is gone too, its pods maybe running on.
+        return Decision(_handed_over(done, w), tuple(effects), reborn=True)
     return Decision(done, tuple(effects))
+
+
+def _handed_over(record: Workload, w: Workload) -> Workload:
+    """`record`, now a later object's, with none of `w`'s pods and what `w` held carried
+    apart (`predecessors.handed_over`)."""
+    return replace(record, pods={}, listed={}, predecessors=handed_over(w))
 
 
 def outlived_by_pods(w: Workload) -> bool:
@@ -280,7 +298,7 @@ def outlived_by_pods(w: Workload) -> bool:
         w.phase is Phase.FINISHED
         and w.reason == Reason.DELETED
         and w.attempt > 0
-        and any(_running(p) for p in w.pods.values())
+        and any(running(p) for p in w.pods.values())
     )
 
 
@@ -293,15 +311,23 @@ def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
         and w.reason == Reason.DELETED
         and w.attempt > 0
         and before is not None
-        and _running(before)
-        and (after is None or not _running(after))
+        and running(before)
+        and (after is None or not running(after))
     )
 
 
-def _running(p: Pod) -> bool:
-    """Not ended, of whichever attempt: bound, its GPUs are in use; pending, it may
-    still be bound (an orphaned pod is scheduled as any other)."""
-    return not p.deleted and p.phase not in ("Succeeded", "Failed")
+def starts_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
+    """Whether a pod's new record may start the holding of a deleted workload again: a
+    pod it had not heard of running (one bound after its deletion was heard, or
+    whose events came late), so a shell that stores pods apart judges the gang."""
+    return (
+        w.phase is Phase.FINISHED
+        and w.reason == Reason.DELETED
+        and w.attempt > 0
+        and after is not None
+        and running(after)
+        and (before is None or not running(before))
+    )
 
 
 def _ended_late(w: Workload, e: WorkloadFinished, now: float, settings: Settings) -> Decision:

@@ -39,7 +39,6 @@ from muster.runtime.ports import WorkloadGone
 from muster.sim.kube import JobSpec, PodChange, SimulatedCluster, Wakeup
 
 RUN_FOREVER = 1e12  # a Job of the history runs until it is deleted
-NEVER = 1 << 62  # a step of the watch's that never comes
 
 
 def pod_stem(key: str) -> str:
@@ -64,7 +63,7 @@ class JobObject:
     charged: int = 0  # the GPUs the control plane admitted it with (set by the watch)
     grown_seq: int = 0  # the revision of its last growth
     heard_seq: int = 0  # ... the last one the control plane's record of it held
-    deletion_heard: int = NEVER  # the watch's step its record first read Finished at
+    orphaned: bool = False  # deleted with `--cascade=orphan`, its pods running on
 
 
 @dataclass
@@ -128,6 +127,8 @@ class Truth:
         if current is not None and not current.deleted:
             return  # `kubectl apply` of an existing Job: nothing new
         self.incarnations += 1
+        if any(o.key == a.job and o.orphaned for o in self.lingering.values()):
+            self.triggers["recreatedWhileOrphansRun"] += 1
         stem = pod_stem(a.job)
         if any(k == a.job for k, _ in self.pods):
             stem = f"{stem}-o{self.incarnations}"  # its predecessor's pods still terminate
@@ -165,6 +166,7 @@ class Truth:
         self.send(WorkloadFinished(key, Reason.DELETED, self.rev, uid=obj.uid))
         if linger and self.sim._jobs[obj.sim].pods:
             self.lingering[obj.sim] = obj
+            obj.orphaned = orphan
             self.triggers["orphaningDeletes" if orphan else "podsOutlivingTheirJob"] += 1
             now = self.loop.now
             if not orphan:
@@ -442,60 +444,39 @@ class Truth:
         found = self.groups.get(key) or self.objects.get(key)
         return found.queue if found is not None else "default"
 
-    def released_gpus(self, heard: Callable[[JobObject], bool]) -> Counter[str]:
+    def released_gpus(self, heard: Callable[[JobObject], bool], told: int) -> Counter[str]:
         """GPUs in use per queue, counting what runs: each released workload's charge,
         or all it asks for once the control plane has heard it grew (`heard`); and the
-        bound pods of deleted Jobs that still run (orphaned, or terminating), at most
-        their charge if it never heard they grew, but for those of a Job re-created
-        under the name meanwhile (`uncharged`)."""
+        bound pods of deleted Jobs that still run (orphaned, or terminating; a Job
+        re-created under the name meanwhile or not) that the control plane heard were
+        bound by the watch's step `told`, at most their charge if it never heard they
+        grew."""
         held: Counter[str] = Counter()
         for obj in self.objects.values():
             if not obj.deleted and self.sim._jobs[obj.sim].running:
                 grown = obj.grown_seq and heard(obj)
                 held[obj.queue] += obj.gpus if grown else (obj.charged or obj.gpus)
         for sim, obj in self.lingering.items():
-            if not self.succeeded(obj):
-                bound = self.bound_gpus(sim, before=obj.deletion_heard)
-                if obj.grown_seq and obj.charged and not heard(obj):
-                    bound = min(bound, obj.charged)
-                held[obj.queue] += bound
+            bound = self.bound_gpus(sim, told)
+            if obj.grown_seq and obj.charged and not heard(obj):
+                bound = min(bound, obj.charged)
+            held[obj.queue] += bound
         for g in self.groups.values():
             if g.released:
                 held[g.queue] += g.held_gpus
         return held
 
-    def succeeded(self, obj: JobObject) -> bool:
-        """Whether another object took the deleted `obj`'s name."""
-        current = self.objects.get(obj.key)
-        return current is not None and current is not obj
-
-    def bound_gpus(self, sim: str, before: int = NEVER) -> int:
+    def bound_gpus(self, sim: str, told: int) -> int:
         """GPUs of the simulator job's bound pods whose records at the control plane held
-        them bound (what it never heard of, an agent gap say, it cannot charge), before
-        the watch's step `before`."""
+        them bound by the watch's step `told` (what it never heard of, an agent gap say,
+        it cannot charge)."""
         pods = self.sim._jobs[sim].pods.values()
+        told_bound = self.told_bound
         return sum(
             p.gpus
             for p in pods
-            if p.node is not None and not p.deleted and self.told_bound.get(p.uid, NEVER) < before
+            if p.node is not None and not p.deleted and told_bound.get(p.uid, told + 1) <= told
         )
-
-    def uncharged(self) -> int:
-        """GPUs in use that the control plane charges nobody for, two known gaps
-        measured apart: the bound pods of a deleted Job (orphaned, or terminating) once
-        a Job is re-created under its name (the control plane keeps one record per
-        name, and the new object's replaces the old one's with its holding); and
-        those it heard were bound only after it heard of the deletion (the holding
-        ended then, and pods heard of later do not start it again)."""
-        total = 0
-        for sim, obj in self.lingering.items():
-            heard = self.bound_gpus(sim)
-            total += (
-                heard
-                if self.succeeded(obj)
-                else heard - self.bound_gpus(sim, before=obj.deletion_heard)
-            )
-        return total
 
     def own_pods(self, key: str) -> dict[str, PodObserved]:
         """The pods of the current object (or pod group run) under `key`, by name: not

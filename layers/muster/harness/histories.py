@@ -35,9 +35,10 @@ class Action:
     The tenants' attacks (`with_attacks`) add: `grow` (`job`'s `parallelism` raised by
     `pods` after its creation, maybe while it runs), `orphan` on a `delete` (`kubectl
     delete --cascade=orphan`: its pods lose their owner reference and run on for
-    `linger` seconds), and `forge` (`pods` Ready pods labelled as `job`'s that it does
-    not own, for `delay` seconds: bare ones when `value` is 0, ones another Job of the
-    tenant controls when 1).
+    `linger` seconds; some such Jobs re-created under their name meanwhile), and
+    `forge` (`pods` Ready pods labelled as `job`'s that it does not own, for `delay`
+    seconds: bare ones when `value` is 0, ones another Job of the tenant controls
+    when 1).
     """
 
     at: float
@@ -219,7 +220,9 @@ def generate_triggers(
     - a node's NotReady delivered again after its later Ready;
     - admission passes interleaved with the handling of other events;
     - a tenant's attacks (`with_attacks`): Jobs grown after admission, deleted with
-      their pods orphaned, and pods forged with a Job's labels.
+      their pods orphaned (some re-created while the orphans run), and pods forged
+      with a Job's labels; pods added to the pod groups beyond their gang
+      (`with_pods_beyond_the_gang`).
     """
     rng = random.Random(seed * 15_485_863 + 11)
     base = generate(seed, jobs=jobs, nodes=nodes, horizon=horizon)
@@ -252,15 +255,18 @@ def generate_triggers(
     history = History(seed, nodes, 4, horizon, tuple(actions), ((TEAM, team_quota),), True)
     twins = (Kind.PYTORCHJOB, Kind.JOBSET, Kind.POD_GROUP)
     history = _with_twins(history, rng, rng.randint(1, 2), twins)
-    return with_attacks(with_settings_toggles(history, seed, ALL_TOGGLES), seed)
+    history = with_attacks(with_settings_toggles(history, seed, ALL_TOGGLES), seed)
+    return with_pods_beyond_the_gang(history, seed)
 
 
 def with_attacks(history: History, seed: int) -> History:
     """`history` with what a tenant may do to run more than it is charged for, on its
     Jobs: `parallelism` raised after creation (while admitted, or not yet), a Job
     deleted with `--cascade=orphan` (its pods run on a while, then end; sometimes
-    re-created meanwhile), and Ready pods labelled as a Job's that it does not own.
-    Drawn apart from the history's own draws, which stay as they were."""
+    re-created meanwhile, and most histories hold one deleted once it has likely
+    started and re-created a moment later, in its queue: `_recreated_beside_orphans`),
+    and Ready pods labelled as a Job's that it does not own. Drawn apart from the
+    history's own draws, which stay as they were."""
     rng = random.Random(seed * 32_452_843 + 13)
     horizon = history.horizon
     jobs = sorted({a.job for a in history.actions if a.what == "create" and "@" not in a.job})
@@ -283,8 +289,27 @@ def with_attacks(history: History, seed: int) -> History:
         actions.append(
             Action(at, "forge", job=job, pods=pods, delay=lasts, value=rng.randint(0, 1))
         )
+    actions += _recreated_beside_orphans(history, random.Random(seed * 49_979_687 + 17))
     actions.sort(key=lambda a: a.at)
     return replace(history, actions=tuple(actions))
+
+
+def _recreated_beside_orphans(history: History, rng: random.Random) -> list[Action]:
+    """A Job deleted with `--cascade=orphan` once it has likely started, and re-created
+    under its name, in its queue, a moment later while the orphans run (for 40 to 150
+    s): the re-created Job must not run on the quota they still use. Drawn with its own
+    generator, so the attacks drawn before stay as they were."""
+    if rng.random() < 0.3:
+        return []
+    creates = [a for a in history.actions if a.what == "create" and "@" not in a.job]
+    first = rng.choice(creates)
+    at = min(first.at + first.startup + rng.uniform(5, 60), history.horizon * 0.85)
+    linger = rng.uniform(40, 150)
+    again = _create(rng, first.job, at + rng.choice((0.5, 2.0, 10.0)), "create")
+    return [
+        Action(at, "delete", job=first.job, linger=linger, orphan=True),
+        replace(again, queue=first.queue),
+    ]
 
 
 def _pod_group(rng: random.Random, key: str, horizon: float) -> list[Action]:

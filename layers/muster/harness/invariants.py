@@ -31,6 +31,7 @@ from muster.core import (
     NOT_READY_PHASES,
     Admit,
     Phase,
+    Pod,
     PodObserved,
     Settings,
     Workload,
@@ -123,9 +124,8 @@ class QuotaWatch(ReleaseWatch):
         self.admissions = 0
         self.releases = 0
         self.looked: dict[str, tuple[object, ...]] = {}  # the pods last looked at, per workload
-        # Releases made while pods of a deleted Job ran uncharged (`Truth.uncharged`).
-        self.beside_uncharged = 0
         self.steps = 0  # what the control plane's records hold is noted step by step
+        self.committed: dict[tuple[str, str, int], int] = {}  # an admission -> its step
 
     def _problem(self, what: str) -> None:
         if what not in self.problems:
@@ -136,6 +136,7 @@ class QuotaWatch(ReleaseWatch):
         if attempt in self.seen:
             return
         self.seen.add(attempt)
+        self.committed[attempt] = self.steps
         self.admissions += 1
         snap = self.store.load(effect.workload)
         queues = [snap.workload.queue] if snap is not None else []
@@ -157,38 +158,28 @@ class QuotaWatch(ReleaseWatch):
                 obj.charged = snap.workload.gpus  # what it is charged for, whatever runs
         queues = [self.truth.queue(effect.workload)]
         self.observe()
-        self.beside_uncharged += self.truth.uncharged() > 0
-        held = self.truth.released_gpus(self.heard)
+        # The pods of deleted Jobs count once the control plane heard they were bound,
+        # before the admission was committed (one heard of later it could not weigh).
+        committed = self.committed.get((effect.workload, effect.uid, effect.attempt), self.steps)
+        held = self.truth.released_gpus(self.heard, committed)
         over = _over_since(held, self.log, lambda q: since, now, queues)
         if over:
             self._problem(f"quota exceeded on the cluster: {effect.workload} released with {over}")
 
     def observe(self, event: object = None) -> None:
         """After every event handled (inside an interleaved pass too): note what the
-        control plane's records now hold of grown and deleted Jobs, and of a pod bound."""
+        control plane's records now hold of grown Jobs, and of a pod bound (its own
+        workload's, or a predecessor's under the key that it charges)."""
         self.steps += 1
         if isinstance(event, PodObserved) and event.node and not event.deleted:
             told = self.truth.told_bound
             if event.uid not in told:
                 snap = self.store.load(event.workload)
-                pod = snap.workload.pods.get(event.pod) if snap is not None else None
+                pod = _pod_record(snap.workload, event) if snap is not None else None
                 if pod is not None and pod.uid == event.uid and pod.node is not None:
                     told[event.uid] = self.steps
         for obj in self.truth.grown:
             self.heard(obj)
-        self._deletions_heard()
-
-    def _deletions_heard(self) -> None:
-        """When the control plane's record of each deleted Job whose pods run on first
-        read Finished (what it hears of them later is a known gap, `Truth.uncharged`)."""
-        for obj in self.truth.lingering.values():
-            if obj.deletion_heard <= self.steps:
-                continue
-            snap = self.store.load(obj.key)
-            if snap is None or snap.workload.uid != obj.uid:
-                continue
-            if snap.workload.phase is Phase.FINISHED:
-                obj.deletion_heard = self.steps
 
     def heard(self, obj: JobObject) -> bool:
         """Whether the control plane has heard of the Job's last growth: its record of
@@ -242,6 +233,15 @@ class QuotaWatch(ReleaseWatch):
                 owner = owners.get(p.uid, "")
                 if p.counts_ready and owner and owner != w.uid:
                     self._problem(f"{w.key}: pod {p.name} of {owner} counted Ready for {w.uid}")
+
+
+def _pod_record(w: Workload, e: PodObserved) -> Pod | None:
+    """The record of the pod of `e` in `w`: the workload's own, or in the holding of the
+    earlier object under its key that owns it."""
+    for h in w.predecessors:
+        if e.owner and h.uid == e.owner:
+            return h.pods.get(e.pod)
+    return w.pods.get(e.pod)
 
 
 def check_final(

@@ -348,7 +348,6 @@ class HistoryRun:
         drawn = self.triggers + self.truth.triggers
         drawn["throttledEntries"] = self.publishing.injected["throttle_entry"]
         drawn["interleavedPasses"] = self.interleaved
-        drawn["releasesBesideUnchargedPods"] = self.watch.beside_uncharged
         keys = set(self.truth.objects) | set(self.truth.groups)
         names = Counter(parse_workload_key(k)[:2] for k in keys)
         drawn["sharedNames"] = sum(1 for k in keys if names[parse_workload_key(k)[:2]] > 1)

@@ -7,7 +7,9 @@ field needs no schema change. Decoding is the exact inverse of encoding.
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from dataclasses import fields, replace
 from typing import Any
 
@@ -15,6 +17,7 @@ from muster.core import (
     Admit,
     Effect,
     Evict,
+    Holding,
     Kind,
     LogEvent,
     Phase,
@@ -31,6 +34,7 @@ from muster.core import (
     TimerKind,
     Workload,
 )
+from muster.core.predecessors import running
 
 # The pods are items of their own, and so is the pod listing but for its revision
 # (`listed_seq`; `muster.runtime.listing`): the state's size does not grow with the gang.
@@ -81,7 +85,48 @@ def encode_workload(w: Workload) -> dict[str, Any]:
     doc["timer"] = encode_timer(w.timer)
     doc["fault_timer"] = encode_timer(w.fault_timer)
     doc["evictions"] = dict(w.evictions)
+    doc["predecessors"] = [encode_holding(h) for h in w.predecessors]
     return doc
+
+
+HOLDING_ROWS_PLAIN = 32
+"""Pods of a predecessor's holding stored as plain rows; more are stored compressed."""
+
+
+def encode_holding(h: Holding) -> dict[str, Any]:
+    """A predecessor's holding: its pods as rows of what deciding on their later events
+    needs (name, revision, ended), compressed for a large gang so that the workload
+    item stays small (a 4096-pod gang's rows take tens of KB, not hundreds)."""
+    rows = [(p.name, p.seq, int(not running(p))) for p in h.pods.values()]
+    doc: dict[str, Any] = {"uid": h.uid, "queue": h.queue, "gpus": h.gpus}
+    if h.presumed:
+        doc["presumed"] = True
+    if len(rows) <= HOLDING_ROWS_PLAIN:
+        doc["pods"] = [list(r) for r in rows]
+    else:
+        # By revision, each row's revision as the step from the one before: small numbers.
+        rows.sort(key=lambda r: r[1])
+        steps = [[n, seq - (rows[i - 1][1] if i else 0), e] for i, (n, seq, e) in enumerate(rows)]
+        packed = zlib.compress(dumps(steps).encode(), 9)
+        doc["packed"] = base64.b64encode(packed).decode("ascii")
+    return doc
+
+
+def decode_holding(doc: dict[str, Any]) -> Holding:
+    rows = doc.get("pods", ())
+    if "packed" in doc:
+        rows, seq = [], 0
+        for name, step, ended in json.loads(zlib.decompress(base64.b64decode(doc["packed"]))):
+            seq += step
+            rows.append([name, seq, ended])
+    pods = {
+        str(name): Pod(str(name), int(seq), deleted=bool(ended))
+        if ended
+        else Pod(str(name), int(seq))
+        for name, seq, ended in rows
+    }
+    presumed = bool(doc.get("presumed"))
+    return Holding(str(doc["uid"]), str(doc["queue"]), int(doc["gpus"]), pods, presumed)
 
 
 def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> Workload:
@@ -91,6 +136,7 @@ def decode_workload(doc: dict[str, Any], pods: dict[str, Pod] | None = None) -> 
     values["timer"] = decode_timer(values.get("timer"))
     values["shape"] = tuple((int(n), int(g)) for n, g in values.get("shape") or ())
     values["fault_timer"] = decode_timer(values.get("fault_timer"))
+    values["predecessors"] = tuple(decode_holding(h) for h in values.get("predecessors") or ())
     return replace(
         Workload(key=doc["key"], queue=doc["queue"], gang_size=1), **values, pods=pods or {}
     )

@@ -15,9 +15,17 @@ from collections.abc import Iterable
 from muster import contract
 from muster.core import Effect, Evict, Pod, RunAdmission, Workload
 from muster.core.admission import holds_quota
-from muster.core.workloads import ends_outliving
+from muster.core.predecessors import PREDECESSOR_ENDED
+from muster.core.workloads import ends_outliving, starts_outliving
 from muster.retry import Refused
-from muster.runtime.ports import ClusterActions, Metrics, Stored, WorkloadStore, stops_holding
+from muster.runtime.ports import (
+    ClusterActions,
+    Metrics,
+    Stored,
+    WorkloadStore,
+    starts_holding,
+    stops_holding,
+)
 from muster.runtime.view import view
 from muster.schema import clip_utf8
 
@@ -25,7 +33,7 @@ log = logging.getLogger("muster.runtime")
 
 ERROR_BYTES = 1024
 
-OUTLIVING_ENDED = "pods of a deleted workload gone"
+OUTLIVING_ENDED = PREDECESSOR_ENDED
 """The admission request when pods that outlived their workload stop running."""
 
 
@@ -61,6 +69,26 @@ def outliving_ended(w: Workload, changes: Iterable[tuple[Pod | None, Pod | None]
     """Whether pod changes (stored record before, after) of `w` may end the holding of a
     deleted workload whose pods outlived it: a pass should judge it on the whole gang."""
     return any(ends_outliving(w, before, after) for before, after in changes)
+
+
+def outliving_starts(
+    store: WorkloadStore, w: Workload, changes: Iterable[tuple[Pod | None, Pod | None]]
+) -> None:
+    """Before pod changes of `w` are written: when they may start the holding of a deleted
+    workload again (a pod of it heard of running after the holding ended, say bound
+    after its deletion, or whose events came late), the ledger names it again. Should
+    the changes then not hold it, a pass reading it drops the entry."""
+    if any(starts_outliving(w, before, after) for before, after in changes):
+        store.hold_again(w.key, w.attempt)
+
+
+def holding_starts(
+    store: WorkloadStore, snap: Stored | None, after: Workload, effects: tuple[Effect, ...]
+) -> None:
+    """Before a workload write: when it starts a holding no admission recorded (a
+    predecessor's pod heard of running again), the ledger names the workload again."""
+    if starts_holding(snap, after, effects):
+        store.hold_again(after.key, after.attempt)
 
 
 def record_view(cluster: ClusterActions, metrics: Metrics, w: Workload) -> None:

@@ -513,6 +513,10 @@ class MemoryStore:
                 del recent[key]
         self.ledger_state = Ledger(self.ledger_state.version, recent)
 
+    def hold_again(self, key: str, attempt: int) -> None:
+        recent = {**self.ledger_state.recent, key: attempt}
+        self.ledger_state = Ledger(self.ledger_state.version + 1, recent)
+
     def append_history(
         self,
         key: str,

@@ -133,7 +133,10 @@ def still_holding(
     """
     found: list[Workload] = []
     for w in left:
-        if named.get(w.key) != w.attempt:
+        attempt = named.get(w.key)
+        # A new object's record carrying its predecessor's holding may be named at the
+        # predecessor's attempt (the entry is the key's).
+        if attempt is None or (attempt != w.attempt and not w.predecessors):
             continue
         snap = store.load(w.key)
         if snap is not None and holds_quota(snap.workload, snap.outbox):

@@ -39,7 +39,7 @@ from muster.core import (
 )
 from muster.core.pod_runs import observe_stored_pods
 from muster.retry import Backoff, retry
-from muster.runtime.holding import OUTLIVING_ENDED, outliving_ended
+from muster.runtime.holding import OUTLIVING_ENDED, outliving_ended, outliving_starts
 from muster.runtime.listing import listed_entry
 from muster.runtime.ports import MAX_POD_WRITES, Conflict, PodWrite, StoredPods, WorkloadStore
 from muster.runtime.results import Quarantined, Stats, TooManyConflicts, WorkloadNotYetKnown
@@ -151,6 +151,8 @@ def _run(plane: Plane, key: str, events: list[PodObserved]) -> list[Outcome] | N
     writes = [_write(light, name, pod) for name, pod in run.pods.items()]
     live_delta = run.live_delta if light.live_count is not None else 0
     if writes:
+        if w.phase is Phase.FINISHED:
+            outliving_starts(plane.store, w, [(light.pods.get(n), p) for n, p in run.pods.items()])
         plane.store.write_pods(
             key, writes, light.epoch, run.ready_delta, now, live_delta=live_delta
         )

@@ -14,7 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 from muster.core import Effect, LogEvent, Pod, SnapshotPart, Timer, Workload
 from muster.core.admission import holds_quota
 from muster.core.capacity import NodeCapacity
-from muster.core.model import Admit, Evict, Kind
+from muster.core.model import ACTIVE_PHASES, Admit, Evict, Kind
+from muster.core.predecessors import held_by_predecessors
 
 # Rules every store applies to the pods it reads back, the in-memory one and DynamoDB's.
 
@@ -159,7 +160,21 @@ def stops_holding(before: Stored | None, after: Workload, outbox: Sequence[Effec
     return (
         before is not None
         and holds_quota(before.workload, before.outbox)
-        and (not holds_quota(after, outbox) or after.uid != before.workload.uid)
+        and (
+            not holds_quota(after, outbox)
+            or (after.uid != before.workload.uid and not held_by_predecessors(after))
+        )
+    )
+
+
+def starts_holding(before: Stored | None, after: Workload, outbox: Sequence[Effect] = ()) -> bool:
+    """Whether this write starts a holding of quota no admission recorded: a deleted
+    workload's pod, or a predecessor's, heard of running after the holding had ended."""
+    return (
+        before is not None
+        and not holds_quota(before.workload, before.outbox)
+        and after.phase not in ACTIVE_PHASES
+        and holds_quota(after, outbox)
     )
 
 
@@ -334,6 +349,13 @@ class WorkloadStore(Protocol):
     def forget_recent(self, entries: Mapping[str, int]) -> None:
         """Drop ledger entries (workload -> attempt) of workloads read consistently as no
         longer holding that attempt; an entry of a newer attempt stays. Never fails."""
+        ...
+
+    def hold_again(self, key: str, attempt: int) -> None:
+        """Name `key` in the ledger again (at `attempt`), moving the ledger's version: a
+        write about to be made starts a holding that had ended (pods of a deleted
+        workload heard of running after it), and a pass that read the ledger before
+        must not commit an admission on the quota it thought free."""
         ...
 
     def append_history(

@@ -247,6 +247,7 @@ class ControlPlane:
         # write that ends it, carried out in chunks, resumed by whoever comes next
         # should this invocation end halfway.
         expiring = snap is not None and (reborn or (ended and after.phase is Phase.FINISHED))
+        holding.holding_starts(self.store, snap, after, effects)
         version = self.store.write_workload(
             snap,
             after,
@@ -293,6 +294,8 @@ class ControlPlane:
         now = self.clock()
         write = PodWrite(event.pod, change.pod, light.rev, w.uid, listed_entry(w, event.pod))
         live_delta = change.live_delta if counts_live else 0
+        if w.phase is Phase.FINISHED:
+            holding.outliving_starts(self.store, w, [(light.pod, change.pod)])
         self.store.write_pod(
             key, write, light.epoch, change.ready_delta, now, live_delta=live_delta
         )

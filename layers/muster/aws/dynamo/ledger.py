@@ -13,7 +13,7 @@ from muster.core import Effect, Workload
 from muster.runtime.ports import Conflict, Ledger, Stored
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.type_defs import PutTypeDef
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, UpdateTypeDef
 
 
 class AdmissionLedger(WorkloadItems):
@@ -109,3 +109,23 @@ class AdmissionLedger(WorkloadItems):
             except ClientError as exc:
                 if not is_conflict(exc):
                     raise
+
+    def hold_again(self, key: str, attempt: int) -> None:
+        """The entry put back and the version moved in one transaction: a pass that read
+        the ledger before commits no admission on it."""
+        entry: PutTypeDef = {
+            "TableName": self.table,
+            "Item": {
+                "pk": LEDGER_KEY["pk"],
+                "sk": string(RECENT_PREFIX + key),
+                "workload": string(key),
+                "attempt": number(attempt),
+            },
+        }
+        bump: UpdateTypeDef = {
+            "TableName": self.table,
+            "Key": LEDGER_KEY,
+            "UpdateExpression": "ADD version :one",
+            "ExpressionAttributeValues": {":one": number(1)},
+        }
+        self.client.transact_write_items(TransactItems=[{"Put": entry}, {"Update": bump}])
