@@ -178,10 +178,16 @@ class Fleet:
         self._admission_pass(now, result)
         return result
 
+    @property
+    def queued(self) -> bool:
+        """Whether any workload waits for admission (else a pass has nothing to plan)."""
+        return bool(self._queue)
+
     def _admission_pass(self, now: float, result: StepResult) -> None:
-        if not self._queue:
+        queued = len(self._queue)
+        if not queued:
             return  # nothing queued: no plan to make (most passes on a busy cluster)
-        for _ in range(len(self._queue) + 1):
+        for _ in range(queued + 1):
             self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
             plan = self._queue.plan(now, self._usage, self.fitter())
             result.plans.append(plan)

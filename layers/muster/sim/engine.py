@@ -316,6 +316,8 @@ class Simulation:
         return step.admission_wanted
 
     def _admission_pass(self) -> None:
+        if not self.core.queued:
+            return  # the pass would plan nothing and decide nothing
         step = self.core.admission_pass(self.agenda.now)
         self.log.decided(step)
         self.log.delivered += len(step.outcomes)
