@@ -471,6 +471,8 @@ def latest_reports(batch: list[PodChange | Wakeup]) -> list[PodChange | Wakeup]:
     """`batch` with each pod's reports replaced by its last, at the place of its first,
     as the agent's outbox coalesces them: the core needs only a pod's latest state,
     and its `seq` says it is the latest. Wake-ups are kept as they are."""
+    if len(batch) < 2:
+        return batch  # one report: nothing to coalesce
     last: dict[str, PodChange] = {}
     reports = 0
     for item in batch:
