@@ -163,6 +163,16 @@ def test_an_item_is_json_in_and_out_and_runs_from_the_scenario_file(tmp_path: Pa
     assert (found["index"], found["seed"], found["dominatedAt"]) == (4, 1, None)
     finished = sorted({e["workload"] for e in expected.events if e["event"] == "Finished"})
     assert found["finished"] == finished
+    # AND under a backoff limit the workloads it deactivates are the event log's
+    limited = {**doc, "requeuingStrategy": {"backoffLimitCount": 1}}
+    gave_up = run_item(make_item(path, 1, "gang", limited, 5))
+    settings = replace(parse_settings(limited), gpu_quota=scenario.gpu_quota)
+    logged = simulate(replace(scenario, settings=settings, raw_settings=limited), "gang")
+    deactivated = sorted({e["workload"] for e in logged.events if e["event"] == "Deactivated"})
+    assert deactivated and gave_up["deactivated"] == deactivated
+    assert gave_up["finished"] == sorted(
+        {e["workload"] for e in logged.events if e["event"] == "Finished"}
+    )
     # AND with a bound it stops once its waste passes it, and says where
     item["prune"] = {"objective": "wasted", "above": 0.5}
     stopped = run_item(item)

@@ -101,6 +101,12 @@ def classify(pod: Pod) -> PodDiagnosis:
     return PodDiagnosis(pod.name, cls, reason, pod.node, pod.restarts, pod.exit_code, image=image)
 
 
+def pod_class(pod: Pod) -> PodClass:
+    """`classify(pod).cls` alone (no image, no record: asked on every eviction)."""
+    waiting = pod.waiting or (pod.reason if pod.reason in WORKLOAD_FAULT_REASONS else None)
+    return _class_and_reason(pod, waiting)[0]
+
+
 def _class_and_reason(pod: Pod, waiting: str | None) -> tuple[PodClass, str | None]:
     """The first rule that holds: the node, a failed pod, placement, the containers."""
     if pod.node_down or pod.reason in NODE_REASONS or pod.phase == "Unknown":
@@ -170,7 +176,7 @@ class Diagnosis:
         return describe_counts(self.gang_size, self.pods, self.missing)
 
 
-_CAPACITY = PodClass.CAPACITY
+_CAPACITY, _WORKLOAD_FAULT = PodClass.CAPACITY, PodClass.WORKLOAD_FAULT
 
 
 def _label(counts: dict[str, int]) -> str:
@@ -186,7 +192,7 @@ def fails_on_its_own(w: Workload) -> bool:
     for p in w.pods.values():
         if p.retired or p.deleted or p.counts_ready:
             continue
-        if classify(p).cls is not PodClass.WORKLOAD_FAULT:
+        if pod_class(p) is not _WORKLOAD_FAULT:
             return False
         seen += 1
     return seen > 0 and w.ready_pods + seen >= w.gang_size

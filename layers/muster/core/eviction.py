@@ -299,10 +299,12 @@ def _evict_not_ready(
         _retries_stopped(detail, found, streak, qs)
     count = w.requeue_count + 1
     delay = backoff_delay(count, qs, draw)
-    fired = (
-        replace(w, fault_timer=None) if reason is Reason.WORKLOAD_FAULT else replace(w, timer=None)
-    )
     if qs.dry_run:
+        fired = (
+            replace(w, fault_timer=None)
+            if reason is Reason.WORKLOAD_FAULT
+            else replace(w, timer=None)
+        )
         detail.update({"dryRun": True, "wouldDeactivate": limited})
         if limited:
             detail["wouldDeactivateReason"] = str(limit_reason)
@@ -329,13 +331,12 @@ def _evict_not_ready(
     else:
         evict_reason, evict_cause = reason, cause
     effects.append(Evict(w.key, w.attempt, w.kind, evict_reason, evict_cause, not_ready, w.uid))
-    evicted = replace(
-        withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause), fault_evictions=streak
-    )
     effects.append(Publish(LogEvent.EVICTED, w.key, detail))
     if limited:
+        evicted = withdrawn(w, now, qs, reason=evict_reason, cause=evict_cause)
         deactivated = replace(
             evicted,
+            fault_evictions=streak,
             phase=Phase.DEACTIVATED,
             reason=str(limit_reason),
             message=str(cause),
@@ -350,8 +351,14 @@ def _evict_not_ready(
         effects.append(Publish(LogEvent.DEACTIVATED, w.key, gone))
         effects.append(RunAdmission("evicted"))
         return Decision(deactivated, tuple(effects), withdrawn=had_live_pods(w))
-    requeued = replace(
-        evicted,
+    # One copy for the eviction and the requeue (a requeue changes no field `withdrawn` sets).
+    requeued = withdrawn(
+        w,
+        now,
+        qs,
+        reason=evict_reason,
+        cause=evict_cause,
+        fault_evictions=streak,
         phase=Phase.REQUEUED,
         requeue_count=count,
         requeue_at=now + delay,
@@ -424,9 +431,16 @@ def had_live_pods(w: Workload) -> bool:
 
 
 def withdrawn(
-    w: Workload, now: float, qs: QueueSettings, *, reason: Reason, cause: Reason | None
+    w: Workload,
+    now: float,
+    qs: QueueSettings,
+    *,
+    reason: Reason,
+    cause: Reason | None,
+    **more: Any,
 ) -> Workload:
-    """The common part of every eviction: pods retired, timer gone, stats counted."""
+    """The common part of every eviction: pods retired, timer gone, stats counted;
+    `more`: other fields of the same copy, none of those this sets."""
     label = f"{reason}/{cause}" if cause else str(reason)
     evictions = dict(w.evictions)
     evictions[label] = evictions.get(label, 0) + 1
@@ -443,6 +457,7 @@ def withdrawn(
         queued_at=queued_at,
         reason=str(reason),
         message=str(cause) if cause else None,
+        **more,
     )
 
 

@@ -42,6 +42,9 @@ from muster.core.settings import Settings
 from muster.core.topology import DomainIndex, Topology
 from muster.core.workloads import outlived_by_pods
 
+# Read per event: a member off its enum class costs a metaclass lookup each time.
+_APPLIED, _PENDING, _FINISHED = Outcome.APPLIED, Phase.PENDING, Phase.FINISHED
+
 
 @dataclass(slots=True)
 class StepResult:
@@ -151,25 +154,25 @@ class Fleet:
         `capacityCheck`, a change there may let a queued gang in.
         """
         result = StepResult()
-        if type(event) is NodeObserved and not event.workload:
-            before = self.nodes.get(event.node)
-            entry = observe_node(before, event)
-            if entry is not None:
-                self.nodes[event.node] = entry
-                self._schedulable = None
-                if self._settings.capacity_check and more_room(before, entry):
-                    if self.defer_admission:
-                        result.admission_wanted = True
-                    else:
-                        self._admission_pass(now, result)
-            for key in sorted(self._active):
-                w = self.workloads[key]
-                if any(p.node == event.node and not p.retired for p in w.pods.values()):
-                    self._apply_one(
-                        NodeObserved(event.node, event.ready, event.health, key), now, result
-                    )
+        if type(event) is not NodeObserved or event.workload:
+            self._apply_one(event, now, result)
             return result
-        self._apply_one(event, now, result)
+        before = self.nodes.get(event.node)
+        entry = observe_node(before, event)
+        if entry is not None:
+            self.nodes[event.node] = entry
+            self._schedulable = None
+            if self._settings.capacity_check and more_room(before, entry):
+                if self.defer_admission:
+                    result.admission_wanted = True
+                else:
+                    self._admission_pass(now, result)
+        for key in sorted(self._active):
+            w = self.workloads[key]
+            if any(p.node == event.node and not p.retired for p in w.pods.values()):
+                self._apply_one(
+                    NodeObserved(event.node, event.ready, event.health, key), now, result
+                )
         return result
 
     def admission_pass(self, now: float) -> StepResult:
@@ -178,10 +181,16 @@ class Fleet:
         self._admission_pass(now, result)
         return result
 
+    @property
+    def queued(self) -> bool:
+        """Whether any workload waits for admission (else a pass has nothing to plan)."""
+        return bool(self._queue)
+
     def _admission_pass(self, now: float, result: StepResult) -> None:
-        if not self._queue:
+        queued = len(self._queue)
+        if not queued:
             return  # nothing queued: no plan to make (most passes on a busy cluster)
-        for _ in range(len(self._queue) + 1):
+        for _ in range(queued + 1):
             self._usage.blocker = self._first_not_ready() if self.settings.block_admission else None
             plan = self._queue.plan(now, self._usage, self.fitter())
             result.plans.append(plan)
@@ -218,12 +227,13 @@ class Fleet:
         )
 
     def _apply_one(self, event: Event, now: float, result: StepResult) -> None:
-        if self._forgotten and event.workload in self._forgotten:
+        key = event.workload
+        if self._forgotten and key in self._forgotten:
             raise ForgottenWorkload(
-                f"{type(event).__name__} for {event.workload!r}, which finished and was "
+                f"{type(event).__name__} for {key!r}, which finished and was "
                 "forgotten (forget_finished)"
             )
-        if self._decide(self.workloads.get(event.workload), event, now, result):
+        if self._decide(self.workloads.get(key), event, now, result):
             if self.defer_admission:
                 result.admission_wanted = True
             else:
@@ -232,10 +242,11 @@ class Fleet:
     def _decide(self, w: Workload | None, event: Event, now: float, result: StepResult) -> bool:
         """Decide one event into `result`; True if the core asked for an admission pass."""
         decision = decide(w, event, self._settings, now, draw=self._draw(), details=self._details)
-        result.outcomes.append((event.workload, decision.outcome, decision.note))
+        outcome, stored = decision.outcome, decision.workload
+        result.outcomes.append((event.workload, outcome, decision.note))
         wants = False
-        if decision.outcome is Outcome.APPLIED and decision.workload is not None:
-            wants = self._store(decision.workload)
+        if outcome is _APPLIED and stored is not None:
+            wants = self._store(stored)
         effects = result.effects
         for effect in decision.effects:
             if type(effect) is RunAdmission:
@@ -247,28 +258,29 @@ class Fleet:
     def _store(self, w: Workload) -> bool:
         """Keep `w` and the indexes; True when a deleted workload's pods that outlived
         it are gone, which frees its quota (no decision asks for that pass)."""
-        old = self.workloads.get(w.key)
-        self.workloads[w.key] = w
+        key, phase, workloads = w.key, w.phase, self.workloads
+        old = workloads.get(key)
+        workloads[key] = w
         if self._settings.capacity_check and (
-            w.phase in ACTIVE_PHASES or (old is not None and old.phase in ACTIVE_PHASES)
+            phase in ACTIVE_PHASES or (old is not None and old.phase in ACTIVE_PHASES)
         ):
             self._held_changed(self._holdings.update(w))
-        if old is not None and w.key not in self._outlived and _charged_alike(old, w):
+        outlived = key in self._outlived
+        if old is not None and not outlived and _charged_alike(old, w):
             return False  # e.g. a pod event of a running gang: no index depends on what changed
-        outlived = w.key in self._outlived
         self._charge(old, w)
-        if w.phase in NOT_READY_PHASES:
-            if w.key not in self._not_ready:
-                self._not_ready.add(w.key)
-                heapq.heappush(self._not_ready_order, w.key)
+        if phase in NOT_READY_PHASES:
+            if key not in self._not_ready:
+                self._not_ready.add(key)
+                heapq.heappush(self._not_ready_order, key)
         else:
-            self._not_ready.discard(w.key)
-        if w.phase is Phase.PENDING or w.key in self._queue:
+            self._not_ready.discard(key)
+        if phase is _PENDING or key in self._queue:
             self._queue.add(w)
-        if self._forget and w.phase is Phase.FINISHED and w.key not in self._outlived:
-            del self.workloads[w.key]
-            self._forgotten.add(w.key)
-        return outlived and w.key not in self._outlived
+        if self._forget and phase is _FINISHED and key not in self._outlived:
+            del workloads[key]
+            self._forgotten.add(key)
+        return outlived and key not in self._outlived
 
     def _charge(self, old: Workload | None, w: Workload) -> None:
         """Move what `w` holds of the quotas from its old state to its new one: its own
@@ -327,7 +339,7 @@ def _charged_alike(old: Workload, w: Workload) -> bool:
         old.phase is w.phase
         and old.gpus == w.gpus
         and old.queue == w.queue
-        and w.phase is not Phase.PENDING
+        and w.phase is not _PENDING
         and not w.predecessors
-        and not (w.phase is Phase.FINISHED and outlived_by_pods(w))
+        and not (w.phase is _FINISHED and outlived_by_pods(w))
     )

@@ -34,6 +34,15 @@ from muster.core.model import (
 from muster.core.pod_groups import release_due
 from muster.core.settings import QueueSettings, Settings
 
+# Read per pod event: a member off its enum class costs a metaclass lookup each time.
+_ADMITTED, _RUNNING, _RECOVERING, _PENDING = (
+    Phase.ADMITTED,
+    Phase.RUNNING,
+    Phase.RECOVERING,
+    Phase.PENDING,
+)
+_POD_GROUP = Kind.POD_GROUP
+
 
 def incarnation(w: Workload) -> str:
     """What tells this object's timers from those of an earlier object under its key.
@@ -108,19 +117,18 @@ def _watch_faults(d: Decision, qs: QueueSettings, now: float) -> Decision:
 
 def _whole_or_not(before: Workload, w: Workload, qs: QueueSettings, now: float) -> Decision:
     effects: list[Effect] = []
-    if release_due(before, w):
+    group, phase = w.kind is _POD_GROUP, w.phase
+    if group and release_due(before, w):
         # Replacement pods of an admitted group arrive gated: the release lifts the
         # gates of as many as its gang lacks, never more (`pods_to_release`), inside
         # the group's topology domain.
         effects.append(Admit.of(w, w.attempt))
-    if w.phase is Phase.ADMITTED and w.whole:
+    if (phase is _ADMITTED or phase is _RECOVERING) and w.whole:
         return became_ready(w, effects, now)
-    if w.phase is Phase.RECOVERING and w.whole:
-        return became_ready(w, effects, now)
-    if w.phase is Phase.RUNNING and not w.whole:
+    if phase is _RUNNING and not w.whole:
         lost = _lost_readiness(w, qs, now)
         return replace(lost, effects=(*effects, *lost.effects))
-    if w.phase is Phase.PENDING and w.kind is Kind.POD_GROUP and _completed(before, w):
+    if phase is _PENDING and group and _completed(before, w):
         # Only the pod that makes the group whole can let it in: one pass, not one per pod.
         return Decision(w, (RunAdmission("replacement pods"),))
     return Decision(w, tuple(effects))

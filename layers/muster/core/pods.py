@@ -38,6 +38,9 @@ from muster.core.predecessors import (
 )
 from muster.core.settings import QueueSettings, Settings
 
+# Read per pod event: a member off its enum class costs a metaclass lookup each time.
+_APPLIED = Outcome.APPLIED
+
 
 def observe_pod(
     w: Workload, e: PodObserved, settings: Settings, qs: QueueSettings, now: float
@@ -49,7 +52,7 @@ def observe_pod(
         if i is not None:
             return _predecessor_pod(w, i, e)
     outcome, pod, note = _pod_record(w, w.pods.get(e.pod), e)
-    if outcome is not Outcome.APPLIED:
+    if outcome is not _APPLIED:
         return Decision(w, outcome=outcome, note=note)
     pods = dict(w.pods)
     if pod is None:
@@ -96,8 +99,8 @@ def pod_update(
         outcome, note = refused
         return outcome, known, note
     if e.deleted:
-        return Outcome.APPLIED, _tombstone(known, e), ""
-    return Outcome.APPLIED, _reported(known, e), ""
+        return _APPLIED, _tombstone(known, e), ""
+    return _APPLIED, _reported(known, e), ""
 
 
 _ANOTHER_OBJECT = "pod {} of another object of this name"
@@ -236,7 +239,7 @@ def _pod_record(w: Workload, known: Pod | None, e: PodObserved) -> tuple[Outcome
     if not owned_by(w, e):
         return Outcome.STALE, known, _ANOTHER_OBJECT.format(e.pod)
     outcome, pod, note = pod_update(known, e, born=w.born_seq, listed=(w.listed_seq, w.listed))
-    if outcome is not Outcome.APPLIED:
+    if outcome is not _APPLIED:
         return outcome, pod, note
     return outcome, of_the_attempt(w, pod), note
 
@@ -251,7 +254,7 @@ def of_the_attempt(w: Workload, pod: Pod | None) -> Pod | None:
     is left over. Before the first admission nothing was evicted, and a workload's
     pods are its own.
     """
-    if pod is None or not pod.live or w.phase in ACTIVE_PHASES or w.attempt == 0:
+    if pod is None or w.attempt == 0 or w.phase in ACTIVE_PHASES or not pod.live:
         return pod
     if w.phase is Phase.FINISHED or (w.kind is Kind.POD_GROUP and pod.node is None):
         return pod

@@ -253,7 +253,8 @@ class Settings:
         quotas and rules. Settings that name none (one pool for the cluster) take
         every queue; `default` is always known. Then `queueAccess` (`QueueAccess`).
         """
-        named = self.named_queues
+        # `named_queues` only when there are any (it is asked at every admission).
+        named = self.named_queues if self.queues or self.access.queues else frozenset()
         if named and queue not in named:
             listed = sorted(named)
             shown = ", ".join(listed[:10]) + (

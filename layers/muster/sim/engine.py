@@ -316,6 +316,8 @@ class Simulation:
         return step.admission_wanted
 
     def _admission_pass(self) -> None:
+        if not self.core.queued:
+            return  # the pass would plan nothing and decide nothing
         step = self.core.admission_pass(self.agenda.now)
         self.log.decided(step)
         self.log.delivered += len(step.outcomes)
@@ -470,6 +472,8 @@ def latest_reports(batch: list[PodChange | Wakeup]) -> list[PodChange | Wakeup]:
     """`batch` with each pod's reports replaced by its last, at the place of its first,
     as the agent's outbox coalesces them: the core needs only a pod's latest state,
     and its `seq` says it is the latest. Wake-ups are kept as they are."""
+    if len(batch) < 2:
+        return batch  # one report: nothing to coalesce
     last: dict[str, PodChange] = {}
     reports = 0
     for item in batch:
