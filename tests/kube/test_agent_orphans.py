@@ -48,7 +48,7 @@ def x_job(rv: str, uid: str = "uid-x") -> dict[str, Any]:
     return obj
 
 
-def feed(aws: dict[str, Any], fleet: Fleet, now: float) -> list[Any]:
+def feed(aws: dict[str, Any], fleet: Fleet, now: float) -> list[Any]:  # noqa: F811
     """What the agent sent, applied to the core as the control plane does (snapshots too)."""
     events = [e for _, e in map(parse_agent_event, landed(aws))]
     for e in events:
@@ -63,7 +63,7 @@ def feed(aws: dict[str, Any], fleet: Fleet, now: float) -> list[Any]:
     return events
 
 
-def running_x(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> Fleet:
+def running_x(aws: dict[str, Any], clock: Clock, sleeps: list[float]) -> Fleet:  # noqa: F811
     """The core with Job ml/x admitted and Running, as an earlier agent reported it."""
     fleet = Fleet(Settings())
     agent = make_agent(aws["events"], clock, sleeps)
