@@ -198,3 +198,43 @@ def test_only_a_jobs_own_labels_on_an_ownerless_pod_name_the_job_it_left() -> No
     pt = x_pod("5", owned=False)
     pt["metadata"]["labels"]["training.kubeflow.org/job-name"] = "x"
     assert orphaned_from(pt) is None
+
+
+def test_a_bare_pod_reported_before_the_job_it_names_never_counts_ready(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN a bare Ready pod labelled with Job x's name and uid, heard of before the Job
+    # (the watches' order), so reported as a gone object's
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(POD_RESOURCE, "ADDED", x_pod("25", owned=False)))
+    # WHEN the Job is heard of, and the pod changes
+    agent.handle(Change(JOB_RESOURCE, "ADDED", x_job("20")))
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", x_pod("30", owned=False)))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    # THEN the pod is never reported Ready
+    reports = [(e.seq, e.ready) for e in events if isinstance(e, PodObserved)]
+    assert reports and all(not ready for _, ready in reports), reports
+
+
+def test_a_pod_known_by_its_controller_stays_ready_while_its_orphaning_is_under_way(
+    aws: dict[str, Any],  # noqa: F811
+    clock: Clock,  # noqa: F811
+    sleeps: list[float],  # noqa: F811
+) -> None:
+    # GIVEN a live Job's Ready pod, known by its controller reference
+    agent = make_agent(aws["events"], clock, sleeps)
+    agent.handle(Change(JOB_RESOURCE, "ADDED", x_job("10")))
+    agent.handle(Change(POD_RESOURCE, "ADDED", x_pod("20")))
+    agent.flush(everything=True)
+    landed(aws)
+    # WHEN the garbage collector removes the reference before the Job goes
+    agent.handle(Change(POD_RESOURCE, "MODIFIED", x_pod("25", owned=False)))
+    agent.flush(everything=True)
+    events = [e for _, e in map(parse_agent_event, landed(aws))]
+    # THEN it is still the Job's Ready pod (its gang does not look broken meanwhile)
+    assert [e for e in events if isinstance(e, PodObserved) and not e.ready] == []
+    kind, workload, view = agent.pods["ml/x-0"]
+    assert (kind, workload, view.owner, view.ready) == (Kind.JOB, "ml/x", "uid-x", True)

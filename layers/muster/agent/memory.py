@@ -132,6 +132,7 @@ class Memory:
         self.workloads: dict[str, WorkloadView] = {}  # labelled Jobs, JobSets, PyTorchJobs, groups
         self.workload_seq: dict[str, int] = {}
         self.pods: dict[str, tuple[Kind, str, PodView]] = {}  # "ns/pod" -> (kind, workload, view)
+        self.by_labels: set[str] = set()  # pods taken for a workload's by their labels alone
         self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
         self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
         self.nodes: dict[str, NodeView] = {}
@@ -422,16 +423,23 @@ class Memory:
         force: bool = False,
         orphaned: str = "",
     ) -> None:
-        """`orphaned`: the uid of the object the pod was orphaned from, by its labels
-        alone: never Ready, so that no forged pod counts for a gang."""
+        """`orphaned`: the uid of the object the pod was orphaned from, by its labels.
+        A pod first taken for a workload's by its labels alone is never reported Ready
+        until a controller owns it: no bare pod counts for a gang."""
         view = pod_view(workload, pod, kind)
         known = self.pods.get(name)
         if orphaned:
-            view = replace(view, owner=orphaned, ready=False)
+            view = replace(view, owner=orphaned)
+            self.by_labels.add(name)
         elif not view.owner and known is not None and known[2].uid == view.uid:
             view = replace(view, owner=known[2].owner)  # orphaned: still its former owner's
+        if kind is Kind.POD_GROUP or pod_workload(pod) is not None:
+            self.by_labels.discard(name)
+        elif name in self.by_labels:
+            view = replace(view, ready=False)
         if deleted:
             self.pods.pop(name, None)
+            self.by_labels.discard(name)
         elif not force and known is not None and known[2] == view:
             return
         else:
@@ -549,6 +557,7 @@ class Memory:
         self.workloads.clear()
         self.workload_seq.clear()
         self.pods.clear()
+        self.by_labels.clear()
         self.waiting.clear()
         self.waiting_since.clear()
         self.groups.clear()
