@@ -144,7 +144,7 @@ def test_an_orphaned_pod_of_a_recreated_job_is_its_predecessors(
     assert charged_predecessors(fleet.get("ml/x")) == []  # type: ignore[arg-type]
 
 
-def test_labels_naming_a_live_job_or_an_ended_pod_charge_nothing_and_count_nowhere(
+def test_labels_on_a_pod_naming_a_live_job_ended_or_without_gpus_count_nowhere(
     aws: dict[str, Any],  # noqa: F811
     clock: Clock,  # noqa: F811
     sleeps: list[float],  # noqa: F811
@@ -160,7 +160,12 @@ def test_labels_naming_a_live_job_or_an_ended_pod_charge_nothing_and_count_nowhe
     ended = x_pod("26", owned=False, phase="Succeeded", uid="uid-gone")
     ended["metadata"] |= {"name": "y-0", "uid": "uid-y-0"}
     ended["metadata"]["labels"] |= {"batch.kubernetes.io/job-name": "y", "job-name": "y"}
-    agent.handle(Sync(POD_RESOURCE, [forged, ended], "40"))
+    # AND a CPU pod orphaned from a Job gone (maybe another team's): it holds no GPUs
+    cpu = x_pod("27", owned=False, uid="uid-gone")
+    cpu["metadata"] |= {"name": "y-1", "uid": "uid-y-1"}
+    cpu["metadata"]["labels"] |= {"batch.kubernetes.io/job-name": "y", "job-name": "y"}
+    cpu["spec"]["containers"] = [{"resources": {"requests": {"cpu": "2"}}}]
+    agent.handle(Sync(POD_RESOURCE, [forged, ended, cpu], "40"))
     agent.flush(everything=True)
     events = [e for _, e in map(parse_agent_event, landed(aws))]
     # THEN neither is reported as any workload's, nor listed as one's

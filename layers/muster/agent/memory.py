@@ -78,6 +78,13 @@ ACTIVE = "Active"  # a workload's status while it runs (not Succeeded, Failed or
 ENDED = ("Succeeded", "Failed")  # pod phases that hold nothing any more
 
 
+def _gpus(pod: Mapping[str, Any]) -> int:
+    try:
+        return pod_gpus(pod)
+    except QuantityError:
+        return 0  # the API server admits only whole GPU counts on a pod
+
+
 class SeqSource:
     """`seq` from resourceVersion; a time-based fallback for non-numeric versions."""
 
@@ -283,9 +290,11 @@ class Memory:
         """(kind, key, uid) of the Job a pod without a controller was orphaned from
         (`orphaned_from`), unless that is the live object under the Job's name (a bare
         pod labelled as its own, or one whose orphaning delete is under way: it never
-        counts for the object), or the pod is first seen ended (it holds nothing).
-        A forged pod can then only add a running pod to a gone object's holding: its
-        tenant is charged more, never less."""
+        counts for the object), or the pod is first seen ended or asks for no GPUs (it
+        holds nothing charged; nor is every CPU pod of other teams' orphaned Jobs sent
+        to a control plane that knows no such workload). A forged pod can then only add
+        a running pod to a gone object's holding: its tenant is charged more, never
+        less."""
         orphan = orphaned_from(pod)
         if orphan is None:
             return None
@@ -295,7 +304,7 @@ class Memory:
             return None
         known = self.pods.get(object_key(pod))
         seen = known is not None and known[2].uid == str(meta(pod).get("uid") or "")
-        if not seen and (pod.get("status") or {}).get("phase") in ENDED:
+        if not seen and ((pod.get("status") or {}).get("phase") in ENDED or not _gpus(pod)):
             return None
         return orphan
 
@@ -369,10 +378,7 @@ class Memory:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
-        try:
-            gpus = pod_gpus(pod)
-        except QuantityError:
-            gpus = 0  # the API server admits only whole GPU counts on a pod
+        gpus = _gpus(pod)
         held = (str(node), gpus) if node and gpus and not deleted and phase not in ENDED else None
         if mine and held is not None:
             self.managed[name] = held
