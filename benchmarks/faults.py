@@ -64,6 +64,7 @@ TRIGGERS = {
     "grownWhileHeld": "Jobs grown while held",
     "orphaningDeletes": "Jobs deleted with their pods orphaned",
     "recreatedWhileOrphansRun": "Jobs re-created while their orphans run",
+    "relistsWhileOrphansRun": "relists while orphans run (gaps, resyncs, the last)",
     "forgedPods": "pods forged with a Job's labels",
     "forgedPodsReported": "forged pods another Job controls (reported)",
 }

@@ -105,3 +105,40 @@ def test_the_harness_notices_orphans_heard_late_left_out_of_the_ledger(
     # THEN passes do not count the orphans heard of after the new object
     divergences, _ = heard_late()
     assert any("quota exceeded on the cluster" in d for d in divergences), divergences
+
+
+# --------------------------------------------------------------------------- agent gap
+
+OTHER = "ml/job1"
+GAP_FROM, GAP_UNTIL, ORPHANS_END = 50.0, 120.0, 180.0
+
+
+def orphaned_in_a_gap() -> tuple[list[str], list[dict[str, object]]]:
+    """Our 8-GPU Job running and another of 8 GPUs queued behind it (quota 12); an agent
+    gap from 50 s to 120 s in which ours is deleted with its pods orphaned (they run on
+    until 180 s): the new agent finds them without an owner, the Job gone."""
+    other = Action(10.0, "create", job=OTHER, pods=2, gpus_per_pod=4, startup=3.0, queue=TEAM)
+    gap = Action(GAP_FROM, "gap", until=GAP_UNTIL)
+    delete = Action(ORPHANED_AT, "delete", job=JOB, linger=ORPHANS_END - ORPHANED_AT, orphan=True)
+    history = History(1, 3, 4, 400.0, (job(0.0), other, gap, delete), ((TEAM, 12),))
+    store = MemoryStore()
+    outcome = run_history(1, perturbation=GAPS_ONLY, history=history, store=store)
+    return outcome.divergences, store.history(OTHER)
+
+
+def test_orphans_an_agent_finds_after_a_gap_stay_charged_until_they_end() -> None:
+    divergences, entries = orphaned_in_a_gap()
+    # THEN the quota held, and the queued Job was admitted only once the orphans ended
+    assert divergences == []
+    admitted = [float(e["at"]) for e in entries if e["event"] == "Admitted"]  # type: ignore[arg-type]
+    assert admitted and admitted[0] >= ORPHANS_END, admitted
+
+
+def test_the_harness_notices_orphans_an_agent_cannot_map_after_a_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN an agent that does not know an ownerless pod by its labels
+    monkeypatch.setattr("muster.harness.cluster_truth.orphaned_from", lambda pod: None)
+    # THEN the queued Job runs beside the orphans, past the queue's quota
+    divergences, _ = orphaned_in_a_gap()
+    assert any("quota exceeded on the cluster" in d for d in divergences), divergences

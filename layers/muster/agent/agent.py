@@ -197,6 +197,7 @@ class Agent(Memory):
         for name, (_, workload, view) in list(self.pods.items()):
             if name not in present:
                 self.pods.pop(name)
+                self.by_labels.discard(name)
                 self.managed.pop(name, None)
                 self._put(
                     f"pod:{name}",

@@ -51,6 +51,7 @@ from muster.agent.mapping import (
     meta,
     node_view,
     object_key,
+    orphaned_from,
     pod_gpus,
     pod_group_view,
     pod_view,
@@ -75,6 +76,13 @@ log = logging.getLogger("muster.agent")
 
 ACTIVE = "Active"  # a workload's status while it runs (not Succeeded, Failed or Deleted)
 ENDED = ("Succeeded", "Failed")  # pod phases that hold nothing any more
+
+
+def _gpus(pod: Mapping[str, Any]) -> int:
+    try:
+        return pod_gpus(pod)
+    except QuantityError:
+        return 0  # the API server admits only whole GPU counts on a pod
 
 
 class SeqSource:
@@ -131,6 +139,7 @@ class Memory:
         self.workloads: dict[str, WorkloadView] = {}  # labelled Jobs, JobSets, PyTorchJobs, groups
         self.workload_seq: dict[str, int] = {}
         self.pods: dict[str, tuple[Kind, str, PodView]] = {}  # "ns/pod" -> (kind, workload, view)
+        self.by_labels: set[str] = set()  # pods taken for a workload's by their labels alone
         self.waiting: dict[str, dict[str, dict[str, Any]]] = {}  # workload -> pods seen before it
         self.groups: dict[str, dict[str, dict[str, Any]]] = {}  # pod group -> its pods
         self.nodes: dict[str, NodeView] = {}
@@ -251,24 +260,56 @@ class Memory:
     # ------------------------------------------------------------------ pods
 
     def workload_of(self, pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
-        """(kind, key) of the workload `pod` counts for: its controller's (`pod_workload`);
+        """(kind, key) of the workload `pod` counts for (`_owner`)."""
+        owner = self._owner(pod)
+        return None if owner is None else owner[:2]
+
+    def _owner(self, pod: Mapping[str, Any]) -> tuple[Kind, str, str | None] | None:
+        """(kind, key, the uid of the object it was orphaned from or None) of the
+        workload `pod` counts for: its controller's (`pod_workload`); or, for a pod
+        without one, the Job its labels say it was orphaned from (`orphaned_from`);
         or, for a pod the agent knew as a Job's, JobSet's or PyTorchJob's that lost its
         controller reference, still that one's until the pod ends. An orphaning delete
         (`--cascade=orphan`) removes the reference before the object goes, and the
         pod's GPUs stay what that workload was charged for while it runs. A pod never
-        known as the workload's (labels alone) stays nobody's."""
+        known as the workload's, without the labels of an object gone, stays nobody's."""
         owner = pod_workload(pod)
         if owner is not None:
-            return owner
+            return owner[0], owner[1], None
+        orphan = self._orphaned(pod)
+        if orphan is not None:
+            return orphan
         known = self.pods.get(object_key(pod))
         if known is None or known[0] is Kind.POD_GROUP:
             return None
         if known[2].uid != str(meta(pod).get("uid") or ""):
             return None
-        return known[0], known[1]
+        return known[0], known[1], None
+
+    def _orphaned(self, pod: Mapping[str, Any]) -> tuple[Kind, str, str] | None:
+        """(kind, key, uid) of the Job a pod without a controller was orphaned from
+        (`orphaned_from`), unless that is the live object under the Job's name (a bare
+        pod labelled as its own, or one whose orphaning delete is under way: it never
+        counts for the object), or the pod is first seen ended or asks for no GPUs (it
+        holds nothing charged; nor is every CPU pod of other teams' orphaned Jobs sent
+        to a control plane that knows no such workload). A forged pod can then only add
+        a running pod to a gone object's holding: its tenant is charged more, never
+        less."""
+        orphan = orphaned_from(pod)
+        if orphan is None:
+            return None
+        kind, key, uid = orphan
+        live = self.workloads.get(key)
+        if live is not None and live.kind is kind and live.uid == uid:
+            return None
+        known = self.pods.get(object_key(pod))
+        seen = known is not None and known[2].uid == str(meta(pod).get("uid") or "")
+        if not seen and ((pod.get("status") or {}).get("phase") in ENDED or not _gpus(pod)):
+            return None
+        return orphan
 
     def _pod(self, pod: Mapping[str, Any], *, deleted: bool, force: bool = False) -> None:
-        owner = self.workload_of(pod)
+        owner = self._owner(pod)
         name = object_key(pod)
         if owner is None:
             self._foreign_pod(name, pod, deleted=deleted, mine=False)
@@ -278,8 +319,16 @@ class Memory:
                 seq = self.seq(meta(pod).get("resourceVersion"))
                 self._send_pod(known[0], known[1], name, pod, seq, deleted=True)
             return
-        kind, workload = owner
+        kind, workload, orphaned = owner
         seq = self.seq(meta(pod).get("resourceVersion"))
+        if orphaned is not None:
+            # Its object is gone: its GPUs are others' now, charged to that object.
+            self._foreign_pod(name, pod, deleted=deleted, mine=False)
+            if not deleted or name in self.pods:
+                self._send_pod(
+                    kind, workload, name, pod, seq, deleted=deleted, force=force, orphaned=orphaned
+                )
+            return
         if kind is Kind.POD_GROUP:
             self._foreign_pod(name, pod, deleted=deleted, mine=True)
             self._group_member(workload, pod, seq, deleted=deleted, force=force)
@@ -329,10 +378,7 @@ class Memory:
         spec = pod.get("spec") or {}
         node = spec.get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
-        try:
-            gpus = pod_gpus(pod)
-        except QuantityError:
-            gpus = 0  # the API server admits only whole GPU counts on a pod
+        gpus = _gpus(pod)
         held = (str(node), gpus) if node and gpus and not deleted and phase not in ENDED else None
         if mine and held is not None:
             self.managed[name] = held
@@ -381,13 +427,25 @@ class Memory:
         *,
         deleted: bool,
         force: bool = False,
+        orphaned: str = "",
     ) -> None:
+        """`orphaned`: the uid of the object the pod was orphaned from, by its labels.
+        A pod first taken for a workload's by its labels alone is never reported Ready
+        until a controller owns it: no bare pod counts for a gang."""
         view = pod_view(workload, pod, kind)
         known = self.pods.get(name)
-        if not view.owner and known is not None and known[2].uid == view.uid:
+        if orphaned:
+            view = replace(view, owner=orphaned)
+            self.by_labels.add(name)
+        elif not view.owner and known is not None and known[2].uid == view.uid:
             view = replace(view, owner=known[2].owner)  # orphaned: still its former owner's
+        if kind is Kind.POD_GROUP or pod_workload(pod) is not None:
+            self.by_labels.discard(name)
+        elif name in self.by_labels:
+            view = replace(view, ready=False)
         if deleted:
             self.pods.pop(name, None)
+            self.by_labels.discard(name)
         elif not force and known is not None and known[2] == view:
             return
         else:
@@ -505,6 +563,7 @@ class Memory:
         self.workloads.clear()
         self.workload_seq.clear()
         self.pods.clear()
+        self.by_labels.clear()
         self.waiting.clear()
         self.waiting_since.clear()
         self.groups.clear()

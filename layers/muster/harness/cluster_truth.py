@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
+from muster.agent.mapping import orphaned_from
 from muster.core import (
     Admit,
     Event,
@@ -157,7 +158,8 @@ class Truth:
         reporting meanwhile, owned by the deleted object). With `orphan` (`kubectl
         delete --cascade=orphan`) they lose their owner reference first and run on
         until `linger` has passed: the agent keeps them the workload's pods, as it knew
-        them (`muster.agent.memory.AgentMemory.workload_of`), so no event says it."""
+        them (`muster.agent.memory.Memory.workload_of`), so no event says it; an agent
+        that lists them afresh knows them by their labels (`relisted_orphan`)."""
         obj = self.objects.get(key)
         if obj is None or obj.deleted:
             return
@@ -352,7 +354,17 @@ class Truth:
                 self.send(self.workload_event(obj))
         for g in self.groups.values():
             self.pod_groups.send_view(g)
-        for event in self.pods.values():
+        orphaned = {o.uid: o for o in self.lingering.values() if o.orphaned}
+        if orphaned:
+            self.triggers["relistsWhileOrphansRun"] += 1
+        unmapped: set[tuple[str, str]] = set()
+        for where, event in self.pods.items():
+            if event.owner in orphaned:
+                relisted = relisted_orphan(event, orphaned[event.owner])
+                if relisted is None:
+                    unmapped.add(where)
+                    continue
+                event = relisted
             self.send(event)
         for node_event in self.nodes.values():
             self.send(node_event)
@@ -363,7 +375,8 @@ class Truth:
                 listing[k] = o.uid
         listed: dict[str, dict[str, str]] = {}
         for (key, name), event in self.pods.items():
-            listed.setdefault(key, {})[name] = event.uid
+            if (key, name) not in unmapped:
+                listed.setdefault(key, {})[name] = event.uid
         tag = f"{self.relists}"
         # One snapshot per kind (a PyTorchJob's listing says nothing of the Jobs); pod
         # groups have no objects to list, only their pods.
@@ -497,3 +510,16 @@ class ReleaseWatch:
     def admitting(self, effect: Admit) -> None: ...
 
     def released(self, effect: Admit) -> None: ...
+
+
+def relisted_orphan(event: PodObserved, obj: JobObject) -> PodObserved | None:
+    """An orphaned pod of `obj` as an agent that lists it afresh reports it: by the labels
+    the Job controller put on it, its owner reference gone (`orphaned_from`), never
+    Ready; None (nobody's: not reported, nor listed) should the mapping not name `obj`."""
+    namespace, job, _ = parse_workload_key(obj.key)
+    labels = {"batch.kubernetes.io/job-name": job, "batch.kubernetes.io/controller-uid": obj.uid}
+    pod = {"metadata": {"name": event.pod, "namespace": namespace, "labels": labels}}
+    found = orphaned_from(pod)
+    if found is None or found[1:] != (obj.key, obj.uid):
+        return None
+    return replace(event, workload=found[1], owner=found[2], ready=False)

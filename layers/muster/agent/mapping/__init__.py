@@ -17,7 +17,14 @@ from muster.agent.mapping.objects import (
     parse_k8s_time,
     workload_object_key,
 )
-from muster.agent.mapping.pods import PodView, compact_pod, pod_owner, pod_view, pod_workload
+from muster.agent.mapping.pods import (
+    PodView,
+    compact_pod,
+    orphaned_from,
+    pod_owner,
+    pod_view,
+    pod_workload,
+)
 from muster.agent.mapping.workloads import (
     FINISHED_CONDITIONS,
     PriorityClasses,
@@ -57,6 +64,7 @@ __all__ = [
     "node_view",
     "notes_of",
     "object_key",
+    "orphaned_from",
     "parse_k8s_time",
     "parse_quantity",
     "placement_rules",

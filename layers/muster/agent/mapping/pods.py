@@ -12,6 +12,7 @@ from muster.core.keys import workload_key
 from muster.core.model import Kind
 from muster.kube.conventions import (
     JOB_NAME_LABELS,
+    JOB_UID_LABELS,
     JOBSET_NAME_LABEL,
     JOBSET_UID_LABEL,
     KUBEFLOW_JOB_NAME_LABEL,
@@ -146,8 +147,8 @@ def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
     collected with its pod; one forged to name the workload itself is beyond what
     the agent can tell (the workload's controller takes such a pod for its own
     too). A pod whose controller was deleted with `--cascade=orphan` loses the
-    reference and stops counting. A pod group's pods are its members by their
-    labels alone.
+    reference and stops counting here (`orphaned_from`). A pod group's pods are its
+    members by their labels alone.
     """
     namespace = meta(pod).get("namespace")
     if not namespace:
@@ -165,6 +166,33 @@ def pod_workload(pod: Mapping[str, Any]) -> tuple[Kind, str] | None:
     if kind is Kind.JOBSET and not str(ref.get("name") or "").startswith(f"{name}-"):
         return None
     return kind, workload_key(kind, namespace, name)
+
+
+def orphaned_from(pod: Mapping[str, Any]) -> tuple[Kind, str, str] | None:
+    """(kind, workload key, uid) of the Job a pod without a controller was orphaned from
+    (`--cascade=orphan`), by the name and uid labels the Job controller put on it, which
+    the orphaning leaves; None for a pod with a controller or without both labels.
+
+    Whoever creates a bare pod may write these labels too, so the pod is only ever
+    reported as the object of that uid's, never Ready (`Memory.workload_of`). A
+    JobSet's pods are its child Jobs' (`pod_workload` maps them while those exist),
+    and a PyTorchJob's carry no uid label: neither is named here.
+    """
+    m = meta(pod)
+    namespace = m.get("namespace")
+    if not namespace or _controller(m) is not None:
+        return None
+    found = labels(pod)
+    name, uid = _agreed(found, JOB_NAME_LABELS), _agreed(found, JOB_UID_LABELS)
+    if not name or not uid or _named_workload(found) != (Kind.JOB, name):
+        return None
+    return Kind.JOB, workload_key(Kind.JOB, namespace, name), uid
+
+
+def _agreed(found: Mapping[str, str], keys: Sequence[str]) -> str:
+    """The one value the labels `keys` that are set hold ("" if none is, or they differ)."""
+    values = {str(found[k]) for k in keys if found.get(k)}
+    return values.pop() if len(values) == 1 else ""
 
 
 def _named_workload(found: Mapping[str, str]) -> tuple[Kind, str] | None:
