@@ -294,12 +294,12 @@ def outlived_by_pods(w: Workload) -> bool:
     eviction that met the object gone withdrew nothing. A workload never admitted
     was never charged.
     """
-    return (
-        w.phase is Phase.FINISHED
-        and w.reason == Reason.DELETED
-        and w.attempt > 0
-        and any(running(p) for p in w.pods.values())
-    )
+    return _deleted_once_admitted(w) and any(running(p) for p in w.pods.values())
+
+
+def _deleted_once_admitted(w: Workload) -> bool:
+    """Deleted after it was charged: only then can pods that outlive it hold quota."""
+    return w.phase is Phase.FINISHED and w.reason == Reason.DELETED and w.attempt > 0
 
 
 def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
@@ -307,9 +307,7 @@ def ends_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool:
     outlived it (`outlived_by_pods`): the pod stopped running. A shell that stores pods
     apart then asks for an admission pass, which reads the gang and judges."""
     return (
-        w.phase is Phase.FINISHED
-        and w.reason == Reason.DELETED
-        and w.attempt > 0
+        _deleted_once_admitted(w)
         and before is not None
         and running(before)
         and (after is None or not running(after))
@@ -321,9 +319,7 @@ def starts_outliving(w: Workload, before: Pod | None, after: Pod | None) -> bool
     pod it had not heard of running (one bound after its deletion was heard, or
     whose events came late), so a shell that stores pods apart judges the gang."""
     return (
-        w.phase is Phase.FINISHED
-        and w.reason == Reason.DELETED
-        and w.attempt > 0
+        _deleted_once_admitted(w)
         and after is not None
         and running(after)
         and (before is None or not running(before))
