@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale agent-image bench-faults-sim bench-tune bench-delay clean
+.PHONY: help venv demo simulate test unit lint typecheck format lock bench bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale agent-image bench-faults-sim bench-tune bench-tune-month bench-delay clean
 
 help:
 	@echo "make demo       the whole control plane on this machine, on its built-in story (installs what it needs)"
@@ -38,6 +38,7 @@ help:
 	@echo "make bench-scale   gangs of 64-4,096 pods, 5,000 queued, 10,000 running reconciled, under AWS's limits, in virtual time"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make bench-tune    the docs' 9-setting tuning grid on the Philly week, with and without pruning, and pruned as on AWS (two batches): wall and CPU time, runs pruned; the tuner map's MaxConcurrency from the template"
+	@echo "make bench-tune-month  the 27-setting grid (timeout x backoffLimitCount x backoffMaxSeconds) on the 500-node synthetic month, with and without pruning (about an hour of CPU)"
 	@echo "make bench-delay   queue delay by gang size: gang against gang+fit (with and without nodePacking) and against workloadFaults (with and without sizeHandicap), on every Philly week"
 	@echo "make clean      remove the virtual environment and build output"
 
@@ -100,7 +101,7 @@ lock: $(STAMP)
 		--generate-hashes --universal --python-version 3.12 \
 		$(if $(UPGRADE),--upgrade) --output-file requirements/agent.lock
 
-bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale bench-faults-sim bench-tune bench-delay
+bench: bench-sim bench-ingest bench-agent bench-cost bench-faults bench-faults-aws bench-ledger bench-layer bench-hold bench-capacity bench-fit bench-topology bench-topology-plan bench-scale bench-faults-sim bench-tune bench-tune-month bench-delay
 
 bench-sim: $(STAMP)
 	$(BIN)/python benchmarks/simulate.py
@@ -156,6 +157,9 @@ bench-delay: $(STAMP)
 
 bench-tune: $(STAMP)
 	$(BIN)/python benchmarks/tune.py
+
+bench-tune-month: $(STAMP)
+	$(BIN)/python benchmarks/tune_month.py
 
 clean:
 	rm -rf $(VENV) cdk.out out .pytest_cache .mypy_cache .ruff_cache

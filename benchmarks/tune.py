@@ -192,7 +192,9 @@ def main(argv: list[str]) -> int:
     return 0 if same_recommendation([full, pruned, phased], objective) else 1
 
 
-def same_recommendation(tunings: list[Tuning], objective: Any) -> bool:
+def same_recommendation(
+    tunings: list[Tuning], objective: Any, runs: str = "here and as on AWS"
+) -> bool:
     """Print the recommendation; whether every tuning makes it, with the same figure."""
     best = [next((r for r in rank(t.runs, objective) if r.guarded), None) for t in tunings]
     found = [b for b in best if b is not None]
@@ -201,7 +203,7 @@ def same_recommendation(tunings: list[Tuning], objective: Any) -> bool:
     )
     shown = best[0].label if best[0] is not None else "nothing"
     print(
-        f"recommendation: {shown}; the same with and without pruning, here and as on AWS: "
+        f"recommendation: {shown}; the same with and without pruning, {runs}: "
         f"{'yes' if same else 'NO'}"
     )
     return same or not found

@@ -74,6 +74,15 @@ SMALL = [
     ("layer.py", ["--runs", "1"], [r"ingest +median [\d.]+ ms", r"timer +median [\d.]+ ms"]),
     ("ledger_10k.py", ["--workloads", "50"], [r"ledger items: +\d+"]),
     (
+        "tune_month.py",
+        ["--workloads", "1500", "--days", "2"],
+        [
+            r"without pruning: [\d.]+ s wall, [\d.]+ s CPU, 29 runs",
+            r"with pruning: +[\d.]+ s wall, [\d.]+ s CPU, \d+ of 28 settings stopped",
+            r"the same with and without pruning, on one seed: yes",
+        ],
+    ),
+    (
         "topology_plan.py",
         ["--nodes", "64", "--workloads", "40"],
         [r"required=network-node-layer-3 +admitted +\d+ of 40 on 64 nodes \(\d+ inside"],
