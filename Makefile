@@ -38,7 +38,7 @@ help:
 	@echo "make bench-scale   gangs of 64-4,096 pods, 5,000 queued, 10,000 running reconciled, under AWS's limits, in virtual time"
 	@echo "make bench-faults-sim  failure-aware retry on the Philly week with 5% broken jobs (4 runs, a few minutes)"
 	@echo "make bench-tune    the docs' 9-setting tuning grid on the Philly week, with and without pruning, and pruned as on AWS (two batches): wall and CPU time, runs pruned; the tuner map's MaxConcurrency from the template"
-	@echo "make bench-tune-month  the 27-setting grid (timeout x backoffLimitCount x backoffMaxSeconds) on the 500-node synthetic month, with and without pruning (about an hour of CPU)"
+	@echo "make bench-tune-month  the 27-setting grid (timeout x backoffLimitCount x backoffMaxSeconds) on the 500-node synthetic month, with and without pruning (over an hour of CPU)"
 	@echo "make bench-delay   queue delay by gang size: gang against gang+fit (with and without nodePacking) and against workloadFaults (with and without sizeHandicap), on every Philly week"
 	@echo "make clean      remove the virtual environment and build output"
 
