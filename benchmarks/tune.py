@@ -79,10 +79,26 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + pool.ru_utime + pool.ru_stime
 
 
-def timed(runs_on: list[Scenario], jobs: int, prune: str | None) -> tuple[Tuning, float, float]:
+def timed(
+    runs_on: list[Scenario], jobs: int, prune: str | None, grid: list[str] = GRID
+) -> tuple[Tuning, float, float]:
     started, cpu = time.perf_counter(), _cpu()
-    tuning = run_grid(runs_on, parse_grid(GRID), jobs=jobs, prune=prune)
+    tuning = run_grid(runs_on, parse_grid(grid), jobs=jobs, prune=prune)
     return tuning, time.perf_counter() - started, _cpu() - cpu
+
+
+def report_pruned(
+    pruned: Tuning, wall: float, cpu: float, full: Tuning, full_wall: float, full_cpu: float
+) -> None:
+    """The pruned run's times, what it stopped and where, and its ratio to the full run."""
+    print(
+        f"with pruning:    {wall:.1f} s wall, {cpu:.1f} s CPU, "
+        f"{len(pruned.dominated)} of {len(full.runs)} settings stopped as dominated",
+        flush=True,
+    )
+    for d in pruned.dominated:
+        print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
+    print(f"ratio pruned / full: wall {wall / full_wall:.2f}, CPU {cpu / full_cpu:.2f}")
 
 
 def timed_as_on_aws(runs_on: list[Scenario], jobs: int) -> tuple[Tuning, float, float, list[int]]:
@@ -167,16 +183,7 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     pruned, pruned_wall, pruned_cpu = timed(runs_on, jobs, "wasted")
-    print(
-        f"with pruning:    {pruned_wall:.1f} s wall, {pruned_cpu:.1f} s CPU, "
-        f"{len(pruned.dominated)} of {len(full.runs)} settings stopped as dominated",
-        flush=True,
-    )
-    for d in pruned.dominated:
-        print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
-    print(
-        f"ratio pruned / full: wall {pruned_wall / full_wall:.2f}, CPU {pruned_cpu / full_cpu:.2f}"
-    )
+    report_pruned(pruned, pruned_wall, pruned_cpu, full, full_wall, full_cpu)
     phased, phased_wall, phased_cpu, sizes = timed_as_on_aws(runs_on, jobs)
     waves = " and ".join(str(math.ceil(n / concurrency)) for n in sizes)
     print(

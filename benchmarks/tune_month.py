@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,9 +24,8 @@ sys.path[:0] = [str(ROOT / "benchmarks")]
 
 import yaml  # noqa: E402
 from muster.sim.scenario import Scenario, parse_scenario  # noqa: E402
-from muster.sim.tune_grid import Tuning, parse_grid, run_grid  # noqa: E402
 from muster.sim.tune_ranking import OBJECTIVES  # noqa: E402
-from tune import _cpu, _option, same_recommendation  # noqa: E402
+from tune import _option, report_pruned, same_recommendation, timed  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "synthetic-month-500.yaml"
 GRID = [
@@ -46,12 +44,6 @@ def month(workloads: int | None, days: int | None) -> Scenario:
     return parse_scenario(doc, base_dir=EXAMPLE.parent, name=EXAMPLE.stem)
 
 
-def timed(scenario: Scenario, jobs: int, prune: str | None) -> tuple[Tuning, float, float]:
-    started, cpu = time.perf_counter(), _cpu()
-    tuning = run_grid([scenario], parse_grid(GRID), jobs=jobs, prune=prune)
-    return tuning, time.perf_counter() - started, _cpu() - cpu
-
-
 def main(argv: list[str]) -> int:
     jobs = _option(argv, "--jobs", os.cpu_count() or 1) or 1
     scenario = month(_option(argv, "--workloads", None), _option(argv, "--days", None))
@@ -61,22 +53,13 @@ def main(argv: list[str]) -> int:
         f"{jobs} processes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
         flush=True,
     )
-    full, full_wall, full_cpu = timed(scenario, jobs, None)
+    full, full_wall, full_cpu = timed([scenario], jobs, None, GRID)
     print(
         f"without pruning: {full_wall:.1f} s wall, {full_cpu:.1f} s CPU, {len(full.runs) + 1} runs",
         flush=True,
     )
-    pruned, pruned_wall, pruned_cpu = timed(scenario, jobs, "wasted")
-    print(
-        f"with pruning:    {pruned_wall:.1f} s wall, {pruned_cpu:.1f} s CPU, "
-        f"{len(pruned.dominated)} of {len(full.runs)} settings stopped as dominated",
-        flush=True,
-    )
-    for d in pruned.dominated:
-        print(f"  dominated at {d.at * 100:.0f}% of the trace: {d.label}")
-    print(
-        f"ratio pruned / full: wall {pruned_wall / full_wall:.2f}, CPU {pruned_cpu / full_cpu:.2f}"
-    )
+    pruned, pruned_wall, pruned_cpu = timed([scenario], jobs, "wasted", GRID)
+    report_pruned(pruned, pruned_wall, pruned_cpu, full, full_wall, full_cpu)
     return 0 if same_recommendation([full, pruned], OBJECTIVES["wasted"], "on one seed") else 1
 
 
